@@ -1,0 +1,121 @@
+//! Ring-buffer events: rare, discrete things (exec/exit, placement syscalls, raw tracepoint
+//! records). Each starts with an [`EventHeader`] whose `kind` says what follows.
+
+/// What a ring-buffer record holds. Stable ids: never renumber.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Exec = 1,
+    Exit = 2,
+    Policy = 3,
+    RawTrace = 4,
+}
+
+impl EventKind {
+    pub fn from_u32(v: u32) -> Option<EventKind> {
+        match v {
+            1 => Some(EventKind::Exec),
+            2 => Some(EventKind::Exit),
+            3 => Some(EventKind::Policy),
+            4 => Some(EventKind::RawTrace),
+            _ => None,
+        }
+    }
+}
+
+/// The fixed start of every event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    pub kind: u32,
+    pub tgid: u32,
+    pub pid: u32,
+    pub cpu: u32,
+    pub ts_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
+
+pub const COMM_LEN: usize = 16;
+
+/// `sched:sched_process_exec` (after the exec: `comm` is the new one) and
+/// `sched:sched_process_exit` (only when the thread-group leader exits).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LifecycleEvent {
+    pub header: EventHeader,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(core::mem::size_of::<LifecycleEvent>() == 40);
+
+/// Which placement syscall a [`PolicyEvent`] records. Stable ids.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicySyscall {
+    Mbind = 1,
+    SetMempolicy = 2,
+    SetMempolicyHomeNode = 3,
+    MovePages = 4,
+    MigratePages = 5,
+}
+
+impl PolicySyscall {
+    pub fn from_u32(v: u32) -> Option<PolicySyscall> {
+        match v {
+            1 => Some(PolicySyscall::Mbind),
+            2 => Some(PolicySyscall::SetMempolicy),
+            3 => Some(PolicySyscall::SetMempolicyHomeNode),
+            4 => Some(PolicySyscall::MovePages),
+            5 => Some(PolicySyscall::MigratePages),
+            _ => None,
+        }
+    }
+}
+
+/// A placement syscall's entry: its six raw arguments and the first 64 bits of the node mask it
+/// points to (read from user memory in the kernel program).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyEvent {
+    pub header: EventHeader,
+    pub syscall: u32,
+    /// 1 when `nodemask` was read from user memory, 0 when there was none or the read failed.
+    pub nodemask_valid: u32,
+    pub args: [u64; 6],
+    pub nodemask: u64,
+}
+const _: () = assert!(core::mem::size_of::<PolicyEvent>() == 88);
+
+/// Which tracepoint a [`RawTraceEvent`] was copied from. Stable ids.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawSource {
+    SchedMoveNuma = 1,
+    SchedSwapNuma = 2,
+    SchedStickNuma = 3,
+}
+
+impl RawSource {
+    pub fn from_u32(v: u32) -> Option<RawSource> {
+        match v {
+            1 => Some(RawSource::SchedMoveNuma),
+            2 => Some(RawSource::SchedSwapNuma),
+            3 => Some(RawSource::SchedStickNuma),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes of a raw tracepoint record copied into a [`RawTraceEvent`].
+pub const RAW_TRACE_BYTES: usize = 64;
+
+/// A classic tracepoint's record copied verbatim; the agent decodes it with the offsets in the
+/// event's tracefs `format` file, so layout changes between kernels need no new kernel code.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawTraceEvent {
+    pub header: EventHeader,
+    pub source: u32,
+    pub len: u32,
+    pub data: [u8; RAW_TRACE_BYTES],
+}
+const _: () = assert!(core::mem::size_of::<RawTraceEvent>() == 96);

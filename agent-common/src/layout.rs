@@ -1,0 +1,55 @@
+//! Offsets of tracepoint fields, read by the agent from each event's tracefs `format` file and
+//! handed to the kernel programs as globals, so field moves between kernel versions don't break us.
+
+/// Marks a field that this kernel's event does not have.
+pub const ABSENT: u16 = u16::MAX;
+
+/// Field offsets of `kmem:mm_page_alloc` / `kmem:mm_page_free`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageLayout {
+    pub pfn: u16,
+    pub order: u16,
+    /// Non-zero once the agent filled this in from the format file.
+    pub valid: u16,
+    pub _pad: u16,
+}
+const _: () = assert!(core::mem::size_of::<PageLayout>() == 8);
+
+impl PageLayout {
+    /// The layout of every kernel since 4.x; the agent replaces it with what tracefs says.
+    pub const DEFAULT: PageLayout = PageLayout { pfn: 8, order: 16, valid: 0, _pad: 0 };
+}
+
+/// Field offsets of `migrate:mm_migrate_pages` and `migrate:mm_migrate_pages_start`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrateLayout {
+    pub succeeded: u16,
+    pub failed: u16,
+    pub thp_succeeded: u16,
+    pub thp_failed: u16,
+    pub mode: u16,
+    pub reason: u16,
+    pub start_mode: u16,
+    pub start_reason: u16,
+    pub valid: u16,
+    pub _pad: [u16; 3],
+}
+const _: () = assert!(core::mem::size_of::<MigrateLayout>() == 24);
+
+impl MigrateLayout {
+    /// Nothing known: the programs count calls but no fields until the agent fills this in.
+    pub const DEFAULT: MigrateLayout = MigrateLayout {
+        succeeded: ABSENT,
+        failed: ABSENT,
+        thp_succeeded: ABSENT,
+        thp_failed: ABSENT,
+        mode: ABSENT,
+        reason: ABSENT,
+        start_mode: ABSENT,
+        start_reason: ABSENT,
+        valid: 0,
+        _pad: [0; 3],
+    };
+}

@@ -1,0 +1,59 @@
+//! Names of maps, programs and globals in the kernel object. The kernel side spells these as
+//! identifiers; the agent checks at test time that every name here exists in the built object.
+
+/// Map names.
+pub mod map {
+    pub const FAULTS: &str = "FAULTS";
+    pub const FAULT_CACHE: &str = "FAULT_CACHE";
+    pub const ALLOCS: &str = "ALLOCS";
+    pub const ALLOC_CACHE: &str = "ALLOC_CACHE";
+    pub const FREES: &str = "FREES";
+    pub const BLOCK_NODE: &str = "BLOCK_NODE";
+    pub const MIGRATIONS: &str = "MIGRATIONS";
+    pub const MIGRATE_START: &str = "MIGRATE_START";
+    pub const MIGRATE_LATENCY: &str = "MIGRATE_LATENCY";
+    pub const FAULT_START: &str = "FAULT_START";
+    pub const FAULT_LATENCY: &str = "FAULT_LATENCY";
+    pub const EVENTS: &str = "EVENTS";
+    pub const STATS: &str = "STATS";
+    pub const ALL: &[&str] = &[
+        FAULTS, FAULT_CACHE, ALLOCS, ALLOC_CACHE, FREES, BLOCK_NODE, MIGRATIONS, MIGRATE_START,
+        MIGRATE_LATENCY, FAULT_START, FAULT_LATENCY, EVENTS, STATS,
+    ];
+}
+
+/// Globals the agent sets before loading (`EbpfLoader::set_global`).
+pub mod global {
+    /// `u32`: the agent's own tgid; its events are dropped in the kernel.
+    pub const AGENT_TGID: &str = "AGENT_TGID";
+    /// `u32`: log2 of the pages per memory block (pfn >> shift = block index).
+    pub const BLOCK_PAGES_SHIFT: &str = "BLOCK_PAGES_SHIFT";
+    /// [`crate::layout::PageLayout`] of `kmem:mm_page_alloc`.
+    pub const PAGE_ALLOC_LAYOUT: &str = "PAGE_ALLOC_LAYOUT";
+    /// [`crate::layout::PageLayout`] of `kmem:mm_page_free`.
+    pub const PAGE_FREE_LAYOUT: &str = "PAGE_FREE_LAYOUT";
+    /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
+    pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
+}
+
+/// Program names (the Rust function names in `tierscope-ebpf`).
+pub mod program {
+    pub const PAGE_FAULT_USER: &str = "page_fault_user";
+    pub const PAGE_FAULT_KERNEL: &str = "page_fault_kernel";
+    pub const MM_PAGE_ALLOC: &str = "mm_page_alloc";
+    pub const MM_PAGE_FREE: &str = "mm_page_free";
+    pub const MM_MIGRATE_PAGES_START: &str = "mm_migrate_pages_start";
+    pub const MM_MIGRATE_PAGES: &str = "mm_migrate_pages";
+    pub const SCHED_MOVE_NUMA: &str = "sched_move_numa";
+    pub const SCHED_SWAP_NUMA: &str = "sched_swap_numa";
+    pub const SCHED_STICK_NUMA: &str = "sched_stick_numa";
+    pub const SYS_ENTER_MBIND: &str = "sys_enter_mbind";
+    pub const SYS_ENTER_SET_MEMPOLICY: &str = "sys_enter_set_mempolicy";
+    pub const SYS_ENTER_SET_MEMPOLICY_HOME_NODE: &str = "sys_enter_set_mempolicy_home_node";
+    pub const SYS_ENTER_MOVE_PAGES: &str = "sys_enter_move_pages";
+    pub const SYS_ENTER_MIGRATE_PAGES: &str = "sys_enter_migrate_pages";
+    pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
+    pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+    pub const FAULT_LATENCY_ENTRY: &str = "handle_mm_fault_entry";
+    pub const FAULT_LATENCY_EXIT: &str = "handle_mm_fault_exit";
+}

@@ -1,0 +1,16 @@
+//! `aya::Pod` for the shared types (user side only).
+use crate::{event::*, layout::*, maps::*};
+
+// SAFETY: all of these are #[repr(C)], Copy, made of integers, with explicit padding.
+unsafe impl aya::Pod for TgidPending {}
+unsafe impl aya::Pod for TgidNode {}
+unsafe impl aya::Pod for TgidNodePending {}
+unsafe impl aya::Pod for MigrateKey {}
+unsafe impl aya::Pod for MigrateCounts {}
+unsafe impl aya::Pod for Log2Hist {}
+unsafe impl aya::Pod for PageLayout {}
+unsafe impl aya::Pod for MigrateLayout {}
+unsafe impl aya::Pod for EventHeader {}
+unsafe impl aya::Pod for LifecycleEvent {}
+unsafe impl aya::Pod for PolicyEvent {}
+unsafe impl aya::Pod for RawTraceEvent {}

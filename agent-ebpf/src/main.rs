@@ -1,0 +1,28 @@
+//! tierscope's kernel programs. One file per probe family; the maps and globals they share live
+//! in `maps.rs`, the helpers every program uses in `common.rs`.
+//!
+//! Hot events (faults) use tp_btf with a per-CPU pending slot in front of the per-tgid map;
+//! page allocations and frees use classic tracepoints because only their records carry the pfn;
+//! rare events go to the one ring buffer.
+#![no_std]
+#![no_main]
+
+mod common;
+mod faults;
+mod fault_latency;
+mod lifecycle;
+mod maps;
+mod migrate;
+mod pages;
+mod policy;
+mod sched_numa;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

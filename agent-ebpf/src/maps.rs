@@ -1,0 +1,55 @@
+//! Every map and global of the object. Names match `tierscope_common::names`.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use tierscope_common::{
+    layout::{MigrateLayout, PageLayout},
+    maps::*,
+    stats::STAT_SLOTS,
+};
+
+/// Set by the agent before load; see `tierscope_common::names::global`.
+#[unsafe(no_mangle)]
+pub static AGENT_TGID: u32 = 0;
+#[unsafe(no_mangle)]
+pub static BLOCK_PAGES_SHIFT: u32 = 15;
+#[unsafe(no_mangle)]
+pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
+#[unsafe(no_mangle)]
+pub static PAGE_FREE_LAYOUT: PageLayout = PageLayout::DEFAULT;
+#[unsafe(no_mangle)]
+pub static MIGRATE_LAYOUT: MigrateLayout = MigrateLayout::DEFAULT;
+
+#[map]
+pub static FAULTS: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+#[map]
+pub static FAULT_CACHE: PerCpuArray<TgidPending> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static ALLOCS: PerCpuHashMap<TgidNode, u64> = PerCpuHashMap::with_max_entries(32768, 0);
+#[map]
+pub static ALLOC_CACHE: PerCpuArray<TgidNodePending> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static FREES: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_NODES, 0);
+/// Memory block index -> node id + 1 (0: unknown). Sized by the agent from sysfs.
+#[map]
+pub static BLOCK_NODE: Array<u32> = Array::with_max_entries(1, 0);
+#[map]
+pub static MIGRATIONS: PerCpuHashMap<MigrateKey, MigrateCounts> =
+    PerCpuHashMap::with_max_entries(4096, 0);
+/// Thread id -> `bpf_ktime_get_ns()` at `mm_migrate_pages_start` (migration may sleep and move
+/// CPUs, so the start is keyed by thread, not kept per CPU).
+#[map]
+pub static MIGRATE_START: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
+/// Index reason * LOG2_BUCKETS + bucket.
+#[map]
+pub static MIGRATE_LATENCY: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(MAX_MIGRATE_REASONS * LOG2_BUCKETS, 0);
+#[map]
+pub static FAULT_START: HashMap<u64, u64> = HashMap::with_max_entries(16384, 0);
+#[map]
+pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max_entries(4096, 0);
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);

@@ -1,0 +1,5 @@
+//! tierscope: eBPF observability of tiered (DRAM + CXL) memory for AI training nodes.
+//!
+//! Data flows one way: [`collect`] (kernel maps, ring buffer, /proc, /sys) -> [`model`] (pure
+//! state) -> presenters (`commands::*`: TUI, exporters, JSON). See ARCHITECTURE.md.
+pub mod topology;

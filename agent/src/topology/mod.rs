@@ -1,0 +1,2 @@
+//! The memory topology of the machine: nodes, tiers and why, memory blocks, CXL devices.
+pub mod memory_blocks;

@@ -1,0 +1,63 @@
+//! `cargo xtask`: setup, build, run, test, vm-test, bench.
+//!
+//! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
+//! and skips what is present.
+mod build;
+mod cmd;
+mod setup;
+mod test;
+mod vm;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "tierscope's build, setup and test tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the apt packages, bpf-linker and the rustup toolchain link (idempotent; root).
+    Setup,
+    /// Build the agent (release) with its kernel programs.
+    Build,
+    /// Build everything and open the live TUI (`tierscope top --demo`).
+    Run {
+        /// Arguments passed to `tierscope` instead of `top --demo`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test: unit tests, root integration tests, then the QEMU guest scenarios.
+    Test {
+        /// Skip the QEMU guest scenarios.
+        #[arg(long)]
+        no_vm: bool,
+    },
+    /// Run the scenarios in a QEMU guest with real memory tiers and an emulated CXL device.
+    VmTest(vm::VmTestArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result: Result<()> = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Build => setup::run().and_then(|()| build::agent_release()).map(|_| ()),
+        Task::Run { args } => run(args),
+        Task::Test { no_vm } => test::run(!no_vm),
+        Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Vec<String>) -> Result<()> {
+    setup::run()?;
+    let bin = build::agent_release()?;
+    let args = if args.is_empty() { vec!["top".into(), "--demo".into()] } else { args };
+    cmd::exec(&bin, &args)
+}

@@ -1,0 +1,28 @@
+//! `cargo xtask test`: every test. Unit tests, then the root integration tests against the real
+//! kernel, then the QEMU guest scenarios.
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+
+use crate::{build, cmd, setup, vm};
+
+pub fn run(with_vm: bool) -> Result<()> {
+    setup::run()?;
+    let bin = build::agent_release()?;
+    println!("xtask: unit tests");
+    cmd::run(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args(["test", "--release", "--workspace"]))
+        .context("unit tests failed")?;
+    println!("xtask: root integration tests (real kernel)");
+    cmd::run(
+        Command::new(build::cargo())
+            .current_dir(cmd::workspace_root())
+            .env("TIERSCOPE_BIN", &bin)
+            .args(["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"]),
+    )
+    .context("integration tests failed")?;
+    if with_vm {
+        vm::run(vm::VmTestArgs::default())?;
+    }
+    println!("xtask: all tests passed");
+    Ok(())
+}
