@@ -1,0 +1,1 @@
+//! Table-driven tests over the fixture trees in agent/fixtures/sysfs.
