@@ -1,5 +1,10 @@
 //! tierscope: eBPF observability of tiered (DRAM + CXL) memory for AI training nodes.
 //!
 //! Data flows one way: [`collect`] (kernel maps, ring buffer, /proc, /sys) -> [`model`] (pure
-//! state) -> presenters (`commands::*`: TUI, exporters, JSON). See ARCHITECTURE.md.
+//! state) -> presenters ([`commands`]: TUI, exporters, JSON). See ARCHITECTURE.md.
+pub mod cli;
+pub mod collect;
+pub mod commands;
+pub mod logging;
+pub mod model;
 pub mod topology;

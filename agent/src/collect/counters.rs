@@ -1,0 +1,110 @@
+//! Reading the per-CPU aggregation maps into a [`CounterReading`]: values summed over CPUs, the
+//! per-CPU pending slots added to their tgid's count.
+use aya::{
+    maps::{Map, MapData, PerCpuArray, PerCpuHashMap},
+    Ebpf,
+};
+use tierscope_common::{
+    maps::{Log2Hist, MigrateCounts, MigrateKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS, MAX_MIGRATE_REASONS},
+    names::map,
+    stats::Stat,
+};
+
+use crate::model::{migration::MigrationTotals, reading::CounterReading};
+
+/// Monotonic nanoseconds: the clock `bpf_ktime_get_ns` uses.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn per_cpu_hash<'a, K: aya::Pod, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<PerCpuHashMap<&'a MapData, K, V>> {
+    let m: &Map = ebpf.map(name)?;
+    PerCpuHashMap::try_from(m).ok()
+}
+
+fn per_cpu_array<'a, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<PerCpuArray<&'a MapData, V>> {
+    PerCpuArray::try_from(ebpf.map(name)?).ok()
+}
+
+/// Reads every aggregation map. Maps that cannot be read leave their part empty.
+pub fn read(ebpf: &Ebpf) -> CounterReading {
+    let mut r = CounterReading { at_ns: monotonic_ns(), ..Default::default() };
+    // The map first, then the pending slots: a flush between the two reads can only make this
+    // reading lag (never double count); the model keeps counts monotonic.
+    if let Some(faults) = per_cpu_hash::<u32, u64>(ebpf, map::FAULTS) {
+        for (tgid, vals) in faults.iter().flatten() {
+            *r.faults.entry(tgid).or_default() += vals.iter().sum::<u64>();
+        }
+    }
+    if let Some(cache) = per_cpu_array::<TgidPending>(ebpf, map::FAULT_CACHE) {
+        if let Ok(vals) = cache.get(&0, 0) {
+            for s in vals.iter().filter(|s| s.pending > 0) {
+                *r.faults.entry(s.tgid).or_default() += s.pending;
+            }
+        }
+    }
+    if let Some(allocs) = per_cpu_hash::<TgidNode, u64>(ebpf, map::ALLOCS) {
+        for (k, vals) in allocs.iter().flatten() {
+            *r.allocs.entry((k.tgid, k.node)).or_default() += vals.iter().sum::<u64>();
+        }
+    }
+    if let Some(cache) = per_cpu_array::<TgidNodePending>(ebpf, map::ALLOC_CACHE) {
+        if let Ok(vals) = cache.get(&0, 0) {
+            for s in vals.iter().filter(|s| s.pending > 0) {
+                *r.allocs.entry((s.key.tgid, s.key.node)).or_default() += s.pending;
+            }
+        }
+    }
+    if let Some(frees) = per_cpu_array::<u64>(ebpf, map::FREES) {
+        for (node, vals) in frees.iter().enumerate() {
+            let total: u64 = vals.map(|v| v.iter().sum()).unwrap_or(0);
+            if total > 0 {
+                r.frees_by_node.insert(node as u32, total);
+            }
+        }
+    }
+    if let Some(m) = per_cpu_hash::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS) {
+        for (k, vals) in m.iter().flatten() {
+            let t = r.migrations.entry((k.tgid, k.reason, k.mode)).or_default();
+            for v in vals.iter() {
+                t.add(&MigrationTotals {
+                    calls: v.calls,
+                    succeeded: v.succeeded,
+                    failed: v.failed,
+                    thp_succeeded: v.thp_succeeded,
+                    thp_failed: v.thp_failed,
+                });
+            }
+        }
+    }
+    if let Some(lat) = per_cpu_array::<u64>(ebpf, map::MIGRATE_LATENCY) {
+        let flat: Vec<u64> = lat.iter().map(|v| v.map(|v| v.iter().sum()).unwrap_or(0)).collect();
+        for reason in 0..MAX_MIGRATE_REASONS as usize {
+            let b = &flat[reason * LOG2_BUCKETS as usize..][..LOG2_BUCKETS as usize];
+            if b.iter().any(|&c| c > 0) {
+                r.migrate_latency.insert(reason as u32, b.to_vec());
+            }
+        }
+    }
+    if let Some(m) = per_cpu_hash::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY) {
+        for (tgid, vals) in m.iter().flatten() {
+            let mut sum = vec![0u64; LOG2_BUCKETS as usize];
+            for h in vals.iter() {
+                for (s, b) in sum.iter_mut().zip(h.buckets.iter()) {
+                    *s += b;
+                }
+            }
+            r.fault_latency.insert(tgid, sum);
+        }
+    }
+    if let Some(stats) = per_cpu_array::<u64>(ebpf, map::STATS) {
+        for (stat, name) in Stat::ALL {
+            let v: u64 = stats.get(&(stat as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+            r.kernel_stats.insert(name, v);
+        }
+    }
+    r
+}

@@ -1,0 +1,11 @@
+//! Collect: reading the system. The kernel programs' maps and ring buffer, /proc and /sys.
+//! Everything here is bounded and hands plain values to the model.
+pub mod caps;
+pub mod counters;
+pub mod events;
+pub mod probes;
+pub mod procfs;
+pub mod programs;
+pub mod ringbuf;
+pub mod tracefs;
+pub mod session;

@@ -1,0 +1,248 @@
+//! Loading the kernel object and attaching every program, each with a status and a reason.
+//! A missing tracepoint or a refused program type is `unsupported`, never fatal.
+use std::{io, path::PathBuf};
+
+use aya::{
+    programs::{BtfTracePoint, FEntry, FExit, ProgramError, TracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use tierscope_common::{
+    layout::{MigrateLayout, PageLayout, ABSENT},
+    names::{global, map},
+};
+
+use super::{
+    programs::{Hook, ProgramSpec, PROGRAMS},
+    tracefs::{self, EventFormat},
+};
+use crate::{
+    model::{
+        agent::{Attach, ProgramStatus},
+        migration::MigrationNames,
+    },
+    topology::memory_blocks::MemoryBlocks,
+};
+
+/// The compiled kernel object, embedded at build time.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tierscope"));
+
+/// The loaded object and the status of every program.
+pub struct Probes {
+    pub ebpf: Ebpf,
+    pub programs: Vec<ProgramStatus>,
+    pub migration_names: MigrationNames,
+    pub tracefs: Option<PathBuf>,
+    pub memory_blocks: Option<MemoryBlocks>,
+    /// Formats of the raw-copied events, for decoding.
+    pub raw_formats: Vec<(tierscope_common::event::RawSource, EventFormat)>,
+}
+
+/// Why nothing could be loaded at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("loading eBPF maps failed: {0}; tierscope needs root or CAP_BPF+CAP_PERFMON (try sudo)")]
+    Permission(String),
+    #[error("loading the eBPF object failed: {0}")]
+    Other(String),
+}
+
+impl Probes {
+    /// Loads the object, sets the globals from this kernel's tracefs and sysfs, and attaches
+    /// every program whose feature is wanted (all when `only` is empty).
+    pub fn load(only: &[&str]) -> Result<Probes, LoadError> {
+        let tracefs_path = tracefs::ensure_mounted();
+        if let Err(e) = &tracefs_path {
+            tracing::warn!("{e}");
+        }
+        let tfs = tracefs_path.as_ref().ok().cloned();
+        let fmt = |g: &str, n: &str| tfs.as_ref().and_then(|t| tracefs::read_format(t, g, n).ok());
+
+        let page_size = super::procfs::page_size();
+        let blocks = MemoryBlocks::read(std::path::Path::new("/sys"));
+        if let Err(e) = &blocks {
+            tracing::warn!("page -> node mapping unavailable: {e}");
+        }
+        let blocks = blocks.ok();
+        let table = blocks.as_ref().map(|b| b.dense_table()).unwrap_or_else(|| vec![0]);
+        let shift = blocks.as_ref().map_or(15, |b| b.block_pages_shift(page_size));
+
+        let alloc_layout = page_layout(fmt("kmem", "mm_page_alloc").as_ref());
+        let free_layout = page_layout(fmt("kmem", "mm_page_free").as_ref());
+        let migrate_fmt = fmt("migrate", "mm_migrate_pages");
+        let migrate_layout = migrate_layout(migrate_fmt.as_ref(), fmt("migrate", "mm_migrate_pages_start").as_ref());
+        let mut names = MigrationNames::default();
+        if let Some(f) = &migrate_fmt {
+            if let Some(r) = f.symbols.get("reason") {
+                names.reasons = r.clone();
+            }
+            if let Some(m) = f.symbols.get("mode") {
+                names.modes = m.clone();
+            }
+        }
+        use tierscope_common::event::RawSource;
+        let raw_formats = [
+            (RawSource::SchedMoveNuma, "sched_move_numa"),
+            (RawSource::SchedSwapNuma, "sched_swap_numa"),
+            (RawSource::SchedStickNuma, "sched_stick_numa"),
+        ]
+        .into_iter()
+        .filter_map(|(s, n)| fmt("sched", n).map(|f| (s, f)))
+        .collect();
+
+        let agent_tgid = std::process::id();
+        let table_len = u32::try_from(table.len()).unwrap_or(u32::MAX).max(1);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(global::AGENT_TGID, &agent_tgid, true)
+            .override_global(global::BLOCK_PAGES_SHIFT, &shift, true)
+            .override_global(global::PAGE_ALLOC_LAYOUT, &alloc_layout, true)
+            .override_global(global::PAGE_FREE_LAYOUT, &free_layout, true)
+            .override_global(global::MIGRATE_LAYOUT, &migrate_layout, true)
+            .map_max_entries(map::BLOCK_NODE, table_len)
+            .load(OBJECT)
+            .map_err(|e| {
+                let msg = format!("{e:#}");
+                if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+                    LoadError::Permission(msg)
+                } else {
+                    LoadError::Other(msg)
+                }
+            })?;
+        if let Some(m) = ebpf.map_mut(map::BLOCK_NODE) {
+            if let Ok(mut arr) = aya::maps::Array::<_, u32>::try_from(m) {
+                for (i, &node) in table.iter().enumerate() {
+                    if node != 0 {
+                        let _ = arr.set(i as u32, node, 0);
+                    }
+                }
+            }
+        }
+
+        let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
+        let mut programs = Vec::new();
+        for spec in PROGRAMS {
+            let status = if !only.is_empty() && !only.contains(&spec.feature) {
+                continue;
+            } else {
+                attach(&mut ebpf, spec, btf.as_ref(), tfs.as_ref())
+            };
+            programs.push(status);
+        }
+        Ok(Probes { ebpf, programs, migration_names: names, tracefs: tfs, memory_blocks: blocks, raw_formats })
+    }
+}
+
+fn page_layout(f: Option<&EventFormat>) -> PageLayout {
+    let off = |n: &str| f.and_then(|f| f.field(n)).map(|x| x.offset as u16);
+    match (off("pfn"), off("order")) {
+        (Some(pfn), Some(order)) => PageLayout { pfn, order, valid: 1, _pad: 0 },
+        _ => PageLayout::DEFAULT,
+    }
+}
+
+fn migrate_layout(end: Option<&EventFormat>, start: Option<&EventFormat>) -> MigrateLayout {
+    let off = |f: Option<&EventFormat>, n: &str| f.and_then(|f| f.field(n)).map_or(ABSENT, |x| x.offset as u16);
+    MigrateLayout {
+        succeeded: off(end, "succeeded"),
+        failed: off(end, "failed"),
+        thp_succeeded: off(end, "thp_succeeded"),
+        thp_failed: off(end, "thp_failed"),
+        mode: off(end, "mode"),
+        reason: off(end, "reason"),
+        start_mode: off(start, "mode"),
+        start_reason: off(start, "reason"),
+        valid: u16::from(end.is_some()),
+        _pad: [0; 3],
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: Result<&Btf, &String>, tracefs: Option<&PathBuf>) -> ProgramStatus {
+    let hook = spec.hook.describe();
+    let status = |status, reason: Option<String>| ProgramStatus { name: spec.name, hook: hook.clone(), feature: spec.feature, status, reason };
+    // Check for the hook first so a missing one reads as "unsupported", not as a load error.
+    if let Hook::Tracepoint { group, name } | Hook::TpBtf { group, name } = spec.hook {
+        match tracefs {
+            Some(t) if !t.join("events").join(group).join(name).is_dir() => {
+                return status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}")));
+            }
+            None if matches!(spec.hook, Hook::Tracepoint { .. }) => {
+                return status(Attach::Failed, Some("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing`".into()));
+            }
+            _ => {}
+        }
+    }
+    let Some(prog) = ebpf.program_mut(spec.name) else {
+        return status(Attach::Failed, Some(format!("program {} missing from the object (build bug)", spec.name)));
+    };
+    let result: Result<(), ProgramError> = (|| match spec.hook {
+        Hook::Tracepoint { group, name } => {
+            let p: &mut TracePoint = prog.try_into()?;
+            p.load()?;
+            p.attach(group, name).map(drop)
+        }
+        Hook::TpBtf { name, .. } => {
+            let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
+            let p: &mut BtfTracePoint = prog.try_into()?;
+            p.load(name, btf)?;
+            p.attach().map(drop)
+        }
+        Hook::FEntry { function } => {
+            let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
+            let p: &mut FEntry = prog.try_into()?;
+            p.load(function, btf)?;
+            p.attach().map(drop)
+        }
+        Hook::FExit { function } => {
+            let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
+            let p: &mut FExit = prog.try_into()?;
+            p.load(function, btf)?;
+            p.attach().map(drop)
+        }
+    })();
+    match result {
+        Ok(()) => status(Attach::Attached, None),
+        Err(e) => {
+            let (attach, reason) = classify(spec, &e);
+            status(attach, Some(reason))
+        }
+    }
+}
+
+/// Turns a load/attach error into a status and a reason a user can act on.
+fn classify(spec: &ProgramSpec, e: &ProgramError) -> (Attach, String) {
+    let errno = match e {
+        ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
+        ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
+        ProgramError::IOError(io) => io.raw_os_error(),
+        _ => None,
+    };
+    let trampoline = matches!(spec.hook, Hook::FEntry { .. } | Hook::FExit { .. });
+    match errno {
+        Some(libc::EPERM) if trampoline => (
+            Attach::Unsupported,
+            "the kernel refused a BPF trampoline program (EPERM): fentry/fexit are not allowed on this kernel".into(),
+        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => (
+            Attach::Failed,
+            format!("permission denied ({e}): run as root or with CAP_BPF+CAP_PERFMON"),
+        ),
+        Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if trampoline => {
+            (Attach::Unsupported, format!("the kernel does not support this program type here: {e}"))
+        }
+        Some(libc::ENOENT) => (Attach::Unsupported, format!("hook not found in this kernel: {e}")),
+        _ => {
+            let mut msg = e.to_string();
+            // The verifier log can be pages long: keep the summary line.
+            if let Some(i) = msg.find(". Verifier output:") {
+                msg.truncate(i);
+            }
+            if msg.contains("not found") || msg.contains("Btf") {
+                (Attach::Unsupported, format!("hook not available in this kernel's BTF: {msg}"))
+            } else {
+                (Attach::Failed, msg)
+            }
+        }
+    }
+}
+
+/// The kernel's internal ENOTSUPP, which leaks to user space from BPF syscalls.
+const ENOTSUPP: i32 = 524;

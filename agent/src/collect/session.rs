@@ -1,0 +1,118 @@
+//! A collection session: the loaded probes, the event reader, and the model they feed. Shared by
+//! every command that watches (snapshot, top, run).
+use std::{collections::HashSet, path::Path, sync::atomic::Ordering, sync::Arc};
+
+use anyhow::{bail, Context as _, Result};
+use tierscope_common::names::map;
+use tokio::sync::mpsc;
+
+use super::{caps, counters, events::Decoder, probes::Probes, procfs, ringbuf};
+use crate::{
+    model::{event::Event, snapshot::NodeInfo, Model},
+    topology::Topology,
+};
+
+pub struct Session {
+    pub probes: Probes,
+    pub model: Model,
+    pub events: mpsc::Receiver<Event>,
+    pub reader: Arc<ringbuf::ReaderStats>,
+    pub topology: Topology,
+    pub page_size: u64,
+    pub started_ns: u64,
+    identified: HashSet<u32>,
+}
+
+impl Session {
+    /// Loads and attaches everything; fails with one line when eBPF cannot be used at all.
+    pub fn start() -> Result<Session> {
+        if let Some(mask) = caps::read_self() {
+            if !caps::can_trace(mask) {
+                bail!("tierscope needs root or CAP_BPF+CAP_PERFMON to load its eBPF programs: run it with sudo");
+            }
+        }
+        let topology = Topology::read(Path::new("/sys"));
+        let mut probes = Probes::load(&[]).context("starting the kernel probes")?;
+        let ring = probes
+            .ebpf
+            .take_map(map::EVENTS)
+            .context("the EVENTS ring buffer is missing from the object (build bug)")?;
+        let ring = aya::maps::RingBuf::try_from(ring).context("EVENTS is not a ring buffer (build bug)")?;
+        let decoder = Decoder { raw_formats: probes.raw_formats.clone() };
+        let (events, reader) = ringbuf::spawn(ring, decoder).context("polling the ring buffer")?;
+        ringbuf::spawn_kernel_log(&mut probes.ebpf);
+        let model = Model::new(probes.migration_names.clone());
+        Ok(Session {
+            probes,
+            model,
+            events,
+            reader,
+            topology,
+            page_size: procfs::page_size(),
+            started_ns: counters::monotonic_ns(),
+            identified: HashSet::new(),
+        })
+    }
+
+    /// Moves queued events into the model.
+    pub fn drain_events(&mut self) {
+        while let Ok(e) = self.events.try_recv() {
+            if let Event::Exec { tgid, .. } = &e {
+                self.identified.remove(tgid);
+            }
+            self.model.apply_event(e);
+        }
+    }
+
+    /// Reads the kernel maps into the model and names processes seen for the first time.
+    pub fn read_counters(&mut self) {
+        self.drain_events();
+        let r = counters::read(&self.probes.ebpf);
+        self.model.apply_reading(&r);
+        let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
+        for tgid in new {
+            self.identified.insert(tgid);
+            if tgid == 0 {
+                self.model.set_identity(0, "[idle/irq]", "", 0);
+                continue;
+            }
+            if let Some(st) = procfs::read_stat(tgid) {
+                let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
+                self.model.set_identity(tgid, &st.comm, &cmdline, st.ppid);
+            }
+        }
+    }
+
+    /// Scans numa_maps of the given processes (exact residency; costs a page-table walk each).
+    pub fn scan_residency(&mut self, tgids: &[u32]) {
+        for &tgid in tgids {
+            match procfs::read_numa_maps(tgid, self.page_size) {
+                Ok(r) => self.model.set_residency(tgid, r, counters::monotonic_ns()),
+                Err(e) => tracing::debug!("residency of {tgid}: {e}"),
+            }
+        }
+    }
+
+    pub fn channel_dropped(&self) -> u64 {
+        self.reader.channel_full.load(Ordering::Relaxed) + self.reader.undecodable.load(Ordering::Relaxed)
+    }
+
+    /// The nodes as the snapshot shows them.
+    pub fn node_infos(&self) -> Vec<NodeInfo> {
+        node_infos(&self.topology)
+    }
+}
+
+pub fn node_infos(t: &Topology) -> Vec<NodeInfo> {
+    t.nodes
+        .iter()
+        .map(|n| NodeInfo {
+            id: n.id,
+            tier: n.tier.as_str().to_string(),
+            tier_evidence: n.tier_evidence.clone(),
+            cpus: n.cpus.clone(),
+            mem_total_bytes: n.mem_total_bytes,
+            mem_free_bytes: n.mem_free_bytes,
+        })
+        .collect()
+}

@@ -1,0 +1,102 @@
+//! `tierscope check [--json]`: what works on this kernel, what does not, and why.
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::{
+    collect::{caps, probes::Probes, tracefs},
+    model::agent::{Attach, ProgramStatus},
+};
+
+#[derive(Serialize)]
+struct Report {
+    kernel: String,
+    btf: bool,
+    tracefs: Option<String>,
+    capabilities_held: Vec<&'static str>,
+    capabilities_missing: Vec<&'static str>,
+    programs: Vec<ProgramStatus>,
+    load_error: Option<String>,
+    advice: Vec<String>,
+}
+
+pub fn run(json: bool) -> Result<i32> {
+    let mask = caps::read_self().unwrap_or(0);
+    let (held, missing) = caps::split(mask);
+    let mut report = Report {
+        kernel: kernel_release(),
+        btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+        tracefs: None,
+        capabilities_held: held,
+        capabilities_missing: missing,
+        programs: vec![],
+        load_error: None,
+        advice: vec![],
+    };
+    if !caps::can_trace(mask) {
+        report.load_error = Some("not loaded: needs root or CAP_BPF+CAP_PERFMON".into());
+        report.advice.push("run `sudo tierscope check`, or grant CAP_BPF,CAP_PERFMON (setcap cap_bpf,cap_perfmon+ep tierscope)".into());
+    } else {
+        match Probes::load(&[]) {
+            Ok(p) => {
+                report.tracefs = p.tracefs.as_ref().map(|t| t.display().to_string());
+                report.programs = p.programs;
+            }
+            Err(e) => report.load_error = Some(e.to_string()),
+        }
+    }
+    if report.tracefs.is_none() {
+        report.tracefs = tracefs::mounted().map(|t| t.display().to_string());
+    }
+    if !report.btf {
+        report.advice.push("no /sys/kernel/btf/vmlinux: tp_btf and fentry programs need a kernel built with CONFIG_DEBUG_INFO_BTF".into());
+    }
+    for p in &report.programs {
+        match p.status {
+            Attach::Unsupported if p.feature == "fault latency" => report.advice.push(
+                "fault latency needs fentry/fexit on handle_mm_fault; this kernel refuses them (other figures are unaffected)".into(),
+            ),
+            Attach::Failed => report.advice.push(format!("{} ({}) failed: {}", p.name, p.hook, p.reason.as_deref().unwrap_or("?"))),
+            _ => {}
+        }
+    }
+    report.advice.dedup();
+    let attached = report.programs.iter().filter(|p| p.status == Attach::Attached).count();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report, attached);
+    }
+    Ok(if report.load_error.is_some() || attached == 0 { 1 } else { 0 })
+}
+
+fn print_text(r: &Report, attached: usize) {
+    println!("kernel        {} (BTF {})", r.kernel, if r.btf { "present" } else { "missing" });
+    println!("tracefs       {}", r.tracefs.as_deref().unwrap_or("not mounted"));
+    println!("capabilities  held: {}", if r.capabilities_held.is_empty() { "none".into() } else { r.capabilities_held.join(" ") });
+    if !r.capabilities_missing.is_empty() {
+        println!("              missing: {}", r.capabilities_missing.join(" "));
+    }
+    if let Some(e) = &r.load_error {
+        println!("programs      {e}");
+    } else {
+        println!("programs      {attached} of {} attached", r.programs.len());
+        for p in &r.programs {
+            let status = match p.status {
+                Attach::Attached => "attached",
+                Attach::Unsupported => "unsupported",
+                Attach::Failed => "FAILED",
+            };
+            let reason = p.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            println!("  {status:<12} {:<34} {:<44} {}{reason}", p.name, p.hook, p.feature);
+        }
+    }
+    for a in &r.advice {
+        println!("to do         {a}");
+    }
+}
+
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+}

@@ -1,0 +1,6 @@
+//! One file per subcommand: each turns model values into what the user sees.
+pub mod check;
+pub mod run;
+pub mod snapshot;
+pub mod top;
+pub mod topology;

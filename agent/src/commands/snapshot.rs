@@ -1,0 +1,55 @@
+//! `tierscope snapshot --json`: watch for a while, print one `tierscope.snapshot/v1` document.
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::{
+    collect::{counters, session::Session},
+    model::snapshot::{self, ProcessFilter, SnapshotContext},
+};
+
+/// How often counters are folded into the model while watching.
+const READ_EVERY: Duration = Duration::from_millis(500);
+
+pub async fn run(duration: Duration, filter: ProcessFilter) -> Result<()> {
+    let mut s = Session::start()?;
+    let attached = s.probes.programs.iter().filter(|p| p.status == crate::model::agent::Attach::Attached).count();
+    // Tests and scripts wait for this line before starting their workload.
+    eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
+    let deadline = tokio::time::Instant::now() + duration;
+    let mut tick = tokio::time::interval(READ_EVERY);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = tick.tick() => s.read_counters(),
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    // Let the ring buffer reader deliver what the kernel already wrote.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.read_counters();
+    let selected: Vec<u32> =
+        s.model.processes.values().filter(|p| filter.matches(p) && p.exited_at_ns.is_none()).map(|p| p.tgid).collect();
+    s.scan_residency(&selected);
+    let nodes = s.node_infos();
+    let snap = snapshot::build(
+        &s.model,
+        &filter,
+        SnapshotContext {
+            host: hostname(),
+            kernel: super::check::kernel_release(),
+            duration_s: (counters::monotonic_ns() - s.started_ns) as f64 / 1e9,
+            nodes: &nodes,
+            page_size: s.page_size,
+            programs: s.probes.programs.clone(),
+            channel_dropped: s.channel_dropped(),
+            now_ns: counters::monotonic_ns(),
+        },
+    );
+    println!("{}", serde_json::to_string_pretty(&snap)?);
+    Ok(())
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}

@@ -1,0 +1,192 @@
+//! The pure model: state built from counter readings, events and /proc readings. No I/O, no
+//! aya, no tokio: everything here is driven by values and unit tested.
+pub mod event;
+pub mod histogram;
+pub mod migration;
+pub mod policy;
+pub mod process;
+pub mod reading;
+pub mod snapshot;
+
+use std::collections::BTreeMap;
+
+use event::{Event, NumaMove};
+use histogram::Log2Histogram;
+use migration::{MigrationNames, MigrationTotals};
+use process::Process;
+use reading::CounterReading;
+
+use crate::collect::procfs::NumaResidency;
+
+/// NUMA task moves kept for display.
+pub const NUMA_MOVE_HISTORY: usize = 64;
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    pub names: MigrationNames,
+    pub processes: BTreeMap<u32, Process>,
+    /// reason name -> totals over every process (kernel threads such as kswapd included).
+    pub migrations: BTreeMap<String, MigrationTotals>,
+    pub migrate_latency: BTreeMap<String, Log2Histogram>,
+    pub alloc_pages_by_node: BTreeMap<u32, u64>,
+    pub freed_pages_by_node: BTreeMap<u32, u64>,
+    pub numa_moves: Vec<NumaMove>,
+    pub kernel_stats: BTreeMap<&'static str, u64>,
+    pub events_seen: u64,
+    pub last_reading_ns: u64,
+}
+
+impl Model {
+    pub fn new(names: MigrationNames) -> Self {
+        Model { names, ..Default::default() }
+    }
+
+    fn process(&mut self, tgid: u32) -> &mut Process {
+        self.processes.entry(tgid).or_insert_with(|| Process::new(tgid))
+    }
+
+    /// Folds in a reading of the kernel maps (cumulative values replace the previous ones).
+    pub fn apply_reading(&mut self, r: &CounterReading) {
+        self.last_reading_ns = r.at_ns;
+        for (&tgid, &faults) in &r.faults {
+            self.process(tgid).set_faults(faults, r.at_ns);
+        }
+        self.alloc_pages_by_node.clear();
+        for p in self.processes.values_mut() {
+            p.alloc_pages_by_node.clear();
+            p.migrations.clear();
+        }
+        for (&(tgid, node), &pages) in &r.allocs {
+            *self.process(tgid).alloc_pages_by_node.entry(node).or_default() += pages;
+            *self.alloc_pages_by_node.entry(node).or_default() += pages;
+        }
+        self.freed_pages_by_node = r.frees_by_node.clone();
+        self.migrations.clear();
+        for (&(tgid, reason, _mode), t) in &r.migrations {
+            let name = self.names.reason(reason);
+            self.process(tgid).migrations.entry(name.clone()).or_default().add(t);
+            self.migrations.entry(name).or_default().add(t);
+        }
+        self.migrate_latency = r
+            .migrate_latency
+            .iter()
+            .map(|(&reason, b)| (self.names.reason(reason), Log2Histogram::from_buckets(b)))
+            .collect();
+        for (&tgid, b) in &r.fault_latency {
+            self.process(tgid).fault_latency = Log2Histogram::from_buckets(b);
+        }
+        self.kernel_stats = r.kernel_stats.clone();
+    }
+
+    pub fn apply_event(&mut self, e: Event) {
+        self.events_seen += 1;
+        match e {
+            Event::Exec { tgid, comm, .. } => {
+                let p = self.process(tgid);
+                p.comm = comm;
+                p.cmdline.clear();
+                p.exited_at_ns = None;
+            }
+            Event::Exit { tgid, ts_ns } => {
+                if let Some(p) = self.processes.get_mut(&tgid) {
+                    p.exited_at_ns = Some(ts_ns);
+                }
+            }
+            Event::Policy(d) => self.process(d.tgid).push_policy(d),
+            Event::NumaMove(m) => {
+                self.process(m.tgid).numa_moves += 1;
+                if self.numa_moves.len() == NUMA_MOVE_HISTORY {
+                    self.numa_moves.remove(0);
+                }
+                self.numa_moves.push(m);
+            }
+        }
+    }
+
+    /// Records identity read from /proc (fills what exec events do not carry).
+    pub fn set_identity(&mut self, tgid: u32, comm: &str, cmdline: &str, ppid: u32) {
+        let p = self.process(tgid);
+        if p.comm.is_empty() {
+            p.comm = comm.to_string();
+        }
+        if p.cmdline.is_empty() {
+            p.cmdline = cmdline.to_string();
+        }
+        p.ppid = ppid;
+    }
+
+    pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {
+        self.process(tgid).residency = Some((r, at_ns));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(at_ns: u64, faults: &[(u32, u64)], allocs: &[((u32, u32), u64)]) -> CounterReading {
+        CounterReading {
+            at_ns,
+            faults: faults.iter().copied().collect(),
+            allocs: allocs.iter().copied().collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn readings_replace_cumulative_values_and_give_rates() {
+        let mut m = Model::default();
+        m.apply_reading(&reading(1_000_000_000, &[(7, 100)], &[((7, 0), 50), ((7, 1), 10), ((8, 1), 5)]));
+        m.apply_reading(&reading(3_000_000_000, &[(7, 500)], &[((7, 0), 80), ((7, 1), 10), ((8, 1), 5)]));
+        let p = &m.processes[&7];
+        assert_eq!(p.faults, 500);
+        assert_eq!(p.fault_rate, 200.0);
+        assert_eq!(p.alloc_pages_by_node, BTreeMap::from([(0, 80), (1, 10)]));
+        assert_eq!(m.alloc_pages_by_node, BTreeMap::from([(0, 80), (1, 15)]));
+    }
+
+    #[test]
+    fn a_lagging_fault_reading_never_goes_backwards() {
+        let mut m = Model::default();
+        m.apply_reading(&reading(1, &[(7, 100)], &[]));
+        m.apply_reading(&reading(2, &[(7, 97)], &[]));
+        assert_eq!(m.processes[&7].faults, 100);
+        assert_eq!(m.processes[&7].fault_rate, 0.0);
+    }
+
+    #[test]
+    fn migrations_are_named_and_summed_over_modes() {
+        let mut m = Model::default();
+        let t = |s, f| MigrationTotals { calls: 1, succeeded: s, failed: f, ..Default::default() };
+        let mut r = reading(1, &[], &[]);
+        r.migrations.insert((50, 8, 0), t(100, 1));
+        r.migrations.insert((50, 8, 2), t(20, 0));
+        r.migrations.insert((9, 0, 0), t(3, 4));
+        m.apply_reading(&r);
+        assert_eq!(m.migrations["demotion"].succeeded, 120);
+        assert_eq!(m.migrations["demotion"].calls, 2);
+        assert_eq!(m.processes[&9].migrations["compaction"].failed, 4);
+    }
+
+    #[test]
+    fn events_update_identity_and_history() {
+        let mut m = Model::default();
+        m.apply_event(Event::Exec { tgid: 5, comm: "python3".into(), ts_ns: 1 });
+        for i in 0..(process::POLICY_HISTORY as u64 + 3) {
+            m.apply_event(Event::Policy(event::PolicyDecision {
+                tgid: 5, tid: 5, ts_ns: i, syscall: "mbind", mode: Some("MPOL_BIND".into()),
+                flags: vec![], nodes: vec![1], start: None, len: None, target_pid: None,
+            }));
+        }
+        m.apply_event(Event::Exit { tgid: 5, ts_ns: 99 });
+        m.apply_event(Event::Exit { tgid: 6, ts_ns: 99 });
+        let p = &m.processes[&5];
+        assert_eq!(p.comm, "python3");
+        assert_eq!(p.policy_events.len(), process::POLICY_HISTORY);
+        assert_eq!(p.policy_events.front().map(|d| d.ts_ns), Some(3));
+        assert_eq!(p.exited_at_ns, Some(99));
+        assert!(!m.processes.contains_key(&6), "an exit alone does not create a process");
+        assert_eq!(m.events_seen, 20);
+    }
+}
+pub mod agent;

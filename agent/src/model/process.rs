@@ -1,0 +1,62 @@
+//! What the model knows about one process.
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{event::PolicyDecision, histogram::Log2Histogram, migration::MigrationTotals};
+use crate::collect::procfs::NumaResidency;
+
+/// Policy decisions kept per process.
+pub const POLICY_HISTORY: usize = 16;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Process {
+    pub tgid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub ppid: u32,
+    /// Cumulative since the agent started watching.
+    pub faults: u64,
+    pub alloc_pages_by_node: BTreeMap<u32, u64>,
+    /// reason name -> totals of migrations run in this process's context.
+    pub migrations: BTreeMap<String, MigrationTotals>,
+    pub policy_events: VecDeque<PolicyDecision>,
+    pub numa_moves: u64,
+    pub fault_latency: Log2Histogram,
+    /// Last numa_maps scan and when it was taken (monotonic ns).
+    pub residency: Option<(NumaResidency, u64)>,
+    pub exited_at_ns: Option<u64>,
+    /// Faults/s over the last two readings.
+    pub fault_rate: f64,
+    prev_faults: Option<(u64, u64)>,
+}
+
+impl Process {
+    pub fn new(tgid: u32) -> Self {
+        Process { tgid, ..Default::default() }
+    }
+
+    pub fn push_policy(&mut self, d: PolicyDecision) {
+        if self.policy_events.len() == POLICY_HISTORY {
+            self.policy_events.pop_front();
+        }
+        self.policy_events.push_back(d);
+    }
+
+    /// Updates the fault count and rate from a cumulative reading at `at_ns`.
+    pub fn set_faults(&mut self, faults: u64, at_ns: u64) {
+        // Counts only grow; a reading that races a per-CPU flush can lag by a few: keep the max.
+        let faults = faults.max(self.faults);
+        if let Some((prev, prev_at)) = self.prev_faults {
+            let dt = at_ns.saturating_sub(prev_at) as f64 / 1e9;
+            if dt > 0.0 {
+                self.fault_rate = (faults - prev) as f64 / dt;
+            }
+        }
+        self.prev_faults = Some((faults, at_ns));
+        self.faults = faults;
+    }
+
+    /// Whether the kernel saw this process do anything memory-related.
+    pub fn active(&self) -> bool {
+        self.faults > 0 || !self.alloc_pages_by_node.is_empty() || !self.migrations.is_empty() || !self.policy_events.is_empty()
+    }
+}

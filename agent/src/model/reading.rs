@@ -1,0 +1,25 @@
+//! One read of the kernel's aggregation maps, summed over CPUs: cumulative since the programs
+//! were loaded. Plain data, produced by `collect::counters`.
+use std::collections::{BTreeMap, HashMap};
+
+use super::migration::MigrationTotals;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CounterReading {
+    /// Monotonic nanoseconds (CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns`).
+    pub at_ns: u64,
+    /// tgid -> user page faults.
+    pub faults: HashMap<u32, u64>,
+    /// (tgid, node) -> base pages allocated.
+    pub allocs: HashMap<(u32, u32), u64>,
+    /// node -> base pages freed.
+    pub frees_by_node: BTreeMap<u32, u64>,
+    /// (tgid, reason, mode) -> totals.
+    pub migrations: HashMap<(u32, u32, u32), MigrationTotals>,
+    /// reason -> log2 histogram buckets of `migrate_pages()` duration.
+    pub migrate_latency: BTreeMap<u32, Vec<u64>>,
+    /// tgid -> log2 histogram buckets of `handle_mm_fault` duration.
+    pub fault_latency: HashMap<u32, Vec<u64>>,
+    /// Kernel-side drop and error counters by name.
+    pub kernel_stats: BTreeMap<&'static str, u64>,
+}

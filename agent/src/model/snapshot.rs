@@ -1,0 +1,253 @@
+//! The `tierscope.snapshot/v1` document: a serializable view of the model at one moment.
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde::Serialize;
+
+use super::{
+    agent::ProgramStatus,
+    event::{NumaMove, PolicyDecision},
+    histogram::LatencySummary,
+    migration::MigrationTotals,
+    process::Process,
+    Model,
+};
+
+pub const SCHEMA: &str = "tierscope.snapshot/v1";
+
+/// What the snapshot needs to know of a node (from the topology).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NodeInfo {
+    pub id: u32,
+    pub tier: String,
+    pub tier_evidence: String,
+    pub cpus: Vec<u32>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_free_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeSnapshot {
+    #[serde(flatten)]
+    pub info: NodeInfo,
+    /// Base pages allocated on / freed from this node during the window, every process.
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MigrationSnapshot {
+    #[serde(flatten)]
+    pub totals: MigrationTotals,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencySummary>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessSnapshot {
+    pub pid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub ppid: u32,
+    pub faults: u64,
+    pub faults_per_s: f64,
+    pub alloc_pages_by_node: BTreeMap<String, u64>,
+    pub resident_pages_by_node: BTreeMap<String, u64>,
+    pub resident_anon_pages_by_node: BTreeMap<String, u64>,
+    pub resident_bytes_by_tier: BTreeMap<String, u64>,
+    /// Age of the residency figures (ms) at snapshot time; absent when numa_maps was unreadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub residency_age_ms: Option<u64>,
+    pub migrations: BTreeMap<String, MigrationTotals>,
+    pub policy_events: Vec<PolicyDecision>,
+    pub numa_moves: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_latency: Option<LatencySummary>,
+    pub exited: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentSnapshot {
+    pub programs: Vec<ProgramStatus>,
+    /// Everything lost, by where it was lost: kernel-side counters and the agent's channel.
+    pub drops: BTreeMap<String, u64>,
+    pub events_received: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    pub schema: &'static str,
+    pub host: String,
+    pub kernel: String,
+    pub duration_s: f64,
+    pub nodes: Vec<NodeSnapshot>,
+    pub migrations: BTreeMap<String, MigrationSnapshot>,
+    pub numa_moves: Vec<NumaMove>,
+    pub processes: Vec<ProcessSnapshot>,
+    pub agent: AgentSnapshot,
+}
+
+/// Which processes a snapshot shows.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessFilter {
+    pub pids: Vec<u32>,
+    pub pattern: Option<Regex>,
+}
+
+impl ProcessFilter {
+    /// With neither pids nor a pattern, every process the kernel saw doing memory work.
+    pub fn matches(&self, p: &Process) -> bool {
+        if self.pids.is_empty() && self.pattern.is_none() {
+            return p.active();
+        }
+        self.pids.contains(&p.tgid)
+            || self.pattern.as_ref().is_some_and(|re| re.is_match(&p.comm) || re.is_match(&p.cmdline))
+    }
+}
+
+/// Everything a snapshot needs besides the model.
+pub struct SnapshotContext<'a> {
+    pub host: String,
+    pub kernel: String,
+    pub duration_s: f64,
+    pub nodes: &'a [NodeInfo],
+    pub page_size: u64,
+    pub programs: Vec<ProgramStatus>,
+    pub channel_dropped: u64,
+    pub now_ns: u64,
+}
+
+fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
+    m.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) -> Snapshot {
+    let tier_of = |node: u32| {
+        ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone())
+    };
+    let mut processes: Vec<ProcessSnapshot> = model
+        .processes
+        .values()
+        .filter(|p| filter.matches(p))
+        .map(|p| {
+            let (res, anon, age) = match &p.residency {
+                Some((r, at)) => (
+                    keyed(&r.pages_by_node),
+                    keyed(&r.anon_pages_by_node),
+                    Some(ctx.now_ns.saturating_sub(*at) / 1_000_000),
+                ),
+                None => (BTreeMap::new(), BTreeMap::new(), None),
+            };
+            let mut by_tier = BTreeMap::new();
+            if let Some((r, _)) = &p.residency {
+                for (&node, &pages) in &r.pages_by_node {
+                    *by_tier.entry(tier_of(node)).or_default() += pages * ctx.page_size;
+                }
+            }
+            ProcessSnapshot {
+                pid: p.tgid,
+                comm: p.comm.clone(),
+                cmdline: p.cmdline.clone(),
+                ppid: p.ppid,
+                faults: p.faults,
+                faults_per_s: p.fault_rate,
+                alloc_pages_by_node: keyed(&p.alloc_pages_by_node),
+                resident_pages_by_node: res,
+                resident_anon_pages_by_node: anon,
+                resident_bytes_by_tier: by_tier,
+                residency_age_ms: age,
+                migrations: p.migrations.clone(),
+                policy_events: p.policy_events.iter().cloned().collect(),
+                numa_moves: p.numa_moves,
+                fault_latency: (p.fault_latency.count() > 0).then(|| p.fault_latency.summary()),
+                exited: p.exited_at_ns.is_some(),
+            }
+        })
+        .collect();
+    processes.sort_by(|a, b| b.faults.cmp(&a.faults).then(a.pid.cmp(&b.pid)));
+    let nodes = ctx
+        .nodes
+        .iter()
+        .map(|n| NodeSnapshot {
+            info: n.clone(),
+            alloc_pages: model.alloc_pages_by_node.get(&n.id).copied().unwrap_or(0),
+            freed_pages: model.freed_pages_by_node.get(&n.id).copied().unwrap_or(0),
+        })
+        .collect();
+    let migrations = model
+        .migrations
+        .iter()
+        .map(|(reason, t)| {
+            let latency = model.migrate_latency.get(reason).filter(|h| h.count() > 0).map(|h| h.summary());
+            (reason.clone(), MigrationSnapshot { totals: *t, latency })
+        })
+        .collect();
+    let mut drops: BTreeMap<String, u64> =
+        model.kernel_stats.iter().filter(|(k, _)| **k != "agent_filtered").map(|(k, v)| (format!("kernel.{k}"), *v)).collect();
+    drops.insert("agent.event_channel_full".into(), ctx.channel_dropped);
+    Snapshot {
+        schema: SCHEMA,
+        host: ctx.host,
+        kernel: ctx.kernel,
+        duration_s: ctx.duration_s,
+        nodes,
+        migrations,
+        numa_moves: model.numa_moves.clone(),
+        processes,
+        agent: AgentSnapshot { programs: ctx.programs, drops, events_received: model.events_seen },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{collect::procfs::NumaResidency, model::reading::CounterReading};
+
+    fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
+        SnapshotContext {
+            host: "h".into(), kernel: "k".into(), duration_s: 3.0, nodes, page_size: 4096,
+            programs: vec![], channel_dropped: 2, now_ns: 5_000_000_000,
+        }
+    }
+
+    #[test]
+    fn residency_is_split_by_tier_and_filtered_by_pid() {
+        let nodes = vec![
+            NodeInfo { id: 0, tier: "dram".into(), ..Default::default() },
+            NodeInfo { id: 2, tier: "cxl".into(), ..Default::default() },
+        ];
+        let mut m = Model::default();
+        m.apply_reading(&CounterReading {
+            at_ns: 1,
+            faults: [(10, 5), (11, 7)].into(),
+            allocs: [((10, 2), 8192)].into(),
+            ..Default::default()
+        });
+        let r = NumaResidency { pages_by_node: [(0, 100), (2, 8192), (5, 1)].into(), ..Default::default() };
+        m.set_residency(10, r, 4_000_000_000);
+        let s = build(&m, &ProcessFilter { pids: vec![10], pattern: None }, ctx(&nodes));
+        assert_eq!(s.processes.len(), 1);
+        let p = &s.processes[0];
+        assert_eq!(p.resident_bytes_by_tier["cxl"], 8192 * 4096);
+        assert_eq!(p.resident_bytes_by_tier["dram"], 100 * 4096);
+        assert_eq!(p.resident_bytes_by_tier["unknown"], 4096);
+        assert_eq!(p.residency_age_ms, Some(1000));
+        assert_eq!(p.alloc_pages_by_node["2"], 8192);
+        assert_eq!(s.nodes[1].alloc_pages, 8192);
+        assert_eq!(s.agent.drops["agent.event_channel_full"], 2);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["nodes"][1]["tier"], "cxl");
+    }
+
+    #[test]
+    fn no_filter_means_active_processes_busiest_first() {
+        let mut m = Model::default();
+        m.apply_reading(&CounterReading { at_ns: 1, faults: [(1, 5), (2, 50)].into(), ..Default::default() });
+        m.set_identity(3, "idle", "", 1);
+        let s = build(&m, &ProcessFilter::default(), ctx(&[]));
+        assert_eq!(s.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![2, 1]);
+        let re = ProcessFilter { pids: vec![], pattern: Some(Regex::new("^idl").unwrap()) };
+        assert_eq!(build(&m, &re, ctx(&[])).processes.len(), 1);
+    }
+}
