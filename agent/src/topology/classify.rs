@@ -51,6 +51,15 @@ fn fallback(node: &Node, only_node: bool) -> (Tier, String) {
         (Tier::Unknown, "offline".into())
     } else if only_node && node.has_cpu {
         (Tier::Dram, "only node, has CPUs".into())
+    } else if !node.cpus_known || !node.memory_known {
+        let mut unread = Vec::new();
+        if !node.cpus_known {
+            unread.push("cpulist and has_cpu");
+        }
+        if !node.memory_known {
+            unread.push("meminfo and has_memory");
+        }
+        (Tier::Unknown, format!("cannot tell: {} unreadable", unread.join(", ")))
     } else if node.has_memory && !node.has_cpu {
         (Tier::Cxl, "CPU-less node with memory".into())
     } else if node.has_memory {
@@ -216,9 +225,11 @@ mod tests {
             tier_evidence: String::new(),
             cpus: cpus.to_vec(),
             has_cpu: !cpus.is_empty(),
+            cpus_known: true,
             online: true,
             possible: true,
             has_memory: mem,
+            memory_known: true,
             mem_total_bytes: None,
             mem_free_bytes: None,
             distances: vec![],
@@ -308,6 +319,11 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert_eq!((g.1, g.2.as_str()), w, "node {}", g.0);
         }
+        let mut unread = vec![node(0, &[0], true), node(1, &[], false)];
+        unread[1].cpus_known = false;
+        unread[1].memory_known = false;
+        let (got, _) = run(&mut unread, &[], &[], &TierOverrides::default());
+        assert_eq!(got[1].2, "cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable");
         let mut single = vec![node(0, &[0, 1], true)];
         let (got, _) = run(&mut single, &tiers(&[(4, &[0])]), &[], &TierOverrides::default());
         assert_eq!((got[0].1, got[0].2.as_str()), (Tier::Dram, "only node, has CPUs"));

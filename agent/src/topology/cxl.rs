@@ -180,7 +180,8 @@ fn read_dax(fs: &mut Sysfs<'_>) -> Vec<DaxDevice> {
             target_node: fs
                 .parsed(&dir.join("target_node"), Need::Required, &lost("target node"), parse::optional_node)
                 .flatten(),
-            size_bytes: fs.parsed(&dir.join("size"), Need::Optional, &lost("size"), parse::hex),
+            // Unlike the CXL attributes, dax prints its size in decimal.
+            size_bytes: fs.parsed(&dir.join("size"), Need::Optional, &lost("size"), parse::decimal),
             resource: fs.parsed(&dir.join("resource"), Need::Optional, &lost("address"), parse::hex),
             driver: fs.link_name(&dir.join("driver")),
             cxl_region: fs

@@ -84,12 +84,16 @@ pub struct Node {
     pub cpus: Vec<u32>,
     /// Whether the node has CPUs: from `cpulist`, or from the `has_cpu` mask when that is unreadable.
     pub has_cpu: bool,
+    /// False when both `cpulist` and the `has_cpu` mask were unreadable: `has_cpu` is then a guess.
+    pub cpus_known: bool,
     /// In the `online` mask (or, if that is unreadable, has a `nodeN` directory).
     pub online: bool,
     /// In the `possible` mask: the firmware described it (CXL windows reserve nodes this way).
     pub possible: bool,
     /// In the `has_memory` mask (or, if that is unreadable, MemTotal > 0).
     pub has_memory: bool,
+    /// False when both the `has_memory` mask and `meminfo` were unreadable.
+    pub memory_known: bool,
     pub mem_total_bytes: Option<u64>,
     pub mem_free_bytes: Option<u64>,
     /// SLIT distances to every online node, in the order of the `online` mask (the kernel

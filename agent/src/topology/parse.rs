@@ -18,6 +18,8 @@ pub enum ParseError {
     BadList(String),
     #[error("range `{0}` goes backwards or names an id above {MAX_LIST_ID}")]
     BadRange(String),
+    #[error("no {what} in `{text}`")]
+    Missing { what: &'static str, text: String },
 }
 
 /// Parses the kernel's list format (`cpulist`, `nodelist`, `online`, `has_cpu`...):
@@ -111,7 +113,7 @@ pub fn node_meminfo(text: &str) -> Result<NodeMeminfo, ParseError> {
         }
     }
     if info.total_bytes.is_none() && info.free_bytes.is_none() {
-        return Err(ParseError::BadList(first_line(text)));
+        return Err(ParseError::Missing { what: "MemTotal or MemFree line", text: first_line(text) });
     }
     Ok(info)
 }
@@ -204,9 +206,14 @@ fn first_line(text: &str) -> String {
     clip(text.lines().next().unwrap_or("").trim())
 }
 
-/// Garbage can be long or binary: quote at most 40 characters of it in messages.
+/// Garbage can be long or binary: quote at most 40 characters of it in messages, with control
+/// characters escaped so a NUL or an escape sequence cannot garble the terminal.
 fn clip(s: &str) -> String {
-    let mut out: String = s.chars().take(40).collect();
+    let mut out: String = s
+        .chars()
+        .take(40)
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
+        .collect();
     if s.chars().nth(40).is_some() {
         out.push('…');
     }
@@ -249,6 +256,10 @@ mod tests {
         }
     }
 
+    fn missing(text: &str) -> ParseError {
+        ParseError::Missing { what: "MemTotal or MemFree line", text: text.into() }
+    }
+
     #[test]
     fn meminfo() {
         let this_host = "Node 0 MemTotal:        6645964 kB\nNode 0 MemFree:         4819780 kB\n\
@@ -257,8 +268,8 @@ mod tests {
             (this_host, Ok(NodeMeminfo { total_bytes: Some(6645964 * 1024), free_bytes: Some(4819780 * 1024) })),
             ("Node 1 MemTotal: 0 kB\nNode 1 MemFree: 0 kB\n", Ok(NodeMeminfo { total_bytes: Some(0), free_bytes: Some(0) })),
             ("Node 2 MemFree: 12 kB\n", Ok(NodeMeminfo { total_bytes: None, free_bytes: Some(12 * 1024) })),
-            ("Node 0 MemTotal: lots kB\n", Err(ParseError::BadList("Node 0 MemTotal: lots kB".into()))),
-            ("", Err(ParseError::BadList("".into()))),
+            ("Node 0 MemTotal: lots kB\n", Err(missing("Node 0 MemTotal: lots kB"))),
+            ("", Err(missing(""))),
             ("Node 0 MemTotal: 18446744073709551615 kB\nNode 0 MemFree: 1 kB", Ok(NodeMeminfo { total_bytes: None, free_bytes: Some(1024) })),
         ];
         for (text, want) in cases {
@@ -316,6 +327,11 @@ mod tests {
         assert_eq!(numbered("nodelist", "node"), None);
         assert_eq!(numbered("node+1", "node"), None);
         assert_eq!(numbered("node99999999999", "node"), None);
+    }
+
+    #[test]
+    fn clip_escapes_binary_garbage() {
+        assert_eq!(decimal("\u{0}\u{1b}[2J7"), Err(ParseError::NotANumber("\\u{0}\\u{1b}[2J7".into())));
     }
 
     #[test]

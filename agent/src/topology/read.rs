@@ -63,7 +63,7 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
 fn read_masks(fs: &mut Sysfs<'_>) -> NodeMasks {
     let mut mask = |name: &str| {
         let path = fs.path(&format!("{NODE_DIR}/{name}"));
-        fs.parsed(&path, Need::Required, &format!("which nodes are {name} is not known"), parse::id_list)
+        fs.parsed(&path, Need::Required, &format!("the `{name}` node mask is not known"), parse::id_list)
     };
     NodeMasks { online: mask("online"), possible: mask("possible"), has_memory: mask("has_memory"), has_cpu: mask("has_cpu") }
 }
@@ -105,7 +105,7 @@ fn read_node(fs: &mut Sysfs<'_>, id: u32, has_dir: bool, masks: &NodeMasks, tier
             fs.parsed(&dir.join("cpulist"), Need::Required, &lost("CPU list"), parse::id_list),
             fs.parsed(&dir.join("meminfo"), Need::Required, &lost("memory size"), parse::node_meminfo),
             fs.parsed(&dir.join("distance"), Need::Required, &lost("distance row"), parse::distances),
-            fs.text(&dir.join("vmstat"), Need::Required, &lost("promotion/demotion counters"))
+            fs.text(&dir.join("vmstat"), Need::Required, &format!("node {id}'s promotion/demotion counters are not known"))
                 .map(|t| parse::tiering_vmstat(&t)),
             read_hmat(fs, &dir, id),
         )
@@ -113,20 +113,22 @@ fn read_node(fs: &mut Sysfs<'_>, id: u32, has_dir: bool, masks: &NodeMasks, tier
         (None, None, None, None, None)
     };
     let has_cpu = match &cpus {
-        Some(c) => !c.is_empty(),
-        None => in_mask(&masks.has_cpu).unwrap_or(false),
+        Some(c) => Some(!c.is_empty()),
+        None => in_mask(&masks.has_cpu),
     };
     let mem_total_bytes = meminfo.and_then(|m| m.total_bytes);
-    let has_memory = in_mask(&masks.has_memory).unwrap_or(mem_total_bytes.is_some_and(|b| b > 0));
+    let has_memory = in_mask(&masks.has_memory).or(mem_total_bytes.map(|b| b > 0));
     Node {
         id,
         tier: Tier::Unknown,
         tier_evidence: String::new(),
         cpus: cpus.unwrap_or_default(),
-        has_cpu,
+        has_cpu: has_cpu.unwrap_or(false),
+        cpus_known: has_cpu.is_some(),
         online,
         possible: in_mask(&masks.possible).unwrap_or(has_dir),
-        has_memory,
+        has_memory: has_memory.unwrap_or(false),
+        memory_known: has_memory.is_some(),
         mem_total_bytes,
         mem_free_bytes: meminfo.and_then(|m| m.free_bytes),
         distances: distances.unwrap_or_default(),
@@ -141,7 +143,7 @@ fn read_node(fs: &mut Sysfs<'_>, id: u32, has_dir: bool, masks: &NodeMasks, tier
 fn read_hmat(fs: &mut Sysfs<'_>, node_dir: &Path, id: u32) -> Option<Hmat> {
     let dir = node_dir.join("access0/initiators");
     let names = fs.dir_names(&dir, Need::Optional, &format!("node {id}'s HMAT attributes are not known"))?;
-    let lost = |what: &str| format!("node {id}'s HMAT {what} is not known");
+    let lost = |file: &str| format!("node {id}'s HMAT {} is not known", file.replace('_', " "));
     let mut value = |file: &str| fs.parsed(&dir.join(file), Need::Optional, &lost(file), parse::decimal);
     Some(Hmat {
         read_latency_ns: value("read_latency"),
