@@ -97,7 +97,9 @@ pub(super) struct CxlView {
 /// region -> nodes (from dax `target_node`, and from the memory blocks its address range covers).
 pub(super) fn read_cxl(fs: &mut Sysfs<'_>, blocks: Option<&MemoryBlocks>) -> CxlView {
     let bus = fs.path("bus/cxl/devices");
-    let names = fs.dir_names(&bus, Need::Optional, "CXL devices are not shown").unwrap_or_default();
+    let names = fs
+        .dir_names(&bus, Need::Optional, "CXL devices are not shown")
+        .unwrap_or_default();
     let mut memdevs = Vec::new();
     let mut regions = Vec::new();
     for name in &names {
@@ -119,11 +121,31 @@ fn read_memdev(fs: &mut Sysfs<'_>, name: &str) -> CxlMemdev {
     CxlMemdev {
         name: name.to_string(),
         serial: fs.parsed(&dir.join("serial"), Need::Required, &lost("serial number"), parse::hex),
-        firmware_version: fs.parsed(&dir.join("firmware_version"), Need::Optional, &lost("firmware version"), parse::text_value),
-        ram_size_bytes: fs.parsed(&dir.join("ram/size"), Need::Optional, &lost("volatile size"), parse::hex),
-        pmem_size_bytes: fs.parsed(&dir.join("pmem/size"), Need::Optional, &lost("persistent size"), parse::hex),
+        firmware_version: fs.parsed(
+            &dir.join("firmware_version"),
+            Need::Optional,
+            &lost("firmware version"),
+            parse::text_value,
+        ),
+        ram_size_bytes: fs.parsed(
+            &dir.join("ram/size"),
+            Need::Optional,
+            &lost("volatile size"),
+            parse::hex,
+        ),
+        pmem_size_bytes: fs.parsed(
+            &dir.join("pmem/size"),
+            Need::Optional,
+            &lost("persistent size"),
+            parse::hex,
+        ),
         numa_node: fs
-            .parsed(&dir.join("numa_node"), Need::Optional, &lost("attachment node"), parse::optional_node)
+            .parsed(
+                &dir.join("numa_node"),
+                Need::Optional,
+                &lost("attachment node"),
+                parse::optional_node,
+            )
             .flatten(),
         regions: Vec::new(),
     }
@@ -154,7 +176,12 @@ fn read_region(fs: &mut Sysfs<'_>, name: &str) -> CxlRegion {
         mode: fs.parsed(&dir.join("mode"), Need::Optional, &lost("mode"), parse::text_value),
         size_bytes: fs.parsed(&dir.join("size"), Need::Required, &lost("size"), parse::hex),
         resource: fs.parsed(&dir.join("resource"), Need::Required, &lost("address"), parse::hex),
-        interleave_ways: fs.parsed(&dir.join("interleave_ways"), Need::Optional, &lost("interleave ways"), parse::decimal),
+        interleave_ways: fs.parsed(
+            &dir.join("interleave_ways"),
+            Need::Optional,
+            &lost("interleave ways"),
+            parse::decimal,
+        ),
         memdevs: targets.iter().filter_map(|t| memdev_of_decoder(fs, t)).collect(),
         targets,
         dax_devices: Vec::new(),
@@ -170,7 +197,9 @@ fn memdev_of_decoder(fs: &mut Sysfs<'_>, decoder: &str) -> Option<String> {
 
 fn read_dax(fs: &mut Sysfs<'_>) -> Vec<DaxDevice> {
     let bus = fs.path("bus/dax/devices");
-    let names = fs.dir_names(&bus, Need::Optional, "dax devices are not shown").unwrap_or_default();
+    let names = fs
+        .dir_names(&bus, Need::Optional, "dax devices are not shown")
+        .unwrap_or_default();
     let mut out = Vec::new();
     for name in names.iter().filter(|n| n.starts_with("dax")) {
         let dir = bus.join(name);
@@ -178,7 +207,12 @@ fn read_dax(fs: &mut Sysfs<'_>) -> Vec<DaxDevice> {
         out.push(DaxDevice {
             name: name.clone(),
             target_node: fs
-                .parsed(&dir.join("target_node"), Need::Required, &lost("target node"), parse::optional_node)
+                .parsed(
+                    &dir.join("target_node"),
+                    Need::Required,
+                    &lost("target node"),
+                    parse::optional_node,
+                )
                 .flatten(),
             // Unlike the CXL attributes, dax prints its size in decimal.
             size_bytes: fs.parsed(&dir.join("size"), Need::Optional, &lost("size"), parse::decimal),
@@ -201,13 +235,21 @@ fn link(view: &mut CxlView, blocks: Option<&MemoryBlocks>) {
     for dax in &mut view.dax {
         if dax.cxl_region.is_none() {
             if let Some(start) = dax.resource {
-                dax.cxl_region = view.regions.iter().find(|r| region_contains(r, start)).map(|r| r.name.clone());
+                dax.cxl_region = view
+                    .regions
+                    .iter()
+                    .find(|r| region_contains(r, start))
+                    .map(|r| r.name.clone());
             }
         }
     }
     for region in &mut view.regions {
         let mut nodes = Vec::new();
-        for dax in view.dax.iter().filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str())) {
+        for dax in view
+            .dax
+            .iter()
+            .filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str()))
+        {
             region.dax_devices.push(dax.name.clone());
             nodes.extend(dax.target_node);
         }
@@ -219,8 +261,12 @@ fn link(view: &mut CxlView, blocks: Option<&MemoryBlocks>) {
         region.nodes = nodes;
     }
     for memdev in &mut view.memdevs {
-        memdev.regions =
-            view.regions.iter().filter(|r| r.memdevs.contains(&memdev.name)).map(|r| r.name.clone()).collect();
+        memdev.regions = view
+            .regions
+            .iter()
+            .filter(|r| r.memdevs.contains(&memdev.name))
+            .map(|r| r.name.clone())
+            .collect();
     }
 }
 
@@ -235,7 +281,9 @@ fn region_contains(region: &CxlRegion, addr: u64) -> bool {
 /// evidence that the region is online as that node even when no dax device says so.
 pub(super) fn nodes_of_range(region: &CxlRegion, blocks: &MemoryBlocks) -> BTreeMap<u32, Vec<u64>> {
     let mut out: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    let (Some(start), Some(size)) = (region.resource, region.size_bytes) else { return out };
+    let (Some(start), Some(size)) = (region.resource, region.size_bytes) else {
+        return out;
+    };
     if size == 0 || blocks.block_size_bytes == 0 {
         return out;
     }
@@ -250,15 +298,27 @@ pub(super) fn nodes_of_range(region: &CxlRegion, blocks: &MemoryBlocks) -> BTree
 /// Reads the EDAC memory controllers; absent on machines without an EDAC driver.
 pub(super) fn read_edac(fs: &mut Sysfs<'_>) -> Vec<EdacMc> {
     let dir = fs.path("devices/system/edac/mc");
-    let names = fs.dir_names(&dir, Need::Optional, "EDAC memory controllers are not shown").unwrap_or_default();
+    let names = fs
+        .dir_names(&dir, Need::Optional, "EDAC memory controllers are not shown")
+        .unwrap_or_default();
     let mut out = Vec::new();
     for name in names.into_iter().filter(|n| parse::numbered(n, "mc").is_some()) {
         let mc = dir.join(&name);
         let lost = |what: &str| format!("the {what} of EDAC controller {name} is not shown");
         out.push(EdacMc {
             mc_name: fs.parsed(&mc.join("mc_name"), Need::Optional, &lost("name"), parse::text_value),
-            ce_count: fs.parsed(&mc.join("ce_count"), Need::Required, &lost("corrected error count"), parse::decimal),
-            ue_count: fs.parsed(&mc.join("ue_count"), Need::Required, &lost("uncorrected error count"), parse::decimal),
+            ce_count: fs.parsed(
+                &mc.join("ce_count"),
+                Need::Required,
+                &lost("corrected error count"),
+                parse::decimal,
+            ),
+            ue_count: fs.parsed(
+                &mc.join("ue_count"),
+                Need::Required,
+                &lost("uncorrected error count"),
+                parse::decimal,
+            ),
             name,
         });
     }
@@ -280,7 +340,10 @@ mod tests {
     }
 
     fn blocks(pairs: &[(u64, u32)]) -> MemoryBlocks {
-        MemoryBlocks { block_size_bytes: 128 << 20, node_of_block: pairs.iter().copied().collect() }
+        MemoryBlocks {
+            block_size_bytes: 128 << 20,
+            node_of_block: pairs.iter().copied().collect(),
+        }
     }
 
     #[test]
@@ -288,16 +351,25 @@ mod tests {
         let cases = [
             // (dax region from path, dax resource, blocks, want region nodes, want dax region)
             (Some("region0"), None, None, vec![2], Some("region0")),
-            (None, Some(0x5d000_0000), None, vec![2], Some("region0")),
+            (None, Some(0x5_d000_0000), None, vec![2], Some("region0")),
             (None, Some(0x1000), None, vec![], None),
             // No dax device on the region, but its blocks 186-187 are online on node 2.
-            (None, None, Some(blocks(&[(0, 0), (186, 2), (187, 2), (188, 1)])), vec![2], None),
+            (
+                None,
+                None,
+                Some(blocks(&[(0, 0), (186, 2), (187, 2), (188, 1)])),
+                vec![2],
+                None,
+            ),
         ];
         for (path_region, resource, blocks, want_nodes, want_region) in cases {
             let has_dax = path_region.is_some() || resource.is_some();
             let mut view = CxlView {
-                memdevs: vec![CxlMemdev { name: "mem0".into(), ..CxlMemdev::default() }],
-                regions: vec![region("region0", 0x5d000_0000, 256 << 20)],
+                memdevs: vec![CxlMemdev {
+                    name: "mem0".into(),
+                    ..CxlMemdev::default()
+                }],
+                regions: vec![region("region0", 0x5_d000_0000, 256 << 20)],
                 dax: if has_dax {
                     vec![DaxDevice {
                         name: "dax0.0".into(),

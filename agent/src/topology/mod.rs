@@ -10,8 +10,8 @@ pub mod classify;
 pub mod cxl;
 pub mod parse;
 mod read;
-mod sysfs;
 pub mod render;
+mod sysfs;
 
 #[cfg(test)]
 mod fixture_tests;
@@ -182,7 +182,10 @@ fn serialize_memory_blocks<S: serde::Serializer>(blocks: &Option<MemoryBlocks>, 
     }
     blocks
         .as_ref()
-        .map(|b| Summary { block_size_bytes: b.block_size_bytes, block_ranges_by_node: block_ranges_by_node(b) })
+        .map(|b| Summary {
+            block_size_bytes: b.block_size_bytes,
+            block_ranges_by_node: block_ranges_by_node(b),
+        })
         .serialize(s)
 }
 
