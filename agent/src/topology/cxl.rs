@@ -88,6 +88,8 @@ fn serialize_hex<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S
 /// What the CXL and dax buses hold, cross-referenced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct CxlView {
+    /// Whether `/sys/bus/cxl` exists at all.
+    pub bus_present: bool,
     pub memdevs: Vec<CxlMemdev>,
     pub regions: Vec<CxlRegion>,
     pub dax: Vec<DaxDevice>,
@@ -97,9 +99,9 @@ pub(super) struct CxlView {
 /// region -> nodes (from dax `target_node`, and from the memory blocks its address range covers).
 pub(super) fn read_cxl(fs: &mut Sysfs<'_>, blocks: Option<&MemoryBlocks>) -> CxlView {
     let bus = fs.path("bus/cxl/devices");
-    let names = fs
-        .dir_names(&bus, Need::Optional, "CXL devices are not shown")
-        .unwrap_or_default();
+    let names = fs.dir_names(&bus, Need::Optional, "CXL devices are not shown");
+    let bus_present = names.is_some();
+    let names = names.unwrap_or_default();
     let mut memdevs = Vec::new();
     let mut regions = Vec::new();
     for name in &names {
@@ -110,7 +112,12 @@ pub(super) fn read_cxl(fs: &mut Sysfs<'_>, blocks: Option<&MemoryBlocks>) -> Cxl
         }
     }
     let dax = read_dax(fs);
-    let mut view = CxlView { memdevs, regions, dax };
+    let mut view = CxlView {
+        bus_present,
+        memdevs,
+        regions,
+        dax,
+    };
     link(&mut view, blocks);
     view
 }
@@ -365,6 +372,7 @@ mod tests {
         for (path_region, resource, blocks, want_nodes, want_region) in cases {
             let has_dax = path_region.is_some() || resource.is_some();
             let mut view = CxlView {
+                bus_present: true,
                 memdevs: vec![CxlMemdev {
                     name: "mem0".into(),
                     ..CxlMemdev::default()

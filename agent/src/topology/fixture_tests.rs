@@ -206,6 +206,8 @@ fn this_host_reads_real_values() {
     assert_eq!(blocks.block_size_bytes, 128 << 20);
     assert_eq!(blocks.node_of_block.len(), 192);
     assert!(t.cxl_memdevs.is_empty() && t.cxl_regions.is_empty() && t.dax_devices.is_empty() && t.edac.is_empty());
+    assert!(!t.cxl_bus);
+    assert!(render::text(&t).contains("none (no /sys/bus/cxl"));
     assert_eq!(t.memory_tiers, vec![MemoryTier { id: 4, nodes: vec![0] }]);
 }
 
@@ -251,6 +253,7 @@ fn hmat_decides_when_the_kernel_has_no_tiers() {
 #[test]
 fn hand_cxl_links_memdev_region_dax_and_node() {
     let t = Topology::read(&fixture("hand-cxl"));
+    assert!(t.cxl_bus);
     assert_eq!(t.cxl_memdevs.len(), 1);
     let m = &t.cxl_memdevs[0];
     assert_eq!(

@@ -136,6 +136,9 @@ pub struct Topology {
     /// Which node owns each memory block (pfn -> node); `None` when unreadable.
     #[serde(serialize_with = "serialize_memory_blocks")]
     pub memory_blocks: Option<MemoryBlocks>,
+    /// Whether `/sys/bus/cxl` exists: without it the kernel has no CXL driver loaded, so an
+    /// empty `cxl_memdevs` says nothing about the hardware.
+    pub cxl_bus: bool,
     pub cxl_memdevs: Vec<CxlMemdev>,
     pub cxl_regions: Vec<CxlRegion>,
     pub dax_devices: Vec<DaxDevice>,

@@ -64,6 +64,7 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
         masks,
         memory_tiers,
         memory_blocks,
+        cxl_bus: cxl.bus_present,
         cxl_memdevs: cxl.memdevs,
         cxl_regions: cxl.regions,
         dax_devices: cxl.dax,

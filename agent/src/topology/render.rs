@@ -110,7 +110,9 @@ pub fn text(t: &Topology) -> String {
     }
 
     out.push_str("\nCXL memory devices\n");
-    if t.cxl_memdevs.is_empty() {
+    if !t.cxl_bus {
+        out.push_str("  none (no /sys/bus/cxl: no CXL hardware, or the cxl_acpi and cxl_pci modules are not loaded)\n");
+    } else if t.cxl_memdevs.is_empty() {
         out.push_str("  none\n");
     } else {
         let rows = t.cxl_memdevs.iter().map(|m| {
