@@ -1,14 +1,171 @@
-//! `cargo xtask vm-test`: scenarios in a QEMU guest with real tiers and an emulated CXL device.
-//! (Being built: see issue 3.)
+//! `cargo xtask vm-test`: scenarios in a QEMU guest with real memory tiers and an emulated CXL
+//! device (issue 3; shared/testbed.md has what was measured).
+//!
+//! fetch (Debian packages, cached) -> initramfs (busybox, modules, tools, the agent) -> one boot
+//! per scenario under TCG (qemu) -> the guest script prints the kernel's figures and runs the
+//! agent -> the host compares them (scenarios) and prints one line per scenario.
+mod fetch;
+mod initramfs;
+mod qemu;
+mod qmp;
+mod scenarios;
+
+use std::{fs, path::Path, time::{Duration, Instant}};
+
 use anyhow::{bail, Result};
+
+use crate::cmd::workspace_root;
+use scenarios::{Kind, Report};
 
 #[derive(clap::Args, Default, Clone, Debug)]
 pub struct VmTestArgs {
     /// Run only the scenarios whose name contains this.
     #[arg(long)]
     pub only: Option<String>,
+    /// Also run the fixture captures and replace agent/fixtures/{sysfs/guest-*,tracefs/guest-*}.
+    #[arg(long)]
+    pub update_fixtures: bool,
+    /// Judge only the kernel side (ground truth, guest checks); agent figures are shown but a
+    /// missing agent does not fail. For working on the test bed itself.
+    #[arg(long)]
+    pub kernel_only: bool,
+    /// Use target/release/tierscope as it is instead of building it first.
+    #[arg(long)]
+    pub no_build: bool,
 }
 
-pub fn run(_args: VmTestArgs) -> Result<()> {
-    bail!("vm-test is not built yet (issue 3)")
+/// Host tools the image is built with (bookworm packages).
+const HOST_PACKAGES: &[&str] = &["busybox-static", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
+
+pub fn run(args: VmTestArgs) -> Result<()> {
+    let selected: Vec<&scenarios::Scenario> = scenarios::ALL
+        .iter()
+        .filter(|s| match &args.only {
+            Some(o) => s.name.contains(o.as_str()),
+            None => s.kind == Kind::Test || args.update_fixtures,
+        })
+        .collect();
+    if selected.is_empty() {
+        let names: Vec<&str> = scenarios::ALL.iter().map(|s| s.name).collect();
+        bail!("no scenario matches --only {:?} (scenarios: {})", args.only, names.join(", "));
+    }
+    let total = Instant::now();
+    crate::setup::apt_install(HOST_PACKAGES)?;
+    let t = Instant::now();
+    let fetched = fetch::fetch()?;
+    println!("vm: guest kernel {} and QEMU 10 ready ({:.1} s)", fetched.kernel_release, t.elapsed().as_secs_f64());
+
+    let agent = agent_binary(&args);
+    let workload = workspace_root().join("target/release/tierscope-workload");
+    let cache = fetch::cache_dir()?;
+    let extra = initramfs::Extra { agent: agent.clone(), workload: workload.exists().then_some(workload) };
+    let image = initramfs::build(&fetched, &cache, &extra)?;
+
+    let mut failed = Vec::new();
+    for s in &selected {
+        let run_dir = qemu::run_dir(&cache, s.name);
+        let boot = qemu::Boot {
+            fetched: &fetched,
+            initramfs: &image,
+            shape: s.shape,
+            scenario: s.name,
+            run_dir: &run_dir,
+            timeout: Duration::from_secs(s.timeout_s),
+        };
+        let outcome = match qemu::boot(&boot) {
+            Ok(o) => o,
+            Err(e) => {
+                println!("vm: FAIL {} ({}): {e:#}", s.name, s.shape.name());
+                failed.push(s.name);
+                continue;
+            }
+        };
+        let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
+        let report = Report::parse(&outcome.lines, agent_json.as_deref());
+        let figures = (s.judge)(&report);
+        let mut problems: Vec<String> = report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
+        if outcome.status != 0 && problems.is_empty() {
+            problems.push(format!("guest script exited {} (console: {})", outcome.status, run_dir.join("console.log").display()));
+        }
+        let agent_missing = figures.iter().any(|f| f.agent.is_none() && !f.ok);
+        for f in figures.iter().filter(|f| !f.ok) {
+            if !(args.kernel_only && f.agent.is_none()) {
+                problems.push(format!("{} off", f.name));
+            }
+        }
+        if s.kind == Kind::Fixtures && problems.is_empty() {
+            if let Err(e) = install_fixtures(&run_dir.join("out/fixtures"), s.shape, &fetched.kernel_release) {
+                problems.push(format!("{e:#}"));
+            }
+        }
+        let figs: Vec<String> = figures
+            .iter()
+            .map(|f| {
+                format!("{}: agent={} kernel={} {} ({})", f.name, show(f.agent), show(f.kernel), if f.ok { "ok" } else { "OFF" }, f.rule)
+            })
+            .collect();
+        let checks = report.checks.iter().filter(|(ok, _)| *ok).count();
+        let verdict = if problems.is_empty() { "PASS" } else { "FAIL" };
+        println!(
+            "vm: {verdict} {} ({}, {:.1} s, {checks}/{} guest checks ok){}{}",
+            s.name,
+            s.shape.name(),
+            outcome.elapsed.as_secs_f64(),
+            report.checks.len(),
+            if figs.is_empty() { String::new() } else { format!(": {}", figs.join("; ")) },
+            if agent_missing { format!(" [{}]", report.agent_problem()) } else { String::new() },
+        );
+        for p in &problems {
+            println!("      {p}");
+        }
+        if !problems.is_empty() {
+            failed.push(s.name);
+        }
+    }
+    println!("vm: {} scenario(s) in {:.0} s", selected.len(), total.elapsed().as_secs_f64());
+    if !failed.is_empty() {
+        bail!("vm-test: {} failed: {} (consoles under {})", failed.len(), failed.join(", "), cache.join("runs").display());
+    }
+    Ok(())
+}
+
+fn show(v: Option<f64>) -> String {
+    v.map(|v| format!("{v}")).unwrap_or_else(|| "-".into())
+}
+
+/// The agent binary to put in the guest: built now unless `--no-build`. A build failure is
+/// reported and the scenarios run without the agent (their agent figures then fail).
+fn agent_binary(args: &VmTestArgs) -> Option<std::path::PathBuf> {
+    let path = workspace_root().join("target/release/tierscope");
+    if !args.no_build {
+        if let Err(e) = crate::build::agent_release() {
+            println!("vm: WARNING the agent did not build ({e:#}); scenarios run without it");
+        }
+    }
+    path.exists().then_some(path)
+}
+
+/// Replaces `agent/fixtures/sysfs/guest-<shape>` and `agent/fixtures/tracefs/guest-<major.minor>`
+/// with what the guest captured.
+fn install_fixtures(captured: &Path, shape: qemu::Shape, kernel_release: &str) -> Result<()> {
+    let fixtures = workspace_root().join("agent/fixtures");
+    let version: String = kernel_release.split('.').take(2).collect::<Vec<_>>().join(".");
+    // sysfs trees are replaced; tracefs formats are merged, because the hmat shape has no
+    // cxl events (the cxl shape adds them) and both shapes run the same kernel.
+    let pairs = [
+        (captured.join("sysfs"), fixtures.join("sysfs").join(format!("guest-{}", shape.name())), true),
+        (captured.join("tracefs"), fixtures.join("tracefs").join(format!("guest-{version}")), false),
+    ];
+    for (from, to, replace) in pairs {
+        if !from.is_dir() {
+            bail!("the guest captured no {} (is the 9p share mounted?)", from.display());
+        }
+        if replace {
+            let _ = fs::remove_dir_all(&to);
+        }
+        fs::create_dir_all(&to)?;
+        crate::cmd::run(std::process::Command::new("cp").arg("-rT").arg(&from).arg(&to))?;
+        println!("vm: fixtures written to {}", to.strip_prefix(workspace_root()).unwrap_or(&to).display());
+    }
+    Ok(())
 }

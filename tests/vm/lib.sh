@@ -1,0 +1,92 @@
+# Helpers for the guest's scenario scripts (busybox sh). Sourced by tests/vm/scenarios/*.sh.
+#
+# Protocol with the host (console lines; the host parses them, see xtask/src/vm/scenarios.rs):
+#   TS-TRUTH <key> <number>   a figure from the kernel's own accounting (ground truth)
+#   TS-CHECK ok|fail <text>   a guest-side check of kernel behaviour (did demotion happen at all...)
+#   TS-AGENT <status> <text>  how the agent run went; its JSON is in /out/agent.json
+#   TS-QMP <id> <json>        a QMP command for the host to run; the reply lands in /out/qmp-reply.<id>
+FAILED=0
+
+truth() { echo "TS-TRUTH $1 $2"; }
+
+check() { # check "description" test-args...
+  what=$1; shift
+  if [ "$@" ]; then echo "TS-CHECK ok $what"; else echo "TS-CHECK fail $what"; FAILED=1; fi
+}
+
+# The value of a /proc/vmstat counter (0 when the kernel lacks it).
+vmstat() { awk -v k="$1" '$1 == k { v = $2 } END { print v + 0 }' /proc/vmstat; }
+
+# Pages of process $1 on node $2, summed over /proc/PID/numa_maps (N<node>=<pages>).
+numa_pages() {
+  awk -v n="N$2=" '{ for (i = 1; i <= NF; i++) if (index($i, n) == 1) s += substr($i, length(n) + 1) } END { print s + 0 }' "/proc/$1/numa_maps"
+}
+
+# Waits up to $2 seconds for file $1; fails when it never appears.
+wait_file() {
+  i=0
+  while [ ! -e "$1" ]; do
+    i=$((i + 1)); [ $i -gt $(($2 * 10)) ] && return 1
+    sleep 0.1
+  done
+}
+
+# Asks the host to run a QMP command; prints the reply (a JSON line).
+QMP_ID=0
+qmp() {
+  QMP_ID=$((QMP_ID + 1))
+  echo "TS-QMP $QMP_ID $1"
+  if wait_file "/out/qmp-reply.$QMP_ID" 20; then cat "/out/qmp-reply.$QMP_ID"; else echo '{"error":"no reply from the host"}'; fi
+}
+
+# True when the agent is in the image and its `snapshot` subcommand exists.
+agent_present() { [ -x /usr/bin/tierscope ] && tierscope snapshot --help >/dev/null 2>&1; }
+
+# Starts `tierscope snapshot --json --duration $1 --pid $2` in the background, output to
+# /out/agent.json, and waits until its BPF programs are attached (a link appears) or 60 s pass.
+# Sets AGENT_PID. Prints TS-AGENT missing when the agent is not usable.
+agent_start() {
+  AGENT_PID=
+  if ! agent_present; then echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; return 1; fi
+  links_before=$(bpftool link show 2>/dev/null | grep -c '^[0-9]')
+  t0=$(date +%s)
+  tierscope snapshot --json --duration "$1" --pid "$2" > /out/agent.json 2> /out/agent.err &
+  AGENT_PID=$!
+  i=0
+  while [ "$(bpftool link show 2>/dev/null | grep -c '^[0-9]')" -le "$links_before" ]; do
+    kill -0 $AGENT_PID 2>/dev/null || break
+    i=$((i + 1)); [ $i -gt 600 ] && break
+    sleep 0.1
+  done
+  sleep 1 # the rest of its programs
+  echo "TS-INFO agent attached after $(($(date +%s) - t0)) s ($(bpftool link show 2>/dev/null | grep -c '^[0-9]') links)"
+}
+
+# Waits for the agent started by agent_start and reports its exit status.
+agent_wait() {
+  [ -n "$AGENT_PID" ] || return 1
+  wait $AGENT_PID
+  rc=$?
+  echo "TS-AGENT $rc $(head -c 300 /out/agent.err | tr '\n' ' ')"
+  return $rc
+}
+
+# Loads the CXL stack, creates a volatile region on mem0 and waits for it to come online as a
+# NUMA node. Sets CXL_NODE on success.
+cxl_setup() {
+  for m in cxl_acpi cxl_pci cxl_mem dax_cxl device_dax kmem; do modprobe $m || { echo "TS-CHECK fail modprobe $m"; return 1; }; done
+  wait_file /sys/bus/cxl/devices/mem0 30 || { echo "TS-CHECK fail mem0 never appeared under /sys/bus/cxl/devices"; return 1; }
+  wait_file /sys/bus/cxl/devices/decoder0.0 10 || { echo "TS-CHECK fail no root decoder decoder0.0"; return 1; }
+  cxl create-region -m -t ram -d decoder0.0 -w 1 mem0 > /tmp/region.json 2>&1 || { echo "TS-CHECK fail cxl create-region: $(cat /tmp/region.json)"; return 1; }
+  i=0
+  while :; do
+    for d in /sys/devices/system/node/node*; do
+      n=${d##*node}
+      [ "$n" -ge 2 ] && [ -n "$(ls $d | grep '^memory[0-9]')" ] && { CXL_NODE=$n; return 0; }
+    done
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "TS-CHECK fail region created but no memory node >= 2 came online"; return 1; }
+    sleep 0.1
+  done
+}
+
+finish() { exit $FAILED; }

@@ -1,0 +1,96 @@
+/* ts-alloc: the guest's test workload (static, so it needs nothing in the initramfs).
+ *
+ *   ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-t SECS] [-s SECS] [-r FILE]
+ *
+ * -w waits until FILE exists before doing anything (so an observer can attach first). Maps one anonymous region per -a, binds it to NODE with mbind(MPOL_BIND) (NODE -1: no
+ * policy), and writes every 4 KiB page once. -u then resets each region to MPOL_DEFAULT (so NUMA
+ * balancing may promote it). -r creates FILE containing the pid once everything is touched (the
+ * scenario waits on it). -t keeps rewriting every page for SECS seconds (hot memory for
+ * promotion), -s then sleeps SECS (cold memory for residency and demotion). Prints what it did.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#define MPOL_DEFAULT 0
+#define MPOL_BIND 2
+#define MAX_REGIONS 8
+#define PAGE 4096UL
+
+struct region { int node; size_t len; char *p; };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void touch(struct region *r, unsigned char v) {
+    for (size_t off = 0; off < r->len; off += PAGE) r->p[off] = v;
+}
+
+int main(int argc, char **argv) {
+    struct region rs[MAX_REGIONS];
+    int n = 0, unbind = 0, opt;
+    double hot = 0, hold = 0;
+    const char *ready = NULL, *go = NULL;
+    while ((opt = getopt(argc, argv, "w:a:ut:s:r:")) != -1) {
+        switch (opt) {
+        case 'a': {
+            int node; long mib;
+            if (n == MAX_REGIONS || sscanf(optarg, "%d:%ld", &node, &mib) != 2 || mib <= 0) {
+                fprintf(stderr, "ts-alloc: bad -a %s (want NODE:MIB, at most %d)\n", optarg, MAX_REGIONS);
+                return 2;
+            }
+            rs[n].node = node; rs[n].len = (size_t)mib << 20; n++;
+            break;
+        }
+        case 'w': go = optarg; break;
+        case 'u': unbind = 1; break;
+        case 't': hot = atof(optarg); break;
+        case 's': hold = atof(optarg); break;
+        case 'r': ready = optarg; break;
+        default:
+            fprintf(stderr, "usage: ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-t SECS] [-s SECS] [-r FILE]\n");
+            return 2;
+        }
+    }
+    while (go && access(go, F_OK) != 0) usleep(10000);
+    for (int i = 0; i < n; i++) {
+        rs[i].p = mmap(NULL, rs[i].len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (rs[i].p == MAP_FAILED) { perror("ts-alloc: mmap"); return 1; }
+        if (rs[i].node >= 0) {
+            unsigned long mask = 1UL << rs[i].node;
+            if (syscall(SYS_mbind, rs[i].p, rs[i].len, MPOL_BIND, &mask, 64, 0) != 0) {
+                perror("ts-alloc: mbind"); return 1;
+            }
+        }
+        touch(&rs[i], 1);
+        printf("ts-alloc: region %d: %zu MiB at %p bound to node %d, touched\n", i, rs[i].len >> 20, (void *)rs[i].p, rs[i].node);
+        if (unbind && syscall(SYS_mbind, rs[i].p, rs[i].len, MPOL_DEFAULT, NULL, 0, 0) != 0) {
+            perror("ts-alloc: mbind default"); return 1;
+        }
+    }
+    fflush(stdout);
+    if (ready) {
+        FILE *f = fopen(ready, "w");
+        if (!f) { perror("ts-alloc: ready file"); return 1; }
+        fprintf(f, "%d\n", getpid());
+        fclose(f);
+    }
+    double end = now() + hot;
+    unsigned long rounds = 0;
+    while (now() < end) {
+        for (int i = 0; i < n; i++) touch(&rs[i], (unsigned char)rounds);
+        rounds++;
+    }
+    if (hot > 0) printf("ts-alloc: %lu rounds of rewriting in %.0f s\n", rounds, hot);
+    fflush(stdout);
+    if (hold > 0) usleep((useconds_t)(hold * 1e6));
+    return 0;
+}
