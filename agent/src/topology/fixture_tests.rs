@@ -171,6 +171,49 @@ fn real_guest_captures_when_present() {
 }
 
 #[test]
+fn real_guest_values_when_present() {
+    if fixture("guest-hmat").is_dir() {
+        let t = Topology::read(&fixture("guest-hmat"));
+        let perf = |id| {
+            t.node(id)
+                .and_then(|n| n.hmat.as_ref().map(|h| (h.read_latency_ns, h.read_bandwidth_mbps)))
+        };
+        assert_eq!(
+            perf(0),
+            Some((Some(100), Some(20480))),
+            "QEMU hmat-lb latency=100 bandwidth=20G"
+        );
+        assert_eq!(perf(1), Some((Some(300), Some(5120))));
+        assert_eq!(t.node(1).map(|n| n.has_cpu), Some(false));
+    }
+    if fixture("guest-cxl").is_dir() {
+        // The capture flattens sysfs links, so the dax device reaches its region through its
+        // address and the endpoint's `uport` link (memdev of a target) is not there.
+        let t = Topology::read(&fixture("guest-cxl"));
+        assert_eq!(
+            t.cxl_memdevs
+                .iter()
+                .map(|m| (m.name.as_str(), m.serial))
+                .collect::<Vec<_>>(),
+            vec![("mem0", Some(0x1234))]
+        );
+        let r = t.cxl_regions.first().expect("region0");
+        assert_eq!(
+            (r.name.as_str(), r.nodes.clone(), r.dax_devices.clone()),
+            ("region0", vec![2], vec!["dax0.0".to_string()])
+        );
+        assert_eq!(
+            t.dax_devices.first().and_then(|d| d.cxl_region.as_deref()),
+            Some("region0")
+        );
+        assert_eq!(
+            t.node(2).map(|n| n.cxl_regions.clone()),
+            Some(vec!["region0".to_string()])
+        );
+    }
+}
+
+#[test]
 fn every_fixture_tree_has_expectations() {
     let known: Vec<&str> = CASES.iter().chain(GUEST_CASES).map(|c| c.fixture).collect();
     let entries = fs::read_dir(fixtures_dir()).unwrap_or_else(|e| panic!("{}: {e}", fixtures_dir().display()));
