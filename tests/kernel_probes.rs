@@ -1,1 +1,99 @@
+//! Root integration tests: the real kernel programs against ground truth from /proc.
+use tierscope_tests::{process, require_root_and_agent, sum_nodes, Agent, Workload};
 
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
+
+#[test]
+#[ignore = "requires root"]
+fn faults_match_minflt_and_allocations_cover_touched_pages() {
+    require_root_and_agent!();
+    let mut w = Workload::start(WORKLOAD, &["touch", "64"]);
+    let pid = w.pid.to_string();
+    let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid]);
+    let done = w.go();
+    let pages: u64 = done["pages"].parse().expect("pages");
+    let minflt_go: u64 = done["minflt_go"].parse().expect("minflt_go");
+    let snap = agent.finish();
+    let minflt_end = w.minflt();
+    w.finish();
+
+    let p = process(&snap, pid.parse().expect("pid"));
+    let faults = p["faults"].as_u64().expect("faults");
+    let truth = minflt_end - minflt_go;
+    eprintln!("faults: agent {faults}, kernel minflt delta {truth}; pages touched {pages}");
+    // The agent attached before `go`; the workload was blocked on stdin until then.
+    let err = (faults as f64 - truth as f64).abs() / truth as f64;
+    assert!(err <= 0.01, "faults {faults} vs minflt delta {truth}: {:.2}% apart", err * 100.0);
+    let allocated = p["alloc_pages_by_node"]["0"].as_u64().unwrap_or(0);
+    eprintln!("pages allocated on node 0: {allocated} (touched {pages})");
+    assert!(allocated >= pages, "allocated {allocated} < touched {pages}");
+    let resident = sum_nodes(&p["resident_pages_by_node"]);
+    assert!(resident >= pages, "numa_maps residency {resident} < touched {pages}");
+    assert_eq!(snap["schema"], "tierscope.snapshot/v1");
+}
+
+
+#[test]
+#[ignore = "requires root"]
+fn mbind_is_seen_with_mode_and_mask() {
+    require_root_and_agent!();
+    let mut w = Workload::start(WORKLOAD, &["mbind", "0"]);
+    let pid = w.pid;
+    let agent = Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string()]);
+    let done = w.go();
+    assert_eq!(done["mbind_rc"], "0", "mbind itself failed");
+    let snap = agent.finish();
+    w.finish();
+    let events = process(&snap, pid)["policy_events"].as_array().cloned().unwrap_or_default();
+    let addr = u64::from_str_radix(done["addr"].trim_start_matches("0x"), 16).expect("addr");
+    let mbind = events
+        .iter()
+        .find(|e| e["syscall"] == "mbind" && e["start"] == addr)
+        .unwrap_or_else(|| panic!("no mbind event at {addr:#x}: {events:?}"));
+    assert_eq!(mbind["mode"], "MPOL_BIND");
+    assert_eq!(mbind["nodes"], serde_json::json!([0]));
+    assert_eq!(mbind["len"], 2 << 20);
+    assert!(mbind["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "MPOL_MF_MOVE")));
+}
+
+#[test]
+#[ignore = "requires root"]
+fn compaction_migrations_are_counted_by_reason() {
+    require_root_and_agent!();
+    // Fragment memory first so compaction has movable pages to move.
+    let mut w = Workload::start(WORKLOAD, &["fragment", "512"]);
+    w.go();
+    let agent = Agent::snapshot(&["--duration", "3"]);
+    std::fs::write("/proc/sys/vm/compact_memory", "1").expect("write /proc/sys/vm/compact_memory");
+    let snap = agent.finish();
+    w.finish();
+    let c = &snap["migrations"]["compaction"];
+    eprintln!("compaction: {c}");
+    assert!(c["calls"].as_u64().unwrap_or(0) > 0, "no compaction migrations seen: {}", snap["migrations"]);
+    assert!(c["succeeded"].as_u64().unwrap_or(0) + c["failed"].as_u64().unwrap_or(0) > 0);
+    assert!(c["latency"]["count"].as_u64().unwrap_or(0) > 0, "no migration latency: {c}");
+}
+
+#[test]
+#[ignore = "requires root"]
+fn check_reports_programs_and_fentry_detection() {
+    require_root_and_agent!();
+    let bin = tierscope_tests::tierscope_bin().expect("bin");
+    let out = std::process::Command::new(bin).args(["check", "--json"]).output().expect("check");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check JSON");
+    let progs = v["programs"].as_array().expect("programs");
+    let status = |name: &str| progs.iter().find(|p| p["name"] == name).map(|p| p["status"].as_str().unwrap_or("").to_string());
+    for must in ["page_fault_user", "mm_page_alloc", "mm_migrate_pages", "sys_enter_mbind", "sched_process_exec"] {
+        assert_eq!(status(must).as_deref(), Some("attached"), "{must}: {v}");
+    }
+    // fentry either works (then the program is attached) or is reported unsupported with the
+    // kernel's answer; never "failed".
+    let fentry = progs.iter().find(|p| p["name"] == "handle_mm_fault_exit").expect("fexit program listed");
+    match fentry["status"].as_str() {
+        Some("attached") => {}
+        Some("unsupported") => assert!(fentry["reason"].as_str().unwrap_or("").contains("EPERM") || fentry["reason"].as_str().unwrap_or("").contains("not")),
+        other => panic!("fexit status {other:?}: {fentry}"),
+    }
+    assert!(v["btf"].as_bool().is_some());
+    assert!(out.status.success());
+}

@@ -1,1 +1,142 @@
+//! Helpers for the root integration tests: finding the binaries, running the agent, driving the
+//! workload.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+};
 
+/// The release `tierscope` binary (`cargo xtask test` sets `TIERSCOPE_BIN`).
+pub fn tierscope_bin() -> Option<String> {
+    std::env::var("TIERSCOPE_BIN").ok().filter(|p| std::path::Path::new(p).is_file())
+}
+
+/// Why a root test cannot run here, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    if tierscope_bin().is_none() {
+        return Some("TIERSCOPE_BIN is not set to the built agent (run through `cargo xtask test`)".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root to load eBPF programs".into());
+    }
+    None
+}
+
+/// Skips the calling test (returns from it) with a printed reason when it cannot run here.
+#[macro_export]
+macro_rules! require_root_and_agent {
+    () => {
+        if let Some(why) = $crate::skip_reason() {
+            // Under `cargo xtask test` (CI) a skip would hide a broken setup: fail instead.
+            if std::env::var_os("TIERSCOPE_REQUIRE_ROOT_TESTS").is_some() {
+                panic!("cannot run: {why}");
+            }
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// A running `tierscope-workload`.
+pub struct Workload {
+    pub child: Child,
+    pub pid: u32,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Workload {
+    /// Starts the workload binary `bin` with `args` and waits for its `ready` line.
+    pub fn start(bin: &str, args: &[&str]) -> Workload {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("workload ready line");
+        let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("bad ready line {line:?}"));
+        Workload { child, pid, stdin, stdout }
+    }
+
+    /// Lets it act; returns the KEY=VALUE pairs of its `done` line.
+    pub fn go(&mut self) -> std::collections::HashMap<String, String> {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "go").expect("write go");
+        stdin.flush().expect("flush go");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("workload done line");
+        let rest = line.trim().strip_prefix("done ").unwrap_or_else(|| panic!("bad done line {line:?}"));
+        rest.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Its minflt now, from /proc/PID/stat.
+    pub fn minflt(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).expect("workload stat");
+        let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        rest.split_ascii_whitespace().nth(7).and_then(|v| v.parse().ok()).expect("minflt field")
+    }
+
+    /// Closes stdin and waits for it to exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// `tierscope snapshot --json` running in the background.
+pub struct Agent {
+    child: Child,
+}
+
+impl Agent {
+    /// Starts a snapshot and waits until its programs are attached (its "watching" line).
+    pub fn snapshot(args: &[&str]) -> Agent {
+        let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+        let mut child = Command::new(&bin)
+            .args(["snapshot", "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if err.read_line(&mut line).expect("agent stderr") == 0 {
+                panic!("agent exited before attaching");
+            }
+            if line.contains("watching for") {
+                break;
+            }
+            eprint!("agent: {line}");
+        }
+        // Keep draining stderr so the agent never blocks on it.
+        std::thread::spawn(move || for l in err.lines().map_while(Result::ok) { eprintln!("agent: {l}") });
+        Agent { child }
+    }
+
+    /// Waits for the document and parses it.
+    pub fn finish(self) -> serde_json::Value {
+        let out = self.child.wait_with_output().expect("agent output");
+        assert!(out.status.success(), "snapshot failed: {}", out.status);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("snapshot JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// The snapshot's entry for `pid`.
+pub fn process(snap: &serde_json::Value, pid: u32) -> &serde_json::Value {
+    snap["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("pid {pid} not in snapshot: {}", serde_json::to_string_pretty(&snap["processes"]).unwrap_or_default()))
+}
+
+/// Sum of a `{ "node": pages }` object.
+pub fn sum_nodes(v: &serde_json::Value) -> u64 {
+    v.as_object().map(|m| m.values().filter_map(serde_json::Value::as_u64).sum()).unwrap_or(0)
+}

@@ -1,1 +1,93 @@
-fn main(){}
+//! `tierscope-workload`: a test workload with known memory behaviour, driven over stdin/stdout so
+//! tests can start it, attach the agent, then let it act.
+//!
+//! Protocol: prints `ready PID`, waits for a line `go`, acts, prints `done KEY=VALUE...`, then
+//! waits for stdin to close and exits.
+//!
+//! Actions:
+//!   touch MIB [NODE]   map MIB MiB anonymous memory (bound to NODE with mbind when given),
+//!                      touch every page; reports `pages=` and `minflt_go=` (minflt at `go`)
+//!   mbind NODE         mbind 2 MiB with MPOL_BIND to NODE (MPOL_MF_MOVE), touch it
+//!   fragment MIB       allocate MIB MiB in 4 KiB pages, free every other one (for compaction)
+use std::io::{BufRead as _, Write as _};
+
+fn minflt() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    rest.split_ascii_whitespace().nth(7).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn map(bytes: usize) -> *mut u8 {
+    // SAFETY: anonymous private mapping; checked for failure.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert!(p != libc::MAP_FAILED, "mmap {bytes} bytes: {}", std::io::Error::last_os_error());
+    p.cast()
+}
+
+fn mbind(p: *mut u8, bytes: usize, node: u32, flags: u32) -> i64 {
+    let mask: u64 = 1 << node;
+    // SAFETY: mbind on our own mapping; the mask outlives the call.
+    unsafe { libc::syscall(libc::SYS_mbind, p, bytes, 2 /* MPOL_BIND */, &mask as *const u64, 64u64, flags) }
+}
+
+fn touch(p: *mut u8, bytes: usize) -> usize {
+    let mut pages = 0;
+    for off in (0..bytes).step_by(4096) {
+        // SAFETY: inside the mapping.
+        unsafe { p.add(off).write_volatile(1) };
+        pages += 1;
+    }
+    pages
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "ready {}", std::process::id());
+    let _ = out.flush();
+    let mut lines = std::io::stdin().lock().lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l.trim() == "go" {
+            break;
+        }
+    }
+    let go = minflt();
+    let report = match args.first().map(String::as_str) {
+        Some("touch") => {
+            let mib: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(64);
+            let bytes = mib << 20;
+            let p = map(bytes);
+            let bound = args.get(2).and_then(|v| v.parse().ok()).map(|n| mbind(p, bytes, n, 0));
+            let pages = touch(p, bytes);
+            format!("pages={pages} minflt_go={go} mbind_rc={}", bound.unwrap_or(0))
+        }
+        Some("mbind") => {
+            let node: u32 = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+            let bytes = 2 << 20;
+            let p = map(bytes);
+            let rc = mbind(p, bytes, node, 2 /* MPOL_MF_MOVE */);
+            let pages = touch(p, bytes);
+            format!("pages={pages} mbind_rc={rc} addr={:#x}", p as usize)
+        }
+        Some("fragment") => {
+            let mib: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(256);
+            let bytes = mib << 20;
+            let p = map(bytes);
+            let pages = touch(p, bytes);
+            for off in (0..bytes).step_by(8192) {
+                // SAFETY: returning single pages of our own mapping.
+                unsafe { libc::madvise(p.add(off).cast(), 4096, libc::MADV_DONTNEED) };
+            }
+            format!("pages={pages}")
+        }
+        other => {
+            eprintln!("tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB");
+            std::process::exit(2);
+        }
+    };
+    let _ = writeln!(out, "done {report}");
+    let _ = out.flush();
+    for _ in lines.by_ref() {}
+}

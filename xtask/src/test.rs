@@ -17,6 +17,7 @@ pub fn run(with_vm: bool) -> Result<()> {
         Command::new(build::cargo())
             .current_dir(cmd::workspace_root())
             .env("TIERSCOPE_BIN", &bin)
+            .env("TIERSCOPE_REQUIRE_ROOT_TESTS", "1")
             .args(["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"]),
     )
     .context("integration tests failed")?;
