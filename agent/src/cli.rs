@@ -43,6 +43,9 @@ pub enum Command {
         #[arg(long, default_value = "/sys")]
         sysfs_root: PathBuf,
     },
+    /// The `top --demo` workload (started by the TUI, not by hand).
+    #[command(hide = true)]
+    DemoWorkload(crate::demo::DemoArgs),
 }
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -83,6 +86,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Topology { json, sysfs_root } => commands::topology::run(json, &sysfs_root).map(|()| 0),
+        Command::DemoWorkload(args) => crate::demo::run_workload(args),
     }
 }
 

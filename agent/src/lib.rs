@@ -8,3 +8,5 @@ pub mod commands;
 pub mod logging;
 pub mod model;
 pub mod topology;
+pub mod tui;
+pub mod demo;

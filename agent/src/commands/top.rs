@@ -1,9 +1,40 @@
-//! `tierscope top`: the live terminal UI. (Being built: issue 7.)
-use anyhow::Result;
+//! `tierscope top`: the live terminal UI. Collection (the session) feeds the model on the tick;
+//! the screen is drawn from it at the render rate when something changed; keys go through the
+//! pure [`crate::tui::App`]. Logs go to a file while the UI runs.
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
-use crate::cli::Select;
+use anyhow::{Context as _, Result};
+use crossterm::event::{Event as TermEvent, KeyEventKind};
+use tokio::sync::mpsc;
 
-#[derive(clap::Args, Clone, Debug, Default)]
+use crate::{
+    cli::Select,
+    collect::{counters, session::Session},
+    demo::DemoWorkload,
+    model::{snapshot::ProcessFilter, Model},
+    topology::{parse, Topology},
+    tui::{
+        app::View,
+        rows,
+        screen,
+        terminal::{StderrToLog, TerminalGuard},
+        App, DemoInfo, Devices, History, NodeView, Scene,
+    },
+};
+
+/// numa_maps of one process is read at most this often (it walks the page tables).
+const RESIDENCY_EVERY: Duration = Duration::from_secs(2);
+/// At most this many numa_maps scans per tick.
+const RESIDENCY_SCANS_PER_TICK: usize = 16;
+
+#[derive(clap::Args, Clone, Debug)]
 pub struct TopArgs {
     #[command(flatten)]
     pub select: Select,
@@ -13,8 +44,235 @@ pub struct TopArgs {
     /// Start a small built-in training-like workload and track it.
     #[arg(long)]
     pub demo: bool,
+    /// Data rate: read the kernel counters every this many milliseconds (50-60000).
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// Render rate: redraw at most this many times a second (1-120).
+    #[arg(long, default_value_t = 30)]
+    pub fps: u32,
 }
 
-pub fn run(_args: TopArgs) -> Result<i32> {
-    anyhow::bail!("the live view is not built yet: use `tierscope snapshot --json` or `tierscope check`")
+impl Default for TopArgs {
+    fn default() -> Self {
+        TopArgs { select: Select::default(), replay: None, demo: false, tick_ms: 1000, fps: 30 }
+    }
 }
+
+pub fn run(args: TopArgs) -> Result<i32> {
+    if args.replay.is_some() {
+        eprintln!("tierscope: replay needs a session file (recording is not built yet)");
+        return Ok(2);
+    }
+    if !(50..=60_000).contains(&args.tick_ms) {
+        eprintln!("tierscope: --tick-ms {}: give milliseconds between 50 and 60000", args.tick_ms);
+        return Ok(2);
+    }
+    if !(1..=120).contains(&args.fps) {
+        eprintln!("tierscope: --fps {}: give frames per second between 1 and 120", args.fps);
+        return Ok(2);
+    }
+    let filter = args.select.filter()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
+    rt.block_on(live(args, filter))
+}
+
+/// Nodes as the UI shows them, memory refreshed from `nodeN/meminfo`.
+fn node_views(t: &Topology) -> Vec<NodeView> {
+    t.nodes
+        .iter()
+        .filter(|n| n.online || n.has_memory)
+        .map(|n| NodeView {
+            id: n.id,
+            tier: n.tier,
+            tier_evidence: n.tier_evidence.clone(),
+            cpus: n.cpus.len(),
+            mem_total_bytes: n.mem_total_bytes,
+            mem_free_bytes: n.mem_free_bytes,
+        })
+        .collect()
+}
+
+fn refresh_meminfo(nodes: &mut [NodeView]) {
+    for n in nodes {
+        let path = format!("/sys/devices/system/node/node{}/meminfo", n.id);
+        if let Some(info) = std::fs::read_to_string(&path).ok().and_then(|t| parse::node_meminfo(&t).ok()) {
+            n.mem_total_bytes = info.total_bytes.or(n.mem_total_bytes);
+            n.mem_free_bytes = info.free_bytes;
+        }
+    }
+}
+
+/// What the screen shows while paused.
+struct Frozen {
+    model: Model,
+    history: History,
+    nodes: Vec<NodeView>,
+    now_ns: u64,
+}
+
+async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
+    // Before the screen is taken: a missing right is one plain line on a normal terminal.
+    let mut session = Session::start()?;
+    let devices = Devices {
+        memdevs: session.topology.cxl_memdevs.clone(),
+        regions: session.topology.cxl_regions.clone(),
+        edac: session.topology.edac.clone(),
+    };
+    let mut nodes = node_views(&session.topology);
+    let mut demo = if args.demo { Some(DemoWorkload::start(&session.topology)?) } else { None };
+    let mut demo_info = demo.as_ref().map(|d| DemoInfo { pid: d.pid, placement: d.placement.clone() });
+    let host = super::snapshot::hostname();
+
+    let log = StderrToLog::start().with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
+    let mut guard = TerminalGuard::enter().context("taking over the terminal (is stdout a terminal?)")?;
+    tracing::info!("top: tick {} ms, {} fps, demo {:?}", args.tick_ms, args.fps, demo_info);
+
+    let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let input = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match crossterm::event::poll(Duration::from_millis(100)) {
+                    Ok(true) => match crossterm::event::read() {
+                        Ok(ev) => {
+                            if keys_tx.blocking_send(ev).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("reading the terminal: {e}");
+                            break;
+                        }
+                    },
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!("polling the terminal: {e}");
+                        break;
+                    }
+                }
+            }
+        })
+    };
+
+    let mut app = App::default();
+    let mut history = History::default();
+    let mut frozen: Option<Frozen> = None;
+    let mut scanned: HashMap<u32, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(args.tick_ms));
+    let mut render = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.fps)));
+    render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut dirty = true;
+    let page_size = session.page_size;
+
+    // Rebuilds the scene; a macro because the scene borrows from whichever state is shown.
+    macro_rules! scene {
+        () => {{
+            let (model, history, nodes, now_ns) = match &frozen {
+                Some(fz) => (&fz.model, &fz.history, &fz.nodes[..], fz.now_ns),
+                None => (&session.model, &history, &nodes[..], counters::monotonic_ns()),
+            };
+            Scene {
+                model,
+                history,
+                nodes,
+                devices: &devices,
+                programs: &session.probes.programs,
+                filter: &filter,
+                demo: demo_info.as_ref(),
+                page_size,
+                now_ns,
+                channel_dropped: session.channel_dropped(),
+                host: &host,
+            }
+        }};
+    }
+
+    let result: Result<()> = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                session.read_counters();
+                refresh_meminfo(&mut nodes);
+                let now = counters::monotonic_ns();
+                // Residency only for what is on screen, each at most every RESIDENCY_EVERY.
+                let shown: Vec<u32> = {
+                    let scene = scene!();
+                    let mut pids: Vec<u32> = match app.view {
+                        View::ProcessDetail => app.detail_pid.into_iter().collect(),
+                        _ => rows::process_rows(&scene, &app).iter().map(|r| r.pid).skip(app.selected.saturating_sub(20)).take(48).collect(),
+                    };
+                    pids.extend(demo_info.as_ref().map(|d| d.pid));
+                    pids
+                };
+                let due: Vec<u32> = shown
+                    .into_iter()
+                    .filter(|p| scanned.get(p).is_none_or(|t| t.elapsed() >= RESIDENCY_EVERY))
+                    .take(RESIDENCY_SCANS_PER_TICK)
+                    .collect();
+                for p in &due {
+                    scanned.insert(*p, Instant::now());
+                }
+                session.scan_residency(&due);
+                scanned.retain(|p, _| session.model.processes.get(p).is_some_and(|p| p.exited_at_ns.is_none()));
+                history.observe(&session.model, &nodes, now);
+                if let Some(d) = demo.as_mut() {
+                    if let Some(status) = d.exited() {
+                        tracing::warn!("the demo workload stopped: {status}");
+                        if let Some(info) = demo_info.as_mut() {
+                            info.placement = format!("stopped ({status}); see {}", crate::tui::terminal::log_path().display());
+                        }
+                    }
+                }
+                if frozen.is_none() {
+                    dirty = true;
+                }
+            }
+            _ = render.tick() => {
+                if dirty {
+                    let scene = scene!();
+                    if let Err(e) = guard.terminal.draw(|f| screen::draw(f, &scene, &app)) {
+                        break Err(e).context("drawing the screen");
+                    }
+                    dirty = false;
+                }
+            }
+            ev = keys.recv() => {
+                match ev {
+                    Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => {
+                        let pids: Vec<u32> = {
+                            let scene = scene!();
+                            rows::process_rows(&scene, &app).iter().map(|r| r.pid).collect()
+                        };
+                        let was_paused = app.paused;
+                        if app.handle_key(k, &pids) {
+                            dirty = true;
+                        }
+                        if app.paused && !was_paused {
+                            frozen = Some(Frozen { model: session.model.clone(), history: history.clone(), nodes: nodes.clone(), now_ns: counters::monotonic_ns() });
+                        } else if !app.paused {
+                            frozen = None;
+                        }
+                        if app.quit {
+                            break Ok(());
+                        }
+                    }
+                    Some(TermEvent::Resize(..)) => dirty = true,
+                    Some(_) => {}
+                    None => break Ok(()),
+                }
+            }
+            _ = tokio::signal::ctrl_c() => break Ok(()),
+            _ = term.recv() => break Ok(()),
+        }
+    };
+
+    stop.store(true, Ordering::Relaxed);
+    drop(guard);
+    drop(demo.take());
+    let _ = input.join();
+    drop(log);
+    result.map(|()| 0)
+}
+

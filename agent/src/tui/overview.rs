@@ -1,0 +1,180 @@
+//! Overview: every node with its tier and use, promotion/demotion sparklines, the busiest
+//! processes, and health at a glance.
+use ratatui::{
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+    widgets::{Block, Borders, Paragraph, Sparkline},
+    Frame,
+};
+
+use super::{
+    format,
+    history::{Series, DEMOTION, PROMOTION},
+    rows::ProcessRow,
+    screen::{heading, pad, rpad},
+    theme, App, Scene,
+};
+use crate::model::agent::Attach;
+
+pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
+    let node_h = (scene.nodes.len() as u16 + 2).min(area.height / 3).max(3);
+    let spark_h = if area.height >= 30 { 8 } else { 5 };
+    let [nodes, sparks, health, busiest] = Layout::vertical([
+        Constraint::Length(node_h),
+        Constraint::Length(spark_h),
+        Constraint::Length(2),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+    f.render_widget(node_table(scene, nodes), nodes);
+    let [left, _, right] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Length(2), Constraint::Fill(1)]).areas(sparks);
+    draw_rate(f, left, scene, "Promotions", PROMOTION, &scene.history.promotions, theme::promotion());
+    draw_rate(f, right, scene, "Demotions", DEMOTION, &scene.history.demotions, theme::demotion());
+    f.render_widget(Paragraph::new(health_lines(scene)), health);
+    f.render_widget(busiest_table(app, rows, busiest), busiest);
+}
+
+fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
+    let w = area.width as usize;
+    let wide = w >= 120;
+    // NODE TIER CPUS CAPACITY USED-bar % ALLOC/s FREE/s [evidence]
+    let fixed = 5 + 8 + 5 + 10 + 5 + 10 + 10 + 7;
+    let evidence_w = if wide { (w / 3).min(60) } else { 0 };
+    let bar_w = w.saturating_sub(fixed + evidence_w).clamp(4, 60);
+    let mut lines = vec![heading("Nodes (memory in use; pages allocated and freed per second)")];
+    let mut hdr = format!(
+        "{}{}{}{} {} {}{}{}",
+        pad("NODE", 5),
+        pad("TIER", 8),
+        rpad("CPUS", 4),
+        rpad("CAPACITY", 10),
+        pad("USED", bar_w),
+        rpad("%", 4),
+        rpad("ALLOC/s", 10),
+        rpad("FREE/s", 10)
+    );
+    if wide {
+        hdr.push_str("  EVIDENCE");
+    }
+    lines.push(Line::from(Span::styled(hdr, theme::header())));
+    if scene.nodes.is_empty() {
+        lines.push(Line::from("no NUMA nodes found in /sys/devices/system/node"));
+    }
+    for n in scene.nodes {
+        let share = match (n.used_bytes(), n.mem_total_bytes) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        };
+        let mut spans = vec![
+            Span::raw(pad(&n.id.to_string(), 5)),
+            Span::styled(pad(n.tier.as_str(), 8), theme::tier(n.tier)),
+            Span::raw(rpad(&n.cpus.to_string(), 4)),
+            Span::raw(rpad(&n.mem_total_bytes.map_or("-".into(), format::bytes), 10)),
+            Span::raw(" "),
+            Span::styled(format::bar(share.unwrap_or(0.0), bar_w), theme::tier(n.tier)),
+            Span::raw(" "),
+            Span::raw(rpad(&format::percent(share), 4)),
+            Span::raw(rpad(&format::rate(scene.history.node_alloc_rate.get(&n.id).copied()), 10)),
+            Span::raw(rpad(&format::rate(scene.history.node_free_rate.get(&n.id).copied()), 10)),
+        ];
+        if wide {
+            spans.push(Span::styled(format!("  {}", format::truncate(&n.tier_evidence, evidence_w)), theme::dim()));
+        }
+        lines.push(Line::from(spans));
+    }
+    Paragraph::new(lines)
+}
+
+fn draw_rate(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, what: &str, reason: &str, series: &Series, style: ratatui::style::Style) {
+    let total = scene.model.migrations.get(reason).map_or(0, |t| t.succeeded);
+    let now = series.latest().map_or("-".to_string(), |v| format::count(v));
+    let title = if area.width >= 60 {
+        format!("{what} ({reason}) {now} pg/s, {} total", format::count(total))
+    } else {
+        format!("{what} {now} pg/s, {} total", format::count(total))
+    };
+    let block = Block::default().borders(Borders::TOP).title(Span::styled(title, theme::title()));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let data = series.last(inner.width as usize);
+    if data.is_empty() {
+        f.render_widget(Paragraph::new(Span::styled("waiting for a second reading", theme::dim())), inner);
+    } else if data.iter().all(|&v| v == 0) {
+        let secs = data.len() as f64 * scene.history.interval_s;
+        f.render_widget(Paragraph::new(Span::styled(format!("none in the last {secs:.0}s"), theme::dim())), inner);
+    } else {
+        // Newest at the right edge; the history only reaches back as far as it goes.
+        let w = (data.len() as u16).min(inner.width);
+        let right = Rect { x: inner.x + inner.width - w, width: w, ..inner };
+        f.render_widget(Sparkline::default().data(&data).style(style), right);
+    }
+}
+
+fn health_lines(scene: &Scene<'_>) -> Vec<Line<'static>> {
+    let count = |s: Attach| scene.programs.iter().filter(|p| p.status == s).count();
+    let failed = count(Attach::Failed);
+    let lost = scene.lost();
+    let devs = &scene.devices;
+    let cxl = if devs.memdevs.is_empty() {
+        Span::raw("no CXL memory devices")
+    } else {
+        let names: Vec<&str> = devs.memdevs.iter().map(|d| d.name.as_str()).collect();
+        Span::styled(format!("CXL devices: {}", names.join(" ")), theme::tier(crate::topology::Tier::Cxl))
+    };
+    let ce: u64 = devs.edac.iter().filter_map(|m| m.ce_count).sum();
+    let ue: u64 = devs.edac.iter().filter_map(|m| m.ue_count).sum();
+    let edac = if devs.edac.is_empty() {
+        Span::styled("no EDAC memory controllers", theme::dim())
+    } else {
+        Span::styled(format!("memory errors: {ce} corrected, {ue} uncorrected"), if ue > 0 { theme::bad() } else if ce > 0 { theme::warn() } else { theme::good() })
+    };
+    vec![
+        Line::from(vec![Span::styled("Health  ", theme::title()), cxl, Span::raw("  "), edac]),
+        Line::from(vec![
+            Span::raw(format!("        programs: {} attached, {} unsupported, ", count(Attach::Attached), count(Attach::Unsupported))),
+            Span::styled(format!("{failed} failed"), if failed > 0 { theme::bad() } else { Default::default() }),
+            Span::raw("  "),
+            Span::styled(format!("lost events: {lost}"), if lost > 0 { theme::bad() } else { Default::default() }),
+        ]),
+    ]
+}
+
+fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'static> {
+    let w = area.width as usize;
+    let comm_w = if w >= 120 { 24 } else { 16 };
+    let mut lines = vec![heading(&format!("Busiest processes ({} tracked, by {}; Enter opens)", rows.len(), app.sort.name()))];
+    lines.push(Line::from(Span::styled(
+        format!(
+            "{}{}{}{}{}{}{}",
+            rpad("PID", 8),
+            pad(" COMM", comm_w + 1),
+            rpad("RSS", 10),
+            rpad("DRAM", 6),
+            rpad("CXL", 6),
+            rpad("FAULTS/s", 10),
+            rpad("PROMOTED", 10)
+        ),
+        theme::header(),
+    )));
+    if rows.is_empty() {
+        let why = if app.filter.is_empty() { "no process has faulted or allocated yet" } else { "no process matches the filter" };
+        lines.push(Line::from(Span::styled(why, theme::dim())));
+    }
+    let room = (area.height as usize).saturating_sub(2);
+    let start = app.selected.saturating_sub(room.saturating_sub(1));
+    for (i, r) in rows.iter().enumerate().skip(start).take(room) {
+        let line = Line::from(vec![
+            Span::raw(rpad(&r.pid.to_string(), 8)),
+            Span::raw(" "),
+            Span::styled(pad(&r.label(), comm_w), if r.demo { theme::warn() } else { Default::default() }),
+            Span::raw(rpad(&r.rss_bytes.map_or("-".into(), format::bytes), 10)),
+            Span::styled(rpad(&format::percent(r.dram_share), 6), theme::tier(crate::topology::Tier::Dram)),
+            Span::styled(rpad(&format::percent(r.cxl_share), 6), theme::tier(crate::topology::Tier::Cxl)),
+            Span::raw(rpad(&format::rate(Some(r.faults_per_s)), 10)),
+            Span::raw(rpad(&format::count(r.promoted), 10)),
+        ]);
+        lines.push(if i == app.selected { line.style(theme::selected()) } else { line });
+    }
+    Paragraph::new(lines)
+}

@@ -1,0 +1,240 @@
+//! Process detail (Enter on a process): residency per node with its history, the placement
+//! policy it asked for, its migrations, fault and migration latency, and the age of each value.
+use ratatui::{
+    layout::Rect,
+    text::{Line, Span},
+    Frame,
+};
+
+use super::{
+    format,
+    rows::ProcessRow,
+    screen::{heading, pad, rpad, scrolled, spark},
+    theme, App, Scene,
+};
+use crate::model::{agent::Attach, histogram::Log2Histogram};
+
+pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App) {
+    f.render_widget(scrolled(lines(scene, app, area.width as usize), area, app.scroll), area);
+}
+
+/// What the fault-latency program says when it is not running (`None` when it runs).
+pub fn fault_latency_unavailable(scene: &Scene<'_>) -> Option<String> {
+    let progs: Vec<_> = scene.programs.iter().filter(|p| p.feature == "fault latency").collect();
+    if progs.is_empty() {
+        return Some("not probed by this build".into());
+    }
+    progs.iter().find(|p| p.status != Attach::Attached).map(|p| {
+        format!("{}: {}", p.status_word(), p.reason.clone().unwrap_or_else(|| p.hook.clone()))
+    })
+}
+
+trait StatusWord {
+    fn status_word(&self) -> &'static str;
+}
+
+impl StatusWord for crate::model::agent::ProgramStatus {
+    fn status_word(&self) -> &'static str {
+        match self.status {
+            Attach::Attached => "attached",
+            Attach::Unsupported => "unsupported",
+            Attach::Failed => "failed",
+        }
+    }
+}
+
+/// One line per non-empty log2 bucket range: bucket bound, count, bar.
+pub fn histogram_lines(h: &Log2Histogram, width: usize) -> Vec<Line<'static>> {
+    let (Some(first), Some(last)) = (h.buckets.iter().position(|&c| c > 0), h.buckets.iter().rposition(|&c| c > 0)) else {
+        return vec![Line::from(Span::styled("  no samples yet", theme::dim()))];
+    };
+    let max = h.buckets[first..=last].iter().copied().max().unwrap_or(1).max(1);
+    let bar_w = width.saturating_sub(24).clamp(4, 50);
+    (first..=last)
+        .map(|i| {
+            let c = h.buckets[i];
+            let bound = if i >= 63 { u64::MAX } else { (2u64 << i) - 1 };
+            Line::from(vec![
+                Span::raw(format!("  <{} ", rpad(&format::nanos(bound), 8))),
+                Span::raw(rpad(&format::count(c), 7)),
+                Span::raw(" "),
+                Span::styled(format::bar(c as f64 / max as f64, bar_w), theme::accent()),
+            ])
+        })
+        .collect()
+}
+
+pub fn summary_line(h: &Log2Histogram) -> String {
+    let s = h.summary();
+    if s.count == 0 {
+        return "no samples".into();
+    }
+    format!(
+        "{} samples  p50 <{}  p99 <{}  max <{}",
+        format::count(s.count),
+        format::nanos(s.p50_ns),
+        format::nanos(s.p99_ns),
+        format::nanos(s.max_ns)
+    )
+}
+
+fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
+    let Some(pid) = app.detail_pid else {
+        return vec![
+            heading("No process picked"),
+            Line::from("Pick one in the Processes view (2): move with ↑↓ or j/k, then press Enter."),
+        ];
+    };
+    let Some(p) = scene.model.processes.get(&pid) else {
+        return vec![heading(&format!("Process {pid} is no longer tracked")), Line::from("Esc goes back to the list.")];
+    };
+    let row = ProcessRow::new(p, scene);
+    let mut out = Vec::new();
+    let mut title = vec![Span::styled(format!("{} {}", pid, row.label()), theme::title())];
+    if p.exited_at_ns.is_some() {
+        title.push(Span::styled("  exited", theme::bad()));
+    }
+    out.push(Line::from(title));
+    if !p.cmdline.is_empty() {
+        out.push(Line::from(Span::styled(format::truncate(&p.cmdline, width), theme::dim())));
+    }
+    if let Some(d) = scene.demo.filter(|d| d.pid == pid) {
+        out.push(Line::from(Span::styled(format!("demo workload: {}", d.placement), theme::warn())));
+    }
+    let reading_age = if scene.model.last_reading_ns > 0 { format::age(scene.model.last_reading_ns, scene.now_ns) } else { "never".into() };
+    out.push(Line::from(format!(
+        "faults {} ({}/s)  NUMA task moves {}  counters read {reading_age}",
+        format::count(p.faults),
+        format::rate(Some(p.fault_rate)),
+        p.numa_moves
+    )));
+    out.push(Line::from(""));
+
+    // Residency.
+    match &p.residency {
+        None => {
+            out.push(heading("Residency per node"));
+            out.push(Line::from(Span::styled("  not scanned yet (numa_maps is read every 2 s for shown processes)", theme::dim())));
+        }
+        Some((r, at)) => {
+            let total = r.total_pages();
+            out.push(heading(&format!(
+                "Residency per node: {} resident, scanned {}",
+                format::bytes(total.saturating_mul(scene.page_size)),
+                format::age(*at, scene.now_ns)
+            )));
+            let hist = scene.history.processes.get(&pid);
+            let hist_w = if width >= 120 { 40 } else { 12 };
+            let bar_w = width.saturating_sub(8 + 6 + 11 + 5 + hist_w + 4).clamp(4, 60);
+            out.push(Line::from(Span::styled(
+                format!("{}{}{} {} {}  {}", pad("NODE", 8), pad("TIER", 6), rpad("BYTES", 10), pad("SHARE", bar_w), rpad("%", 4), pad("HISTORY", hist_w)),
+                theme::header(),
+            )));
+            let mut nodes: Vec<u32> = scene.nodes.iter().map(|n| n.id).collect();
+            let extra: Vec<u32> = r.pages_by_node.keys().copied().filter(|n| !nodes.contains(n)).collect();
+            nodes.extend(extra);
+            for n in nodes {
+                let pages = r.pages_by_node.get(&n).copied().unwrap_or(0);
+                let share = if total > 0 { pages as f64 / total as f64 } else { 0.0 };
+                let tier = scene.tier_of(n);
+                let series: Vec<u64> = hist
+                    .map(|h| h.residency.iter().map(|(_, m)| m.get(&n).copied().unwrap_or(0)).collect())
+                    .unwrap_or_default();
+                let skip = series.len().saturating_sub(hist_w);
+                out.push(Line::from(vec![
+                    Span::raw(pad(&n.to_string(), 8)),
+                    Span::styled(pad(tier.as_str(), 6), theme::tier(tier)),
+                    Span::raw(rpad(&format::bytes(pages.saturating_mul(scene.page_size)), 10)),
+                    Span::raw(" "),
+                    Span::styled(format::bar(share, bar_w), theme::tier(tier)),
+                    Span::raw(" "),
+                    Span::raw(rpad(&format::percent(Some(share)), 4)),
+                    Span::raw("  "),
+                    Span::styled(spark(&series[skip..]), theme::tier(tier)),
+                ]));
+            }
+            if let Some(h) = hist.filter(|h| h.residency.len() > 1) {
+                let first = h.residency.front().map_or(0, |(at, _)| *at);
+                out.push(Line::from(Span::styled(
+                    format!("  history: {} scans since {}", h.residency.len(), format::age(first, scene.now_ns)),
+                    theme::dim(),
+                )));
+            }
+        }
+    }
+    out.push(Line::from(""));
+
+    // Allocation rates.
+    if let Some(h) = scene.history.processes.get(&pid).filter(|h| !h.alloc_rate_by_node.is_empty()) {
+        let parts: Vec<String> = h
+            .alloc_rate_by_node
+            .iter()
+            .map(|(n, r)| format!("node {n} ({}) {}", scene.tier_of(*n), format::rate(Some(*r))))
+            .collect();
+        out.push(Line::from(format!("Pages allocated per second: {}", parts.join(", "))));
+        out.push(Line::from(""));
+    }
+
+    // Policy.
+    out.push(heading("Placement policy (the process's own mbind / set_mempolicy / move_pages calls)"));
+    if p.policy_events.is_empty() {
+        out.push(Line::from(Span::styled("  none seen: the default policy (local node first) is in force", theme::dim())));
+    }
+    for d in p.policy_events.iter().rev() {
+        let mut s = format!("  {} {}", pad(&format::age(d.ts_ns, scene.now_ns), 10), d.syscall);
+        if let Some(m) = &d.mode {
+            s.push_str(&format!(" {m}"));
+        }
+        if !d.nodes.is_empty() {
+            let nodes: Vec<String> = d.nodes.iter().map(|n| n.to_string()).collect();
+            s.push_str(&format!(" nodes {}", nodes.join(",")));
+        }
+        if let (Some(start), Some(len)) = (d.start, d.len) {
+            s.push_str(&format!(" {start:#x} +{}", format::bytes(len)));
+        }
+        if !d.flags.is_empty() {
+            s.push_str(&format!(" {}", d.flags.join("|")));
+        }
+        if d.tid != p.tgid {
+            s.push_str(&format!(" (thread {})", d.tid));
+        }
+        out.push(Line::from(s));
+    }
+    out.push(Line::from(""));
+
+    // Migrations in its context.
+    out.push(heading("Migrations run in this process's context (base pages)"));
+    if p.migrations.is_empty() {
+        out.push(Line::from(Span::styled("  none", theme::dim())));
+    }
+    for (reason, t) in &p.migrations {
+        out.push(Line::from(format!(
+            "  {} {} moved, {} failed, {} calls",
+            pad(reason, 18),
+            rpad(&format::count(t.succeeded), 7),
+            format::count(t.failed),
+            format::count(t.calls)
+        )));
+    }
+    out.push(Line::from(""));
+
+    // Latency.
+    out.push(heading("Fault latency (handle_mm_fault)"));
+    if p.fault_latency.count() > 0 {
+        out.push(Line::from(format!("  {}", summary_line(&p.fault_latency))));
+        out.extend(histogram_lines(&p.fault_latency, width));
+    } else if let Some(why) = fault_latency_unavailable(scene) {
+        out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
+    } else {
+        out.push(Line::from(Span::styled("  no samples yet", theme::dim())));
+    }
+    out.push(Line::from(""));
+    out.push(heading("Migration latency (migrate_pages, every process; per process comes later)"));
+    if scene.model.migrate_latency.values().all(|h| h.count() == 0) {
+        out.push(Line::from(Span::styled("  no migrations timed yet", theme::dim())));
+    }
+    for (reason, h) in scene.model.migrate_latency.iter().filter(|(_, h)| h.count() > 0) {
+        out.push(Line::from(format!("  {} {}", pad(reason, 18), summary_line(h))));
+    }
+    out
+}

@@ -1,0 +1,132 @@
+//! Processes: every tracked process with its residency per tier, fault and allocation rates,
+//! promotions and demotions; sortable (`s`, `S`), filterable (`/`), training-only toggle (`t`).
+use ratatui::{
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+    widgets::{Cell, Paragraph, Row, Table, TableState},
+    Frame,
+};
+
+use super::{
+    app::SortKey,
+    format,
+    rows::{ProcessRow, TRAINING_DETECTION},
+    theme, App, Scene,
+};
+use crate::topology::Tier;
+
+struct Column {
+    key: SortKey,
+    title: &'static str,
+    width: u16,
+    right: bool,
+}
+
+const fn col(key: SortKey, title: &'static str, width: u16, right: bool) -> Column {
+    Column { key, title, width, right }
+}
+
+const COLUMNS: [Column; 10] = [
+    col(SortKey::Pid, "PID", 7, true),
+    col(SortKey::Comm, "COMM", 13, false),
+    col(SortKey::Rss, "RSS", 9, true),
+    col(SortKey::DramShare, "DRAM", 5, true),
+    col(SortKey::CxlShare, "CXL", 5, true),
+    col(SortKey::FaultsPerS, "FLT/s", 6, true),
+    col(SortKey::DramAllocsPerS, "DRAMpg/s", 8, true),
+    col(SortKey::CxlAllocsPerS, "CXLpg/s", 7, true),
+    col(SortKey::Promotions, "PROMO", 6, true),
+    col(SortKey::Demotions, "DEMO", 5, true),
+];
+
+fn cell_text(r: &ProcessRow, k: SortKey) -> String {
+    match k {
+        SortKey::Pid => r.pid.to_string(),
+        SortKey::Comm => r.label(),
+        SortKey::Rss => r.rss_bytes.map_or("-".into(), format::bytes),
+        SortKey::DramShare => format::percent(r.dram_share),
+        SortKey::CxlShare => format::percent(r.cxl_share),
+        SortKey::FaultsPerS => format::rate(Some(r.faults_per_s)),
+        SortKey::DramAllocsPerS => format::rate(r.dram_allocs_per_s),
+        SortKey::CxlAllocsPerS => format::rate(r.cxl_allocs_per_s),
+        SortKey::Promotions => format::count(r.promoted),
+        SortKey::Demotions => format::count(r.demoted),
+    }
+}
+
+fn aligned(s: String, width: u16, right: bool) -> String {
+    let w = width as usize;
+    let s = format::truncate(&s, w);
+    if right { format!("{s:>w$}") } else { s }
+}
+
+pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
+    let [info, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+    let dir = if app.descending { "▼" } else { "▲" };
+    let mut spans = vec![Span::styled(
+        format!("{} processes, sorted by {} {dir} (s column, S reverse)", rows.len(), app.sort.name()),
+        theme::title(),
+    )];
+    if app.training_only && !TRAINING_DETECTION {
+        spans.push(Span::styled("  training-only: detection not built yet (issue 5), showing all", theme::warn()));
+    } else if !app.training_only {
+        spans.push(Span::styled("  t training-only", theme::dim()));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), info);
+
+    let wide = area.width >= 120;
+    let mut widths: Vec<Constraint> = COLUMNS.iter().map(|c| Constraint::Length(c.width)).collect();
+    if wide {
+        widths[1] = Constraint::Length(22);
+        widths.push(Constraint::Fill(1));
+    }
+    let mut header: Vec<Cell> = COLUMNS
+        .iter()
+        .map(|c| {
+            let title = if c.key == app.sort { format!("{}{dir}", c.title) } else { c.title.to_string() };
+            let width = if wide && c.key == SortKey::Comm { 22 } else { c.width };
+            Cell::from(aligned(title, width, c.right))
+        })
+        .collect();
+    if wide {
+        header.push(Cell::from("COMMAND"));
+    }
+    let body: Vec<Row> = rows
+        .iter()
+        .map(|r| {
+            let mut cells: Vec<Cell> = COLUMNS
+                .iter()
+                .map(|c| {
+                    let width = if wide && c.key == SortKey::Comm { 22 } else { c.width };
+                    let text = aligned(cell_text(r, c.key), width, c.right);
+                    let style = match c.key {
+                        SortKey::DramShare | SortKey::DramAllocsPerS => theme::tier(Tier::Dram),
+                        SortKey::CxlShare | SortKey::CxlAllocsPerS => theme::tier(Tier::Cxl),
+                        SortKey::Comm if r.demo => theme::warn(),
+                        _ => Default::default(),
+                    };
+                    Cell::from(text).style(style)
+                })
+                .collect();
+            if wide {
+                cells.push(Cell::from(r.cmdline.clone()).style(theme::dim()));
+            }
+            Row::new(cells)
+        })
+        .collect();
+    if rows.is_empty() {
+        let why = if app.filter.is_empty() {
+            "no process has faulted or allocated yet"
+        } else {
+            "no process matches the filter (Esc clears it)"
+        };
+        let [h, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(table);
+        f.render_widget(Table::new(Vec::<Row>::new(), widths).header(Row::new(header).style(theme::header())), h);
+        f.render_widget(Paragraph::new(Span::styled(why, theme::dim())), rest);
+        return;
+    }
+    let t = Table::new(body, widths).header(Row::new(header).style(theme::header())).row_highlight_style(theme::selected()).column_spacing(1);
+    let mut state = TableState::default().with_selected(Some(app.selected.min(rows.len().saturating_sub(1))));
+    f.render_stateful_widget(t, table, &mut state);
+
+}

@@ -1,0 +1,212 @@
+//! Model values turned into the rows the views show: pure, sorted and filtered here.
+use std::cmp::Ordering;
+
+use crate::{model::process::Process, topology::Tier};
+
+use super::{
+    app::{App, SortKey},
+    history::{DEMOTION, PROMOTION},
+    Scene,
+};
+
+/// One process as the tables show it. `None` where the figure is not known (yet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    /// The `--demo` workload.
+    pub demo: bool,
+    /// Resident bytes from the last numa_maps scan.
+    pub rss_bytes: Option<u64>,
+    pub dram_share: Option<f64>,
+    pub cxl_share: Option<f64>,
+    pub residency_at_ns: Option<u64>,
+    pub faults: u64,
+    pub faults_per_s: f64,
+    /// Base pages allocated per second on DRAM / CXL nodes over the last tick.
+    pub dram_allocs_per_s: Option<f64>,
+    pub cxl_allocs_per_s: Option<f64>,
+    /// Base pages migrated in this process's context for promotion / demotion.
+    pub promoted: u64,
+    pub demoted: u64,
+}
+
+impl ProcessRow {
+    pub fn new(p: &Process, scene: &Scene<'_>) -> ProcessRow {
+        let (rss_bytes, dram_share, cxl_share, residency_at_ns) = match &p.residency {
+            Some((r, at)) => {
+                let total = r.total_pages();
+                let on = |t: Tier| -> u64 {
+                    r.pages_by_node.iter().filter(|(&n, _)| scene.tier_of(n) == t).map(|(_, &v)| v).sum()
+                };
+                let share = |t: Tier| (total > 0).then(|| on(t) as f64 / total as f64);
+                (Some(total.saturating_mul(scene.page_size)), share(Tier::Dram), share(Tier::Cxl), Some(*at))
+            }
+            None => (None, None, None, None),
+        };
+        let alloc_rate = |t: Tier| {
+            let h = scene.history.processes.get(&p.tgid)?;
+            if h.alloc_rate_by_node.is_empty() {
+                return None;
+            }
+            Some(h.alloc_rate_by_node.iter().filter(|(&n, _)| scene.tier_of(n) == t).map(|(_, &v)| v).sum())
+        };
+        let migrated = |reason: &str| p.migrations.get(reason).map_or(0, |t| t.succeeded);
+        ProcessRow {
+            pid: p.tgid,
+            comm: p.comm.clone(),
+            cmdline: p.cmdline.clone(),
+            demo: scene.demo.is_some_and(|d| d.pid == p.tgid),
+            rss_bytes,
+            dram_share,
+            cxl_share,
+            residency_at_ns,
+            faults: p.faults,
+            faults_per_s: p.fault_rate,
+            dram_allocs_per_s: alloc_rate(Tier::Dram),
+            cxl_allocs_per_s: alloc_rate(Tier::Cxl),
+            promoted: migrated(PROMOTION),
+            demoted: migrated(DEMOTION),
+        }
+    }
+
+    /// The name shown: comm, marked when it is the demo workload.
+    pub fn label(&self) -> String {
+        let comm = if self.comm.is_empty() { "?" } else { &self.comm };
+        if self.demo {
+            format!("{comm} [demo]")
+        } else {
+            comm.to_string()
+        }
+    }
+
+    fn matches_text(&self, needle: &str) -> bool {
+        if needle.is_empty() {
+            return true;
+        }
+        let needle = needle.to_lowercase();
+        self.pid.to_string().contains(&needle)
+            || self.comm.to_lowercase().contains(&needle)
+            || self.cmdline.to_lowercase().contains(&needle)
+            || (self.demo && "demo".contains(&needle))
+    }
+}
+
+fn cmp_opt(a: Option<f64>, b: Option<f64>) -> Ordering {
+    // Unknown sorts below every known value.
+    match (a, b) {
+        (Some(a), Some(b)) => a.total_cmp(&b),
+        (Some(_), None) => Ordering::Greater,
+        (None, Some(_)) => Ordering::Less,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+fn compare(a: &ProcessRow, b: &ProcessRow, key: SortKey) -> Ordering {
+    match key {
+        SortKey::Pid => a.pid.cmp(&b.pid),
+        SortKey::Comm => a.comm.cmp(&b.comm),
+        SortKey::Rss => a.rss_bytes.cmp(&b.rss_bytes),
+        SortKey::DramShare => cmp_opt(a.dram_share, b.dram_share),
+        SortKey::CxlShare => cmp_opt(a.cxl_share, b.cxl_share),
+        SortKey::FaultsPerS => a.faults_per_s.total_cmp(&b.faults_per_s).then(a.faults.cmp(&b.faults)),
+        SortKey::DramAllocsPerS => cmp_opt(a.dram_allocs_per_s, b.dram_allocs_per_s),
+        SortKey::CxlAllocsPerS => cmp_opt(a.cxl_allocs_per_s, b.cxl_allocs_per_s),
+        SortKey::Promotions => a.promoted.cmp(&b.promoted),
+        SortKey::Demotions => a.demoted.cmp(&b.demoted),
+    }
+}
+
+/// The process table: live processes the CLI selection admits (by default those the kernel saw
+/// doing memory work, plus the demo), narrowed by the `/` filter, sorted by the chosen column
+/// (pid breaks ties, so the order is stable from frame to frame).
+pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
+    let mut rows: Vec<ProcessRow> = scene
+        .model
+        .processes
+        .values()
+        .filter(|p| p.exited_at_ns.is_none())
+        .filter(|p| scene.filter.matches(p) || scene.demo.is_some_and(|d| d.pid == p.tgid))
+        .map(|p| ProcessRow::new(p, scene))
+        .filter(|r| r.matches_text(&app.filter))
+        .collect();
+    rows.sort_by(|a, b| {
+        let o = compare(a, b, app.sort);
+        let o = if app.descending { o.reverse() } else { o };
+        o.then(a.pid.cmp(&b.pid))
+    });
+    rows
+}
+
+/// Whether training processes can be told apart yet (job/rank detection, issue 5).
+pub const TRAINING_DETECTION: bool = false;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::test_scene::Fixture;
+
+    #[test]
+    fn rows_carry_residency_shares_rates_and_migrations() {
+        let f = Fixture::training();
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        let trainer = rows.iter().find(|r| r.pid == 4242).expect("trainer row");
+        // 3000 pages on node 0 (dram), 1000 on node 2 (cxl), 4 KiB pages.
+        assert_eq!(trainer.rss_bytes, Some(4000 * 4096));
+        assert_eq!(trainer.dram_share, Some(0.75));
+        assert_eq!(trainer.cxl_share, Some(0.25));
+        assert_eq!(trainer.promoted, 640);
+        assert_eq!(trainer.demoted, 0);
+        assert_eq!(trainer.faults, 52_000);
+        assert_eq!(trainer.faults_per_s, 1000.0);
+        assert_eq!(trainer.dram_allocs_per_s, Some(500.0));
+        assert_eq!(trainer.cxl_allocs_per_s, Some(250.0));
+        assert!(trainer.demo);
+        assert_eq!(trainer.label(), "python3 [demo]");
+    }
+
+    #[test]
+    fn default_order_is_busiest_first_and_sort_keys_reorder() {
+        let f = Fixture::training();
+        let scene = f.scene();
+        let pids = |app: &App| process_rows(&scene, app).iter().map(|r| r.pid).collect::<Vec<_>>();
+        assert_eq!(pids(&App::default()), vec![4242, 4243, 1200, 75]);
+        let by_pid = App { sort: SortKey::Pid, descending: false, ..App::default() };
+        assert_eq!(pids(&by_pid), vec![75, 1200, 4242, 4243]);
+        let by_cxl = App { sort: SortKey::CxlShare, descending: true, ..App::default() };
+        assert_eq!(pids(&by_cxl), vec![4243, 4242, 75, 1200], "unknown share sorts last, by pid");
+        let by_comm = App { sort: SortKey::Comm, descending: false, ..App::default() };
+        assert_eq!(pids(&by_comm), vec![75, 4242, 4243, 1200]);
+    }
+
+    #[test]
+    fn filter_matches_pid_comm_and_cmdline_case_insensitively() {
+        let f = Fixture::training();
+        let scene = f.scene();
+        let pids = |filter: &str| {
+            let app = App { filter: filter.into(), sort: SortKey::Pid, descending: false, ..App::default() };
+            process_rows(&scene, &app).iter().map(|r| r.pid).collect::<Vec<_>>()
+        };
+        assert_eq!(pids("TRAIN.PY"), vec![4242, 4243]);
+        assert_eq!(pids("1200"), vec![1200]);
+        assert_eq!(pids("nothing-like-this"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn exited_and_idle_processes_are_left_out() {
+        let mut f = Fixture::training();
+        f.model.processes.get_mut(&1200).expect("fixture").exited_at_ns = Some(1);
+        f.model.set_identity(77, "sleeper", "", 1);
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        assert!(rows.iter().all(|r| r.pid != 1200 && r.pid != 77));
+    }
+
+    #[test]
+    fn an_empty_model_gives_no_rows() {
+        let f = Fixture::empty();
+        assert!(process_rows(&f.scene(), &App::default()).is_empty());
+    }
+}

@@ -1,0 +1,150 @@
+//! The whole screen: title bar, view tabs, the current view, the key line, the help overlay.
+use ratatui::{
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+    widgets::Paragraph,
+    Frame,
+};
+
+use super::{app::View, format, health, help, latency, migrations, overview, process_detail, processes, rows, theme, App, Scene};
+
+/// Below this the views cannot say anything useful; a one-line notice is drawn instead.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 10;
+
+/// Draws one frame. Never panics, whatever the size of `f.area()` and the contents of the model.
+pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) {
+    let area = f.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!("tierscope: terminal {}x{} is too small (need {MIN_WIDTH}x{MIN_HEIGHT}); q quits", area.width, area.height);
+        f.render_widget(Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }), area);
+        return;
+    }
+    let [title, tabs, body, keys] =
+        Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(1), Constraint::Length(1)]).areas(area);
+    f.render_widget(title_line(scene, app), title);
+    f.render_widget(tab_line(app), tabs);
+    let rows = rows::process_rows(scene, app);
+    match app.view {
+        View::Overview => overview::draw(f, body, scene, app, &rows),
+        View::Processes => processes::draw(f, body, scene, app, &rows),
+        View::ProcessDetail => process_detail::draw(f, body, scene, app),
+        View::Migrations => migrations::draw(f, body, scene, app),
+        View::Latency => latency::draw(f, body, scene, app),
+        View::Health => health::draw(f, body, scene, app),
+    }
+    f.render_widget(key_line(app), keys);
+    if app.help {
+        help::draw(f, area);
+    }
+}
+
+fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
+    let mut spans = vec![Span::styled(" tierscope ", theme::accent()), Span::raw(scene.host.to_string())];
+    if let Some(d) = scene.demo {
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled(format!("DEMO workload pid {}", d.pid), theme::warn()));
+    }
+    if app.paused {
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled("PAUSED (p resumes)", theme::warn().add_modifier(ratatui::style::Modifier::REVERSED)));
+    }
+    let lost = scene.lost();
+    if lost > 0 {
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled(format!("lost {}", format::count(lost)), theme::bad()));
+    }
+    if scene.model.last_reading_ns > 0 {
+        spans.push(Span::styled(format!("  data {}", format::age(scene.model.last_reading_ns, scene.now_ns)), theme::dim()));
+    }
+    Paragraph::new(Line::from(spans))
+}
+
+fn tab_line(app: &App) -> Paragraph<'static> {
+    let mut spans = Vec::new();
+    for (i, v) in View::ALL.iter().enumerate() {
+        let label = format!(" {} {} ", i + 1, v.title());
+        spans.push(if *v == app.view { Span::styled(label, theme::selected()) } else { Span::raw(label) });
+    }
+    Paragraph::new(Line::from(spans))
+}
+
+fn key_line(app: &App) -> Paragraph<'static> {
+    if app.editing_filter {
+        return Paragraph::new(Line::from(vec![
+            Span::styled(" filter: ", theme::title()),
+            Span::raw(format!("{}▏", app.filter)),
+            Span::styled("  Enter apply  Esc clear", theme::dim()),
+        ]));
+    }
+    let mut s = String::from(" q quit  ? help  Tab view  p pause");
+    match app.view {
+        View::Processes | View::Overview => s.push_str("  ↑↓ select  Enter detail  / filter  s sort"),
+        View::ProcessDetail => s.push_str("  Esc back  ↑↓ scroll"),
+        _ => s.push_str("  ↑↓ scroll"),
+    }
+    let mut spans = vec![Span::styled(s, theme::dim())];
+    if !app.filter.is_empty() {
+        spans.push(Span::styled(format!("  filter: {}", app.filter), theme::warn()));
+    }
+    Paragraph::new(Line::from(spans))
+}
+
+/// Left-aligned in `w` cells (cut with … when longer).
+pub fn pad(s: &str, w: usize) -> String {
+    format!("{:<w$}", format::truncate(s, w))
+}
+
+/// Right-aligned in `w` cells.
+pub fn rpad(s: &str, w: usize) -> String {
+    format!("{:>w$}", format::truncate(s, w))
+}
+
+/// A section heading line.
+pub fn heading(s: &str) -> Line<'static> {
+    Line::from(Span::styled(s.to_string(), theme::title()))
+}
+
+/// Lines scrolled by `scroll`, clamped so the last line can still reach the bottom.
+pub fn scrolled(lines: Vec<Line<'static>>, area: Rect, scroll: usize) -> Paragraph<'static> {
+    let max = lines.len().saturating_sub(area.height as usize);
+    let top = scroll.min(max).min(u16::MAX as usize) as u16;
+    Paragraph::new(lines).scroll((top, 0))
+}
+
+/// Values as one row of block characters, scaled to their maximum (blank for zero).
+pub fn spark(values: &[u64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().max().unwrap_or(0);
+    values
+        .iter()
+        .map(|&v| {
+            if v == 0 || max == 0 {
+                ' '
+            } else {
+                let i = ((v as u128 * 7) / max as u128) as usize;
+                BARS[i.min(7)]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spark_scales_to_the_maximum() {
+        assert_eq!(spark(&[0, 1, 7, 14]), " ▁▄█");
+        assert_eq!(spark(&[]), "");
+        assert_eq!(spark(&[0, 0]), "  ");
+        assert_eq!(spark(&[u64::MAX, 1]), "█▁");
+    }
+
+    #[test]
+    fn padding_keeps_the_width() {
+        assert_eq!(pad("python3", 4), "pyt…");
+        assert_eq!(rpad("12", 4), "  12");
+        assert_eq!(pad("", 2), "  ");
+    }
+}

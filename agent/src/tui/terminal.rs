@@ -1,0 +1,132 @@
+//! Owning the terminal: raw mode and the alternate screen while the UI runs, given back in
+//! `Drop` and from the panic hook; stderr (where tracing and aya write) sent to a log file
+//! meanwhile, so nothing but the UI ever reaches the screen.
+use std::{
+    fs::OpenOptions,
+    io::{self, Stdout},
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicI32, Ordering},
+        Once,
+    },
+};
+
+use crossterm::{
+    cursor::{Hide, Show},
+    execute,
+    terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen},
+};
+use ratatui::{backend::CrosstermBackend, Terminal};
+
+/// The fd stderr was duplicated to before it went to the log file (-1: not redirected).
+static SAVED_STDERR: AtomicI32 = AtomicI32::new(-1);
+/// Whether the terminal is in raw mode on the alternate screen.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static HOOK: Once = Once::new();
+
+/// Where the UI's logs go: `$XDG_STATE_HOME/tierscope/top.log`, else `/tmp/tierscope-top.log`.
+pub fn log_path() -> PathBuf {
+    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("tierscope").join("top.log"),
+        None => PathBuf::from("/tmp/tierscope-top.log"),
+    }
+}
+
+/// Sends stderr to the log file until dropped.
+pub struct StderrToLog {
+    pub path: PathBuf,
+}
+
+impl StderrToLog {
+    pub fn start() -> io::Result<StderrToLog> {
+        let path = log_path();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        // SAFETY: dup/dup2 on fds we own (2 and the file just opened); no memory is involved.
+        let saved = unsafe { libc::dup(2) };
+        if saved < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::dup2(file.as_raw_fd(), 2) } < 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing the fd dup returned above.
+            unsafe { libc::close(saved) };
+            return Err(e);
+        }
+        SAVED_STDERR.store(saved, Ordering::SeqCst);
+        tracing::info!("tierscope top: logging to {}", path.display());
+        Ok(StderrToLog { path })
+    }
+}
+
+fn restore_stderr() {
+    let saved = SAVED_STDERR.swap(-1, Ordering::SeqCst);
+    if saved >= 0 {
+        // SAFETY: `saved` is the dup of the original stderr taken in `start`.
+        unsafe {
+            libc::dup2(saved, 2);
+            libc::close(saved);
+        }
+    }
+}
+
+impl Drop for StderrToLog {
+    fn drop(&mut self) {
+        restore_stderr();
+    }
+}
+
+/// The terminal while the UI owns it.
+pub struct TerminalGuard {
+    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+}
+
+impl TerminalGuard {
+    pub fn enter() -> io::Result<TerminalGuard> {
+        install_panic_hook();
+        enable_raw_mode()?;
+        ACTIVE.store(true, Ordering::SeqCst);
+        let mut out = io::stdout();
+        if let Err(e) = execute!(out, EnterAlternateScreen, Hide) {
+            restore_terminal();
+            return Err(e);
+        }
+        match Terminal::new(CrosstermBackend::new(out)) {
+            Ok(terminal) => Ok(TerminalGuard { terminal }),
+            Err(e) => {
+                restore_terminal();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Leaves raw mode and the alternate screen; does nothing when already done.
+pub fn restore_terminal() {
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = disable_raw_mode();
+        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+    }
+}
+
+/// On panic: give the terminal and stderr back first, so the message lands on a sane screen.
+fn install_panic_hook() {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            restore_stderr();
+            previous(info);
+        }));
+    });
+}
