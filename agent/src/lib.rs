@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod collect;
 pub mod commands;
+pub mod export;
 pub mod logging;
 pub mod model;
 pub mod topology;

@@ -1,5 +1,27 @@
-//! `tierscope run`: the headless agent with OTLP and Prometheus export. (Being built: issue 6.)
-use anyhow::Result;
+//! `tierscope run`: the headless agent. The collection loop folds kernel readings into the model
+//! and publishes export points; OTLP push and the Prometheus endpoint run as their own tasks and
+//! only read the published points, so a slow or dead receiver never stalls collection.
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use tokio::sync::watch;
+
+use crate::{
+    collect::session::Session,
+    export::{
+        cgroup,
+        config::{Config, Flags, Protocol},
+        instruments::{self, AgentHealth, ExportInput, NodeState, Tracked},
+        meter::{self, ExportStats, Latest},
+        otlp, prometheus,
+    },
+    model::{agent::Attach, Model},
+};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RunArgs {
@@ -15,8 +37,218 @@ pub struct RunArgs {
     /// Serve Prometheus text on this address (loopback by default), e.g. 127.0.0.1:9464.
     #[arg(long)]
     pub prometheus: Option<String>,
+    /// Export per-process series for this process (repeatable); the rest are summed as "other".
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// Export per-process series for processes whose comm or command line matches this regex.
+    #[arg(long = "match")]
+    pub pattern: Option<String>,
+    /// OTLP export interval in seconds (default 10, or OTEL_METRIC_EXPORT_INTERVAL).
+    #[arg(long)]
+    pub interval: Option<f64>,
 }
 
-pub fn run(_args: RunArgs) -> Result<i32> {
-    anyhow::bail!("the headless agent is not built yet: use `tierscope snapshot --json`")
+/// How long an exited tracked process keeps its own series before it is summed into "other".
+const EXITED_GRACE: Duration = Duration::from_secs(60);
+/// How long the OTLP task may try to send what is queued at shutdown.
+const DRAIN: Duration = Duration::from_secs(3);
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let interval_ms = match args.interval {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Some((s * 1000.0).round().max(1.0) as u64),
+        Some(s) => anyhow::bail!("--interval {s}: give seconds between 0 and 86400"),
+    };
+    let flags = Flags {
+        otlp_endpoint: args.otlp_endpoint,
+        otlp_protocol: args.otlp_protocol,
+        prometheus: args.prometheus,
+        interval_ms,
+        pids: args.pids,
+        pattern: args.pattern,
+    };
+    let cfg = Config::load(args.config.as_deref(), &flags)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(agent(cfg))
+}
+
+/// Which processes get their own series: sticky once chosen, bounded by `max_tracked`.
+struct Tracking {
+    tracked: BTreeMap<u32, Tracked>,
+    /// When a tracked process was first seen exited.
+    exited: BTreeMap<u32, Instant>,
+    full_warned: bool,
+}
+
+impl Tracking {
+    fn update(&mut self, model: &Model, cfg: &Config) {
+        let now = Instant::now();
+        for p in model.processes.values() {
+            if self.tracked.contains_key(&p.tgid) {
+                if p.exited_at_ns.is_some() {
+                    self.exited.entry(p.tgid).or_insert(now);
+                }
+                continue;
+            }
+            if p.exited_at_ns.is_some() || p.tgid == 0 {
+                continue;
+            }
+            let wanted = cfg.track_pids.contains(&p.tgid)
+                || cfg.track_pattern.as_ref().is_some_and(|re| !p.comm.is_empty() && (re.is_match(&p.comm) || re.is_match(&p.cmdline)));
+            if !wanted {
+                continue;
+            }
+            if self.tracked.len() >= cfg.max_tracked {
+                if !self.full_warned {
+                    tracing::warn!("{} processes tracked (collect.max_tracked): pid {} and later matches are summed as \"other\"", cfg.max_tracked, p.tgid);
+                    self.full_warned = true;
+                }
+                continue;
+            }
+            let id = std::fs::read_to_string(format!("/proc/{}/cgroup", p.tgid)).map(|t| cgroup::parse(&t)).unwrap_or_default();
+            self.tracked.insert(
+                p.tgid,
+                Tracked {
+                    pid: p.tgid,
+                    executable: p.comm.clone(),
+                    job: None,
+                    rank: None,
+                    pod_uid: id.pod_uid,
+                    container_id: id.container_id,
+                },
+            );
+        }
+        let gone: Vec<u32> = self.exited.iter().filter(|(_, t)| now.duration_since(**t) > EXITED_GRACE).map(|(p, _)| *p).collect();
+        for pid in gone {
+            self.exited.remove(&pid);
+            self.tracked.remove(&pid);
+        }
+        // Processes the model no longer knows cannot keep series either.
+        self.tracked.retain(|pid, _| model.processes.contains_key(pid));
+    }
+
+    fn live(&self) -> Vec<u32> {
+        self.tracked.keys().filter(|p| !self.exited.contains_key(p)).copied().collect()
+    }
+}
+
+fn node_states(s: &Session) -> Vec<NodeState> {
+    s.topology
+        .nodes
+        .iter()
+        .map(|n| {
+            let dir = Path::new("/sys/devices/system/node").join(format!("node{}", n.id));
+            let mem = std::fs::read_to_string(dir.join("meminfo")).ok().and_then(|t| crate::topology::parse::node_meminfo(&t).ok());
+            let vmstat = std::fs::read_to_string(dir.join("vmstat")).map(|t| crate::topology::parse::tiering_vmstat(&t)).unwrap_or_default();
+            NodeState {
+                id: n.id,
+                tier: n.tier.as_str().to_string(),
+                total_bytes: mem.and_then(|m| m.total_bytes).or(n.mem_total_bytes),
+                free_bytes: mem.and_then(|m| m.free_bytes),
+                vmstat,
+            }
+        })
+        .collect()
+}
+
+async fn agent(cfg: Config) -> Result<i32> {
+    // Bind first: a taken port fails in a second, before the probes load.
+    let listener = match cfg.prometheus {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("cannot serve Prometheus on {addr}: pick another address with --prometheus or prometheus.listen")
+        })?),
+        None => None,
+    };
+    let mut s = Session::start()?;
+    let latest = Arc::new(Latest::default());
+    let stats = Arc::new(ExportStats::default());
+    let host = super::snapshot::hostname();
+    let own = std::fs::read_to_string("/proc/self/cgroup").map(|t| cgroup::parse(&t)).unwrap_or_default();
+    let telemetry = meter::build(
+        meter::resource(&host, &own, &cfg.resource_attributes),
+        cfg.otlp.is_some(),
+        listener.is_some(),
+        latest.clone(),
+        stats.clone(),
+    )?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut otlp_task = None;
+    if let (Some(o), Some(reader)) = (&cfg.otlp, telemetry.otlp_reader.clone()) {
+        let exporter = otlp::exporter(o)?;
+        let settings = otlp::QueueSettings {
+            interval: cfg.interval,
+            capacity: cfg.queue_batches,
+            backoff_initial: cfg.backoff_initial,
+            backoff_max: cfg.backoff_max,
+            send_timeout: o.timeout + Duration::from_secs(1),
+        };
+        otlp_task = Some(tokio::spawn(otlp::run(exporter, reader, settings, stats.clone(), o.endpoint.clone(), stop_rx.clone(), DRAIN)));
+    }
+    let mut prom_task = None;
+    if let (Some(l), Some(registry)) = (listener, telemetry.prometheus.clone()) {
+        prom_task = Some(tokio::spawn(prometheus::serve(l, registry)));
+    }
+
+    let attached = s.probes.programs.iter().filter(|p| p.status == Attach::Attached).count();
+    let mut targets = Vec::new();
+    if let Some(o) = &cfg.otlp {
+        let proto = match o.protocol {
+            Protocol::Grpc => "gRPC",
+            Protocol::HttpProtobuf => "HTTP/protobuf",
+        };
+        targets.push(format!("OTLP {proto} to {} every {:.1?}", o.endpoint, cfg.interval));
+    }
+    if let Some(a) = cfg.prometheus {
+        targets.push(format!("Prometheus on http://{a}/metrics"));
+    }
+    // Tests and scripts wait for this line.
+    eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
+
+    let mut tracking = Tracking { tracked: BTreeMap::new(), exited: BTreeMap::new(), full_warned: false };
+    let mut health = AgentHealth { programs: s.probes.programs.clone(), ..Default::default() };
+    let mut next_scan = Instant::now();
+    let mut tick = tokio::time::interval(cfg.read_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+        s.read_counters();
+        tracking.update(&s.model, &cfg);
+        if Instant::now() >= next_scan {
+            let pids = tracking.live();
+            let t0 = Instant::now();
+            s.scan_residency(&pids);
+            health.scan_seconds += t0.elapsed().as_secs_f64();
+            health.scans += pids.len() as u64;
+            next_scan = Instant::now() + cfg.residency_interval;
+        }
+        health.channel_full = s.reader.channel_full.load(Ordering::Relaxed);
+        health.undecodable = s.reader.undecodable.load(Ordering::Relaxed);
+        let nodes = node_states(&s);
+        let points = instruments::points(&ExportInput {
+            model: &s.model,
+            nodes: &nodes,
+            tracked: &tracking.tracked,
+            page_size: s.page_size,
+            health: &health,
+        });
+        latest.publish(points);
+    }
+    let _ = stop_tx.send(true);
+    if let Some(t) = otlp_task {
+        let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), t).await;
+    }
+    if let Some(t) = prom_task {
+        t.abort();
+    }
+    let _ = telemetry.provider.shutdown();
+    Ok(0)
 }

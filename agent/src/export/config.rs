@@ -1,0 +1,454 @@
+//! `tierscope run` settings: a TOML file, the standard `OTEL_*` environment variables and the
+//! command line. Precedence: flags, then the file, then the environment, then defaults.
+//! Resolution is a pure function of the three so it is tested without touching the process.
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use regex::Regex;
+use serde::Deserialize;
+
+/// Where Prometheus text is served when nothing at all is configured.
+pub const DEFAULT_PROMETHEUS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {problem}")]
+    File { path: PathBuf, problem: String },
+    #[error("{what}: {problem}")]
+    Value { what: String, problem: String },
+}
+
+fn bad(what: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Value { what: what.into(), problem: problem.into() }
+}
+
+/// The file's shape. Unknown keys are errors: a typo must not silently change nothing.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub otlp: FileOtlp,
+    #[serde(default)]
+    pub prometheus: FilePrometheus,
+    #[serde(default)]
+    pub export: FileExport,
+    #[serde(default)]
+    pub collect: FileCollect,
+    #[serde(default)]
+    pub track: FileTrack,
+    #[serde(default)]
+    pub resource: FileResource,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileOtlp {
+    pub endpoint: Option<String>,
+    /// `grpc` or `http` (`http/protobuf`).
+    pub protocol: Option<String>,
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FilePrometheus {
+    /// `127.0.0.1:9464`, or a bare port (loopback).
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileExport {
+    pub interval_ms: Option<u64>,
+    pub queue_batches: Option<usize>,
+    pub backoff_initial_ms: Option<u64>,
+    pub backoff_max_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileCollect {
+    pub read_interval_ms: Option<u64>,
+    pub residency_interval_ms: Option<u64>,
+    pub max_tracked: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileTrack {
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    #[serde(rename = "match")]
+    pub pattern: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileResource {
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// What the command line gives (all optional).
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: Option<String>,
+    pub prometheus: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub pids: Vec<u32>,
+    pub pattern: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtlpConfig {
+    /// Full URL: for HTTP it ends in the signal path (`/v1/metrics`).
+    pub endpoint: String,
+    pub protocol: Protocol,
+    pub timeout: Duration,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Everything `tierscope run` needs, resolved.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub otlp: Option<OtlpConfig>,
+    pub prometheus: Option<SocketAddr>,
+    /// OTLP collection interval.
+    pub interval: Duration,
+    pub queue_batches: usize,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How often the kernel maps are folded into the model.
+    pub read_interval: Duration,
+    /// How often tracked processes' numa_maps are scanned (a page-table walk each).
+    pub residency_interval: Duration,
+    pub max_tracked: usize,
+    pub track_pids: Vec<u32>,
+    pub track_pattern: Option<Regex>,
+    pub resource_attributes: BTreeMap<String, String>,
+}
+
+impl Config {
+    /// Reads the file (if any) and the process environment, and resolves with `flags`.
+    pub fn load(file: Option<&Path>, flags: &Flags) -> Result<Config, ConfigError> {
+        let parsed = match file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError::File { path: p.to_path_buf(), problem: format!("cannot read it: {e}") })?;
+                parse_file(&text).map_err(|problem| ConfigError::File { path: p.to_path_buf(), problem })?
+            }
+            None => FileConfig::default(),
+        };
+        let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("OTEL_")).collect();
+        resolve(&parsed, flags, &env).map_err(|e| match (e, file) {
+            (ConfigError::Value { what, problem }, Some(p)) => {
+                ConfigError::File { path: p.to_path_buf(), problem: format!("{what}: {problem}") }
+            }
+            (e, _) => e,
+        })
+    }
+}
+
+/// Parses the TOML text; the error is one line with the line number.
+pub fn parse_file(text: &str) -> Result<FileConfig, String> {
+    toml::from_str::<FileConfig>(text).map_err(|e| {
+        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let msg = e.message().trim().replace('\n', " ");
+        match line {
+            Some(l) => format!("line {l}: {msg}"),
+            None => msg,
+        }
+    })
+}
+
+fn protocol(s: &str, what: &str) -> Result<Protocol, ConfigError> {
+    match s.trim() {
+        "grpc" => Ok(Protocol::Grpc),
+        "http" | "http/protobuf" => Ok(Protocol::HttpProtobuf),
+        "http/json" => Err(bad(what, "http/json is not supported: use grpc or http/protobuf")),
+        other => Err(bad(what, format!("unknown protocol {other:?}: use grpc or http (http/protobuf)"))),
+    }
+}
+
+/// `host:port`, `[v6]:port` or a bare port (loopback).
+pub fn listen_addr(s: &str, what: &str) -> Result<SocketAddr, ConfigError> {
+    let s = s.trim();
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse::<SocketAddr>()
+        .map_err(|_| bad(what, format!("{s:?} is not an address: give host:port such as 127.0.0.1:9464")))
+}
+
+/// Appends the metrics path to a base endpoint that has no path (`http://host:4318`).
+fn with_metrics_path(endpoint: &str) -> String {
+    let trimmed = endpoint.trim_end_matches('/');
+    let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, r)| r);
+    if after_scheme.contains('/') {
+        endpoint.to_string()
+    } else {
+        format!("{trimmed}/v1/metrics")
+    }
+}
+
+fn check_url(url: &str, what: &str) -> Result<(), ConfigError> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(bad(what, format!("{url:?} is not a URL: give http://host:port")));
+    }
+    if url.starts_with("https://") {
+        return Err(bad(what, format!("{url:?}: TLS is not built in; send to a local OpenTelemetry Collector over http://")));
+    }
+    Ok(())
+}
+
+fn ms(v: u64, what: &str) -> Result<Duration, ConfigError> {
+    if v == 0 {
+        return Err(bad(what, "must be more than 0"));
+    }
+    Ok(Duration::from_millis(v))
+}
+
+fn env_ms(env: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>, ConfigError> {
+    env.get(key)
+        .map(|v| v.trim().parse::<u64>().map_err(|_| bad(key, format!("{v:?} is not a number of milliseconds"))))
+        .transpose()
+}
+
+/// `k=v,k2=v2` (values percent-decoding is not applied; keep them plain).
+fn env_pairs(s: &str) -> BTreeMap<String, String> {
+    s.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+/// Flags win over the file, the file over `OTEL_*`, those over defaults.
+pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+    let env_get = |k: &str| env.get(k).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+
+    // OTLP: protocol first, since it decides how a base endpoint is completed.
+    let (proto, proto_what) = if let Some(p) = &flags.otlp_protocol {
+        (Some(p.clone()), "--otlp-protocol")
+    } else if let Some(p) = &file.otlp.protocol {
+        (Some(p.clone()), "otlp.protocol")
+    } else if let Some(p) = env_get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") {
+        (Some(p), "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+    } else {
+        (env_get("OTEL_EXPORTER_OTLP_PROTOCOL"), "OTEL_EXPORTER_OTLP_PROTOCOL")
+    };
+    let protocol = proto.as_deref().map(|p| protocol(p, proto_what)).transpose()?.unwrap_or(Protocol::Grpc);
+    // (url, what, whether it is a base to complete with /v1/metrics)
+    let endpoint = if let Some(e) = &flags.otlp_endpoint {
+        Some((e.clone(), "--otlp-endpoint", true))
+    } else if let Some(e) = &file.otlp.endpoint {
+        Some((e.clone(), "otlp.endpoint", true))
+    } else if let Some(e) = env_get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+        Some((e, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", false))
+    } else {
+        env_get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| (e, "OTEL_EXPORTER_OTLP_ENDPOINT", true))
+    };
+    let otlp = match endpoint {
+        None => None,
+        Some((url, what, base)) => {
+            let url = url.trim().to_string();
+            check_url(&url, what)?;
+            let endpoint = match protocol {
+                Protocol::HttpProtobuf if base => with_metrics_path(&url),
+                _ => url,
+            };
+            let timeout = match file.otlp.timeout_ms {
+                Some(v) => ms(v, "otlp.timeout_ms")?,
+                None => match env_ms(env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")?.or(env_ms(env, "OTEL_EXPORTER_OTLP_TIMEOUT")?) {
+                    Some(v) => ms(v, "OTEL_EXPORTER_OTLP_TIMEOUT")?,
+                    None => Duration::from_secs(10),
+                },
+            };
+            let mut headers = env_get("OTEL_EXPORTER_OTLP_HEADERS").map(|s| env_pairs(&s)).unwrap_or_default();
+            headers.extend(env_get("OTEL_EXPORTER_OTLP_METRICS_HEADERS").map(|s| env_pairs(&s)).unwrap_or_default());
+            headers.extend(file.otlp.headers.clone());
+            Some(OtlpConfig { endpoint, protocol, timeout, headers })
+        }
+    };
+
+    let prometheus = if let Some(p) = &flags.prometheus {
+        Some(listen_addr(p, "--prometheus")?)
+    } else if let Some(p) = &file.prometheus.listen {
+        Some(listen_addr(p, "prometheus.listen")?)
+    } else if otlp.is_none() {
+        // Nothing configured at all: serve Prometheus on loopback rather than export nowhere.
+        Some(DEFAULT_PROMETHEUS)
+    } else {
+        None
+    };
+
+    let interval = match (flags.interval_ms, file.export.interval_ms) {
+        (Some(v), _) => ms(v, "--interval")?,
+        (None, Some(v)) => ms(v, "export.interval_ms")?,
+        (None, None) => match env_ms(env, "OTEL_METRIC_EXPORT_INTERVAL")? {
+            Some(v) => ms(v, "OTEL_METRIC_EXPORT_INTERVAL")?,
+            None => Duration::from_secs(10),
+        },
+    };
+    let queue_batches = file.export.queue_batches.unwrap_or(60);
+    if queue_batches == 0 {
+        return Err(bad("export.queue_batches", "must be at least 1"));
+    }
+    let backoff_initial = ms(file.export.backoff_initial_ms.unwrap_or(500), "export.backoff_initial_ms")?;
+    let backoff_max = ms(file.export.backoff_max_ms.unwrap_or(30_000), "export.backoff_max_ms")?;
+    if backoff_max < backoff_initial {
+        return Err(bad("export.backoff_max_ms", "must not be less than export.backoff_initial_ms"));
+    }
+    let read_interval = ms(file.collect.read_interval_ms.unwrap_or(1000), "collect.read_interval_ms")?;
+    let residency_interval = ms(file.collect.residency_interval_ms.unwrap_or(10_000), "collect.residency_interval_ms")?;
+    let max_tracked = file.collect.max_tracked.unwrap_or(64);
+
+    let track_pids = if flags.pids.is_empty() { file.track.pids.clone() } else { flags.pids.clone() };
+    let (pattern, what) = match (&flags.pattern, &file.track.pattern) {
+        (Some(p), _) => (Some(p), "--match"),
+        (None, Some(p)) => (Some(p), "track.match"),
+        (None, None) => (None, ""),
+    };
+    let track_pattern =
+        pattern.map(|p| Regex::new(p).map_err(|e| bad(what, format!("not a valid regular expression: {e}")))).transpose()?;
+
+    Ok(Config {
+        otlp,
+        prometheus,
+        interval,
+        queue_batches,
+        backoff_initial,
+        backoff_max,
+        read_interval,
+        residency_interval,
+        max_tracked,
+        track_pids,
+        track_pattern,
+        resource_attributes: file.resource.attributes.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn nothing_configured_serves_prometheus_on_loopback_only() {
+        let c = resolve(&FileConfig::default(), &Flags::default(), &env(&[])).unwrap();
+        assert!(c.otlp.is_none());
+        assert_eq!(c.prometheus, Some(DEFAULT_PROMETHEUS));
+        assert_eq!(c.interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_the_environment() {
+        let file = parse_file(
+            "[otlp]\nendpoint = \"http://file:4318\"\nprotocol = \"http\"\n[export]\ninterval_ms = 2000\n[track]\nmatch = \"python\"\npids = [5]\n",
+        )
+        .unwrap();
+        let e = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317"), ("OTEL_METRIC_EXPORT_INTERVAL", "7000")]);
+        let c = resolve(&file, &Flags::default(), &e).unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!(o.endpoint, "http://file:4318/v1/metrics");
+        assert_eq!(o.protocol, Protocol::HttpProtobuf);
+        assert_eq!(c.interval, Duration::from_secs(2));
+        assert_eq!(c.track_pids, vec![5]);
+        assert!(c.prometheus.is_none(), "OTLP configured: no implicit Prometheus endpoint");
+
+        let flags = Flags {
+            otlp_endpoint: Some("http://flag:4317".into()),
+            otlp_protocol: Some("grpc".into()),
+            prometheus: Some("9999".into()),
+            interval_ms: Some(500),
+            pids: vec![9],
+            pattern: Some("torchrun".into()),
+        };
+        let c = resolve(&file, &flags, &e).unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!((o.endpoint.as_str(), o.protocol), ("http://flag:4317", Protocol::Grpc));
+        assert_eq!(c.prometheus, Some("127.0.0.1:9999".parse().unwrap()));
+        assert_eq!(c.interval, Duration::from_millis(500));
+        assert_eq!(c.track_pids, vec![9]);
+        assert!(c.track_pattern.unwrap().is_match("torchrun"));
+    }
+
+    #[test]
+    fn otel_environment_is_honoured() {
+        let e = env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=abc, x-team = ml"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "15000"),
+        ]);
+        let c = resolve(&FileConfig::default(), &Flags::default(), &e).unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!(o.endpoint, "http://collector:4318/v1/metrics");
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        assert_eq!(o.headers["api-key"], "abc");
+        assert_eq!(o.headers["x-team"], "ml");
+        assert_eq!(c.interval, Duration::from_secs(15));
+        // The per-signal variable is used as given.
+        let e = env(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://c:4318/custom"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
+        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), &e).unwrap().otlp.unwrap().endpoint, "http://c:4318/custom");
+    }
+
+    #[test]
+    fn bad_values_name_the_setting_and_say_what_to_do() {
+        let err = |file: &str, flags: Flags, e: &[(&str, &str)]| {
+            let f = parse_file(file).unwrap();
+            resolve(&f, &flags, &env(e)).unwrap_err().to_string()
+        };
+        let e = err("", Flags { otlp_protocol: Some("thrift".into()), otlp_endpoint: Some("http://x:1".into()), ..Default::default() }, &[]);
+        assert!(e.contains("--otlp-protocol") && e.contains("grpc"), "{e}");
+        let e = err("", Flags { otlp_endpoint: Some("collector:4317".into()), ..Default::default() }, &[]);
+        assert!(e.contains("--otlp-endpoint") && e.contains("http://"), "{e}");
+        let e = err("[prometheus]\nlisten = \"nowhere\"\n", Flags::default(), &[]);
+        assert!(e.contains("prometheus.listen"), "{e}");
+        let e = err("", Flags::default(), &[("OTEL_METRIC_EXPORT_INTERVAL", "soon")]);
+        assert!(e.contains("OTEL_METRIC_EXPORT_INTERVAL"), "{e}");
+        let e = err("[track]\nmatch = \"(\"\n", Flags::default(), &[]);
+        assert!(e.contains("track.match"), "{e}");
+        let e = err("[export]\nqueue_batches = 0\n", Flags::default(), &[]);
+        assert!(e.contains("queue_batches"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_are_one_line_with_the_line_number() {
+        let e = parse_file("[otlp]\nendpoint = \"http://x:1\"\nendpont = 3\n").unwrap_err();
+        assert!(e.starts_with("line 3:") && e.contains("endpont") && !e.contains('\n'), "{e}");
+        let e = parse_file("[export]\ninterval_ms = \"fast\"\n").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("tierscope-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.toml");
+        std::fs::write(&p, "[prometheus]\nlisten = 5\n").unwrap();
+        let e = Config::load(Some(&p), &Flags::default()).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("config file {}: line 2:", p.display())), "{e}");
+        let missing = dir.join("missing.toml");
+        let e = Config::load(Some(&missing), &Flags::default()).unwrap_err().to_string();
+        assert!(e.contains("missing.toml") && e.contains("cannot read"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,489 @@
+//! The exported metrics: one catalog (name, unit, kind, attributes, meaning) and a pure mapping
+//! from the model to data points. Nothing here does I/O; the SDK glue in [`super::meter`] observes
+//! the points this module computes.
+//!
+//! Names follow design.md: `tierscope.*`, dot-separated, a unit on every instrument, no `_total`
+//! (the Prometheus exporter adds suffixes). No semantic-convention name fits exactly: the
+//! per-node and per-tier splits are not in any convention.
+use std::collections::{BTreeMap, BTreeSet};
+
+use opentelemetry::KeyValue;
+
+use crate::model::{agent::ProgramStatus, Model};
+
+/// How an instrument is observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic, cumulative since the agent started (Prometheus `counter`, `_total`).
+    Counter,
+    /// A current value (Prometheus `gauge`).
+    Gauge,
+}
+
+/// One exported instrument.
+#[derive(Clone, Copy, Debug)]
+pub struct MetricDef {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub kind: Kind,
+    /// Whether values are floating point (seconds) rather than integers.
+    pub float: bool,
+    pub attributes: &'static [&'static str],
+    pub description: &'static str,
+}
+
+// Attribute names (design.md).
+pub const PID: &str = "process.pid";
+pub const EXE: &str = "process.executable.name";
+pub const NODE: &str = "tierscope.numa.node";
+pub const TIER: &str = "tierscope.memory.tier";
+pub const REASON: &str = "tierscope.migrate.reason";
+pub const RESULT: &str = "tierscope.migrate.result";
+pub const JOB: &str = "tierscope.job";
+pub const RANK: &str = "tierscope.rank";
+pub const POD_UID: &str = "k8s.pod.uid";
+pub const CONTAINER_ID: &str = "container.id";
+pub const QUANTILE: &str = "tierscope.quantile";
+pub const VMSTAT: &str = "tierscope.vmstat.counter";
+pub const DROP_REASON: &str = "tierscope.drop.reason";
+pub const PROGRAM_STATUS: &str = "tierscope.program.status";
+
+/// `process.executable.name` of the series that sums every untracked process.
+pub const OTHER: &str = "other";
+
+const PROC: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID];
+const PROC_NODE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, NODE, TIER];
+const PROC_MIGRATE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, REASON, RESULT];
+
+macro_rules! def {
+    ($id:ident, $name:literal, $unit:literal, $kind:ident, $float:literal, $attrs:expr, $desc:literal) => {
+        pub const $id: MetricDef =
+            MetricDef { name: $name, unit: $unit, kind: Kind::$kind, float: $float, attributes: $attrs, description: $desc };
+    };
+}
+
+def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
+    "User page faults taken by the process (kernel-mode faults on user addresses included); untracked processes are summed under process.executable.name=\"other\"");
+def!(PROCESS_ALLOCATIONS, "tierscope.process.page.allocations", "{page}", Counter, false, PROC_NODE,
+    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages)");
+def!(PROCESS_RESIDENT, "tierscope.process.memory.resident", "By", Gauge, false, PROC_NODE,
+    "Resident memory of a tracked process by NUMA node and tier, from its last numa_maps scan");
+def!(PROCESS_MIGRATIONS, "tierscope.process.migrations", "{page}", Counter, false, PROC_MIGRATE,
+    "Base pages migrated in the process's context, by reason (numa_misplaced = promotion, demotion, compaction...) and result");
+def!(PROCESS_NUMA_MOVES, "tierscope.process.numa.moves", "{move}", Counter, false, PROC,
+    "Scheduler NUMA task moves and swaps of the process's threads");
+def!(NODE_CAPACITY, "tierscope.node.memory.capacity", "By", Gauge, false, &[NODE, TIER],
+    "Memory of the NUMA node (nodeN/meminfo MemTotal)");
+def!(NODE_FREE, "tierscope.node.memory.free", "By", Gauge, false, &[NODE, TIER],
+    "Free memory of the NUMA node (nodeN/meminfo MemFree)");
+def!(NODE_ALLOCATIONS, "tierscope.node.page.allocations", "{page}", Counter, false, &[NODE, TIER],
+    "Base pages allocated on the node, every process and the kernel");
+def!(NODE_FREES, "tierscope.node.page.frees", "{page}", Counter, false, &[NODE, TIER],
+    "Base pages freed on the node");
+def!(NODE_TIERING, "tierscope.node.tiering.pages", "{page}", Counter, false, &[NODE, TIER, VMSTAT],
+    "The kernel's own promotion and demotion counters of the node (nodeN/vmstat pgpromote_*, pgdemote_*), since boot");
+def!(MIGRATIONS, "tierscope.memory.migrations", "{page}", Counter, false, &[REASON, RESULT],
+    "Base pages migrated on the host by reason and result, kernel threads (kswapd demotion) included");
+def!(MIGRATION_CALLS, "tierscope.memory.migration.calls", "{call}", Counter, false, &[REASON],
+    "migrate_pages() calls by reason");
+def!(MIGRATION_DURATION, "tierscope.memory.migration.duration", "s", Gauge, true, &[REASON, QUANTILE],
+    "migrate_pages() duration quantiles (0.5, 0.99, 1 = max) since the agent started; upper bounds of log2 buckets");
+def!(KERNEL_DROPPED, "tierscope.agent.kernel.dropped", "{event}", Counter, false, &[DROP_REASON],
+    "Events the kernel programs could not count (map full, read failed, unmapped pfn...)");
+def!(RINGBUF_LOST, "tierscope.agent.ringbuf.lost", "{event}", Counter, false, &[DROP_REASON],
+    "Discrete events lost between kernel and model: ring buffer full (kernel), agent channel full, undecodable");
+def!(EVENTS_RECEIVED, "tierscope.agent.events.received", "{event}", Counter, false, &[],
+    "Discrete events (exec, exit, policy, NUMA moves) folded into the model");
+def!(PROGRAMS, "tierscope.agent.programs", "{program}", Gauge, false, &[PROGRAM_STATUS],
+    "Kernel programs by status: attached, unsupported (kernel lacks the hook), failed");
+def!(TRACKED, "tierscope.agent.tracked.processes", "{process}", Gauge, false, &[],
+    "Processes exported with their own series (the rest are summed under \"other\")");
+def!(SCAN_DURATION, "tierscope.agent.scan.duration", "s", Counter, true, &[],
+    "Time spent reading numa_maps for residency (a page-table walk per process)");
+def!(SCANS, "tierscope.agent.scans", "{process}", Counter, false, &[],
+    "numa_maps scans done (one per tracked process per residency interval)");
+def!(EXPORT_COLLECTIONS, "tierscope.agent.export.collections", "{batch}", Counter, false, &[],
+    "OTLP batches collected (one per export interval); the batch's own number");
+def!(EXPORT_DROPPED, "tierscope.agent.export.dropped", "{batch}", Counter, false, &[],
+    "OTLP batches dropped: the queue was full while the receiver was down or slow, or the receiver rejected them");
+def!(EXPORT_FAILURES, "tierscope.agent.export.failures", "{attempt}", Counter, false, &[],
+    "OTLP export attempts that failed (each is retried with backoff until its batch is dropped)");
+def!(EXPORT_QUEUED, "tierscope.agent.export.queue.size", "{batch}", Gauge, false, &[],
+    "OTLP batches waiting in the export queue");
+
+/// Every instrument, in documentation order.
+pub const CATALOG: &[MetricDef] = &[
+    PROCESS_FAULTS, PROCESS_ALLOCATIONS, PROCESS_RESIDENT, PROCESS_MIGRATIONS, PROCESS_NUMA_MOVES,
+    NODE_CAPACITY, NODE_FREE, NODE_ALLOCATIONS, NODE_FREES, NODE_TIERING,
+    MIGRATIONS, MIGRATION_CALLS, MIGRATION_DURATION,
+    KERNEL_DROPPED, RINGBUF_LOST, EVENTS_RECEIVED, PROGRAMS, TRACKED, SCAN_DURATION, SCANS,
+    EXPORT_COLLECTIONS, EXPORT_DROPPED, EXPORT_FAILURES, EXPORT_QUEUED,
+];
+
+/// A value of one data point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    U64(u64),
+    F64(f64),
+}
+
+/// One data point: attributes and value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub attributes: Vec<KeyValue>,
+    pub value: Value,
+}
+
+/// Metric name -> its points, as of one model reading.
+pub type Points = BTreeMap<&'static str, Vec<Point>>;
+
+/// What a node looks like at export time (meminfo and vmstat are re-read by the caller).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeState {
+    pub id: u32,
+    pub tier: String,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    /// pgpromote_* / pgdemote_* counters of nodeN/vmstat.
+    pub vmstat: BTreeMap<String, u64>,
+}
+
+/// A process exported with its own series, and the labels it carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tracked {
+    pub pid: u32,
+    pub executable: String,
+    pub job: Option<String>,
+    pub rank: Option<u32>,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+}
+
+/// The agent's own health besides what the model holds.
+#[derive(Clone, Debug, Default)]
+pub struct AgentHealth {
+    pub programs: Vec<ProgramStatus>,
+    pub channel_full: u64,
+    pub undecodable: u64,
+    pub scan_seconds: f64,
+    pub scans: u64,
+}
+
+/// Everything the mapping reads.
+pub struct ExportInput<'a> {
+    pub model: &'a Model,
+    pub nodes: &'a [NodeState],
+    /// By pid; processes not here are folded into `other`.
+    pub tracked: &'a BTreeMap<u32, Tracked>,
+    pub page_size: u64,
+    pub health: &'a AgentHealth,
+}
+
+fn process_attrs(t: &Tracked) -> Vec<KeyValue> {
+    let mut a = vec![KeyValue::new(PID, t.pid as i64), KeyValue::new(EXE, t.executable.clone())];
+    if let Some(j) = &t.job {
+        a.push(KeyValue::new(JOB, j.clone()));
+    }
+    if let Some(r) = t.rank {
+        a.push(KeyValue::new(RANK, r as i64));
+    }
+    if let Some(p) = &t.pod_uid {
+        a.push(KeyValue::new(POD_UID, p.clone()));
+    }
+    if let Some(c) = &t.container_id {
+        a.push(KeyValue::new(CONTAINER_ID, c.clone()));
+    }
+    a
+}
+
+fn with(mut base: Vec<KeyValue>, more: impl IntoIterator<Item = KeyValue>) -> Vec<KeyValue> {
+    base.extend(more);
+    base
+}
+
+fn node_attrs(node: u32, tier: &str) -> [KeyValue; 2] {
+    [KeyValue::new(NODE, node as i64), KeyValue::new(TIER, tier.to_string())]
+}
+
+fn push(points: &mut Points, def: &MetricDef, attributes: Vec<KeyValue>, value: Value) {
+    points.entry(def.name).or_default().push(Point { attributes, value });
+}
+
+/// Maps the model to data points. Per-process series only for `tracked` processes; every other
+/// process is summed into one `process.executable.name="other"` series (no pid) so totals stay
+/// right while cardinality stays bounded.
+pub fn points(input: &ExportInput<'_>) -> Points {
+    let m = input.model;
+    let mut out = Points::new();
+    let tier_of = |node: u32| -> &str {
+        input.nodes.iter().find(|n| n.id == node).map_or("unknown", |n| n.tier.as_str())
+    };
+
+    // Per process; untracked summed into `other`.
+    let other = vec![KeyValue::new(EXE, OTHER)];
+    let mut other_faults = 0u64;
+    let mut other_moves = 0u64;
+    let mut other_allocs: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut other_migr: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let mut tracked_seen = 0u64;
+    for p in m.processes.values() {
+        let Some(t) = input.tracked.get(&p.tgid) else {
+            other_faults += p.faults;
+            other_moves += p.numa_moves;
+            for (&n, &c) in &p.alloc_pages_by_node {
+                *other_allocs.entry(n).or_default() += c;
+            }
+            for (reason, tot) in &p.migrations {
+                *other_migr.entry((reason.clone(), "succeeded")).or_default() += tot.succeeded;
+                *other_migr.entry((reason.clone(), "failed")).or_default() += tot.failed;
+            }
+            continue;
+        };
+        tracked_seen += 1;
+        let a = process_attrs(t);
+        push(&mut out, &PROCESS_FAULTS, a.clone(), Value::U64(p.faults));
+        push(&mut out, &PROCESS_NUMA_MOVES, a.clone(), Value::U64(p.numa_moves));
+        for (&n, &c) in &p.alloc_pages_by_node {
+            push(&mut out, &PROCESS_ALLOCATIONS, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
+        }
+        for (reason, tot) in &p.migrations {
+            for (result, v) in [("succeeded", tot.succeeded), ("failed", tot.failed)] {
+                let attrs = with(a.clone(), [KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)]);
+                push(&mut out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
+            }
+        }
+        if let Some((r, _)) = &p.residency {
+            for (&n, &pages) in &r.pages_by_node {
+                let bytes = pages.saturating_mul(input.page_size);
+                push(&mut out, &PROCESS_RESIDENT, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(bytes));
+            }
+        }
+    }
+    push(&mut out, &PROCESS_FAULTS, other.clone(), Value::U64(other_faults));
+    push(&mut out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(other_moves));
+    for (n, c) in other_allocs {
+        push(&mut out, &PROCESS_ALLOCATIONS, with(other.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
+    }
+    for ((reason, result), v) in other_migr {
+        let attrs = with(other.clone(), [KeyValue::new(REASON, reason), KeyValue::new(RESULT, result)]);
+        push(&mut out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
+    }
+    push(&mut out, &TRACKED, vec![], Value::U64(tracked_seen));
+
+    // Per node: every node the topology knows, and any node the counters name.
+    let mut node_ids: BTreeSet<u32> = input.nodes.iter().map(|n| n.id).collect();
+    node_ids.extend(m.alloc_pages_by_node.keys());
+    node_ids.extend(m.freed_pages_by_node.keys());
+    for id in node_ids {
+        let na = node_attrs(id, tier_of(id));
+        push(&mut out, &NODE_ALLOCATIONS, na.to_vec(), Value::U64(m.alloc_pages_by_node.get(&id).copied().unwrap_or(0)));
+        push(&mut out, &NODE_FREES, na.to_vec(), Value::U64(m.freed_pages_by_node.get(&id).copied().unwrap_or(0)));
+        let Some(n) = input.nodes.iter().find(|n| n.id == id) else { continue };
+        if let Some(b) = n.total_bytes {
+            push(&mut out, &NODE_CAPACITY, na.to_vec(), Value::U64(b));
+        }
+        if let Some(b) = n.free_bytes {
+            push(&mut out, &NODE_FREE, na.to_vec(), Value::U64(b));
+        }
+        for (name, &v) in n.vmstat.iter().filter(|(k, _)| k.starts_with("pgpromote_") || k.starts_with("pgdemote_")) {
+            push(&mut out, &NODE_TIERING, with(na.to_vec(), [KeyValue::new(VMSTAT, name.clone())]), Value::U64(v));
+        }
+    }
+
+    // Host-wide migrations (kswapd's demotions included).
+    for (reason, t) in &m.migrations {
+        for (result, v) in [("succeeded", t.succeeded), ("failed", t.failed)] {
+            push(&mut out, &MIGRATIONS, vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)], Value::U64(v));
+        }
+        push(&mut out, &MIGRATION_CALLS, vec![KeyValue::new(REASON, reason.clone())], Value::U64(t.calls));
+    }
+    for (reason, h) in m.migrate_latency.iter().filter(|(_, h)| h.count() > 0) {
+        let s = h.summary();
+        for (q, ns) in [("0.5", s.p50_ns), ("0.99", s.p99_ns), ("1", s.max_ns)] {
+            let attrs = vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(QUANTILE, q)];
+            push(&mut out, &MIGRATION_DURATION, attrs, Value::F64(ns as f64 / 1e9));
+        }
+    }
+
+    // The agent's own health.
+    let h = input.health;
+    for (name, &v) in m.kernel_stats.iter() {
+        match *name {
+            // Not a loss: the kernel programs skip the agent's own tgid on purpose.
+            "agent_filtered" => {}
+            "ringbuf_full" => push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v)),
+            other => push(&mut out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
+        }
+    }
+    push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "channel_full")], Value::U64(h.channel_full));
+    push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "undecodable")], Value::U64(h.undecodable));
+    push(&mut out, &EVENTS_RECEIVED, vec![], Value::U64(m.events_seen));
+    let mut by_status: BTreeMap<&'static str, u64> =
+        [("attached", 0), ("unsupported", 0), ("failed", 0)].into_iter().collect();
+    for p in &h.programs {
+        let s = match p.status {
+            crate::model::agent::Attach::Attached => "attached",
+            crate::model::agent::Attach::Unsupported => "unsupported",
+            crate::model::agent::Attach::Failed => "failed",
+        };
+        *by_status.entry(s).or_default() += 1;
+    }
+    for (s, n) in by_status {
+        push(&mut out, &PROGRAMS, vec![KeyValue::new(PROGRAM_STATUS, s)], Value::U64(n));
+    }
+    push(&mut out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
+    push(&mut out, &SCANS, vec![], Value::U64(h.scans));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        collect::procfs::NumaResidency,
+        model::{agent::Attach, migration::MigrationTotals, reading::CounterReading},
+    };
+
+    fn find<'a>(p: &'a Points, name: &str, want: &[(&str, &str)]) -> Vec<&'a Point> {
+        p.get(name)
+            .map(|v| {
+                v.iter()
+                    .filter(|pt| {
+                        want.iter().all(|(k, val)| pt.attributes.iter().any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *val))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn one(p: &Points, name: &str, want: &[(&str, &str)]) -> Value {
+        let f = find(p, name, want);
+        assert_eq!(f.len(), 1, "{name} {want:?}: {f:?}");
+        f[0].value
+    }
+
+    fn model() -> Model {
+        let mut m = Model::default();
+        let mut r = CounterReading {
+            at_ns: 1,
+            faults: [(10, 500), (11, 7), (12, 3)].into(),
+            allocs: [((10, 0), 100), ((10, 2), 40), ((11, 2), 5), ((12, 2), 1)].into(),
+            frees_by_node: [(0, 30)].into(),
+            ..Default::default()
+        };
+        r.migrations.insert((10, 8, 0), MigrationTotals { calls: 2, succeeded: 64, failed: 1, ..Default::default() });
+        r.migrations.insert((11, 5, 0), MigrationTotals { calls: 1, succeeded: 9, failed: 0, ..Default::default() });
+        r.migrate_latency.insert(8, {
+            let mut b = vec![0u64; 40];
+            b[10] = 1; // ~1-2 us
+            b[20] = 1; // ~1-2 ms
+            b
+        });
+        r.kernel_stats.insert("map_full", 3);
+        r.kernel_stats.insert("ringbuf_full", 2);
+        r.kernel_stats.insert("agent_filtered", 999);
+        m.apply_reading(&r);
+        m.set_identity(10, "python3", "python3 train.py", 1);
+        m.set_residency(10, NumaResidency { pages_by_node: [(0, 256), (2, 1024)].into(), ..Default::default() }, 1);
+        m
+    }
+
+    fn nodes() -> Vec<NodeState> {
+        vec![
+            NodeState { id: 0, tier: "dram".into(), total_bytes: Some(1 << 30), free_bytes: Some(1 << 29), vmstat: [("pgdemote_kswapd".into(), 77), ("numa_hit".into(), 5)].into() },
+            NodeState { id: 2, tier: "cxl".into(), total_bytes: Some(1 << 31), free_bytes: None, vmstat: BTreeMap::new() },
+        ]
+    }
+
+    fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
+        let m = model();
+        let n = nodes();
+        let h = AgentHealth {
+            programs: vec![ProgramStatus { name: "a", hook: "h".into(), feature: "f", status: Attach::Unsupported, reason: None }],
+            channel_full: 4,
+            undecodable: 1,
+            scan_seconds: 0.25,
+            scans: 3,
+        };
+        points(&ExportInput { model: &m, nodes: &n, tracked, page_size: 4096, health: &h })
+    }
+
+    #[test]
+    fn tracked_processes_get_series_and_the_rest_fold_into_other() {
+        let tracked = BTreeMap::from([(10, Tracked { pid: 10, executable: "python3".into(), rank: Some(3), ..Default::default() })]);
+        let p = run(&tracked);
+        assert_eq!(one(&p, "tierscope.process.faults", &[(PID, "10"), (RANK, "3")]), Value::U64(500));
+        assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(10));
+        assert_eq!(p["tierscope.process.faults"].len(), 2);
+        assert_eq!(one(&p, "tierscope.process.page.allocations", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]), Value::U64(40));
+        assert_eq!(one(&p, "tierscope.process.page.allocations", &[(EXE, OTHER), (NODE, "2")]), Value::U64(6));
+        assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "cxl")]), Value::U64(1024 * 4096));
+        assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "dram")]), Value::U64(256 * 4096));
+        assert_eq!(one(&p, "tierscope.process.migrations", &[(PID, "10"), (REASON, "demotion"), (RESULT, "succeeded")]), Value::U64(64));
+        assert_eq!(one(&p, "tierscope.process.migrations", &[(EXE, OTHER), (REASON, "numa_misplaced"), (RESULT, "succeeded")]), Value::U64(9));
+        assert_eq!(one(&p, "tierscope.agent.tracked.processes", &[]), Value::U64(1));
+        // No pid on the folded series.
+        assert!(find(&p, "tierscope.process.faults", &[(EXE, OTHER)])[0].attributes.iter().all(|kv| kv.key.as_str() != PID));
+    }
+
+    #[test]
+    fn nothing_tracked_still_adds_up() {
+        let p = run(&BTreeMap::new());
+        assert_eq!(p["tierscope.process.faults"].len(), 1);
+        assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(510));
+        assert!(!p.contains_key("tierscope.process.memory.resident"));
+    }
+
+    #[test]
+    fn nodes_migrations_and_health() {
+        let p = run(&BTreeMap::new());
+        assert_eq!(one(&p, "tierscope.node.memory.capacity", &[(NODE, "2"), (TIER, "cxl")]), Value::U64(1 << 31));
+        assert!(find(&p, "tierscope.node.memory.free", &[(NODE, "2")]).is_empty(), "unknown free is not exported as 0");
+        assert_eq!(one(&p, "tierscope.node.page.allocations", &[(NODE, "0")]), Value::U64(100));
+        assert_eq!(one(&p, "tierscope.node.page.frees", &[(NODE, "0")]), Value::U64(30));
+        assert_eq!(one(&p, "tierscope.node.page.frees", &[(NODE, "2")]), Value::U64(0));
+        assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "pgdemote_kswapd")]), Value::U64(77));
+        assert!(find(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "numa_hit")]).is_empty());
+        assert_eq!(one(&p, "tierscope.memory.migrations", &[(REASON, "demotion"), (RESULT, "failed")]), Value::U64(1));
+        assert_eq!(one(&p, "tierscope.memory.migration.calls", &[(REASON, "demotion")]), Value::U64(2));
+        let Value::F64(max) = one(&p, "tierscope.memory.migration.duration", &[(REASON, "demotion"), (QUANTILE, "1")]) else {
+            panic!("duration is not f64")
+        };
+        assert!((0.001..0.0022).contains(&max), "max {max}");
+        assert_eq!(one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "map_full")]), Value::U64(3));
+        assert!(find(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "agent_filtered")]).is_empty());
+        assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "ringbuf_full")]), Value::U64(2));
+        assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "channel_full")]), Value::U64(4));
+        assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, "unsupported")]), Value::U64(1));
+        assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, "attached")]), Value::U64(0));
+        assert_eq!(one(&p, "tierscope.agent.scan.duration", &[]), Value::F64(0.25));
+    }
+
+    #[test]
+    fn every_point_belongs_to_a_cataloged_metric_with_its_declared_attributes() {
+        let tracked = BTreeMap::from([(10, Tracked { pid: 10, executable: "python3".into(), job: Some("j".into()), rank: Some(0), pod_uid: Some("u".into()), container_id: Some("c".into()) })]);
+        let p = run(&tracked);
+        for (name, pts) in &p {
+            let def = CATALOG.iter().find(|d| d.name == *name).unwrap_or_else(|| panic!("{name} not in the catalog"));
+            for pt in pts {
+                for kv in &pt.attributes {
+                    assert!(def.attributes.contains(&kv.key.as_str()), "{name} carries undeclared {}", kv.key);
+                }
+                assert_eq!(matches!(pt.value, Value::F64(_)), def.float, "{name}: value type");
+            }
+        }
+    }
+
+    #[test]
+    fn catalog_names_follow_the_naming_rules() {
+        let mut seen = BTreeSet::new();
+        for d in CATALOG {
+            assert!(seen.insert(d.name), "{} twice", d.name);
+            assert!(d.name.starts_with("tierscope."), "{}", d.name);
+            assert!(d.name.split('.').all(|s| !s.is_empty()), "{}", d.name);
+            assert!(!d.name.ends_with("total"), "{}: the Prometheus exporter adds _total", d.name);
+            assert!(!d.unit.is_empty(), "{} has no unit", d.name);
+            assert!(!d.description.is_empty());
+        }
+    }
+}

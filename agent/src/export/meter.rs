@@ -1,0 +1,221 @@
+//! OpenTelemetry SDK glue: one meter provider with an observable instrument per catalog entry,
+//! read by a manual reader (the OTLP queue owns each collected batch) and by the Prometheus
+//! exporter's reader. Callbacks only copy the latest [`Points`]: collection publishes them,
+//! readers never touch collectors.
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, Weak,
+    },
+    time::Duration,
+};
+
+use opentelemetry::{metrics::MeterProvider as _, KeyValue};
+use opentelemetry_sdk::{
+    error::OTelSdkResult,
+    metrics::{
+        data::ResourceMetrics, reader::MetricReader, InstrumentKind, ManualReader, Pipeline, SdkMeterProvider,
+        Temporality,
+    },
+    Resource,
+};
+
+use super::instruments::{self, Kind, MetricDef, Points, Value};
+
+/// The latest points, replaced whole by the collection loop.
+#[derive(Default)]
+pub struct Latest(Mutex<Arc<Points>>);
+
+impl Latest {
+    pub fn publish(&self, p: Points) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = Arc::new(p);
+        }
+    }
+    pub fn get(&self) -> Arc<Points> {
+        self.0.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+}
+
+/// The export queue's own counters, observed at collection time.
+#[derive(Debug, Default)]
+pub struct ExportStats {
+    pub collections: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failures: AtomicU64,
+    pub queued: AtomicU64,
+    /// Batches the receiver accepted.
+    pub sent: AtomicU64,
+}
+
+/// A manual reader shared between the provider and the OTLP task.
+#[derive(Clone, Debug)]
+pub struct SharedReader(pub Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline)
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+pub struct Telemetry {
+    pub provider: SdkMeterProvider,
+    pub otlp_reader: Option<SharedReader>,
+    pub prometheus: Option<prometheus::Registry>,
+}
+
+/// The resource: the SDK's detectors (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`), then
+/// `host.name` and what the agent's own cgroup says, then the config file's attributes.
+pub fn resource(host: &str, own_cgroup: &super::cgroup::CgroupIdentity, extra: &BTreeMap<String, String>) -> Resource {
+    let mut b = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        b = b.with_service_name("tierscope");
+    }
+    let env_attrs = std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+    if !host.is_empty() && !env_attrs.contains("host.name=") {
+        b = b.with_attribute(KeyValue::new("host.name", host.to_string()));
+    }
+    if let Some(u) = &own_cgroup.pod_uid {
+        b = b.with_attribute(KeyValue::new("k8s.pod.uid", u.clone()));
+    }
+    if let Some(c) = &own_cgroup.container_id {
+        b = b.with_attribute(KeyValue::new("container.id", c.clone()));
+    }
+    b.with_attributes(extra.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()))).build()
+}
+
+fn observe_u64(latest: &Latest, name: &str, o: &dyn opentelemetry::metrics::AsyncInstrument<u64>) {
+    if let Some(pts) = latest.get().get(name) {
+        for p in pts {
+            if let Value::U64(v) = p.value {
+                o.observe(v, &p.attributes);
+            }
+        }
+    }
+}
+
+fn observe_f64(latest: &Latest, name: &str, o: &dyn opentelemetry::metrics::AsyncInstrument<f64>) {
+    if let Some(pts) = latest.get().get(name) {
+        for p in pts {
+            if let Value::F64(v) = p.value {
+                o.observe(v, &p.attributes);
+            }
+        }
+    }
+}
+
+/// The export counters are read live (not from the model).
+fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
+    let a = match def.name {
+        n if n == instruments::EXPORT_COLLECTIONS.name => &stats.collections,
+        n if n == instruments::EXPORT_DROPPED.name => &stats.dropped,
+        n if n == instruments::EXPORT_FAILURES.name => &stats.failures,
+        n if n == instruments::EXPORT_QUEUED.name => &stats.queued,
+        _ => return None,
+    };
+    Some(a.load(Ordering::Relaxed))
+}
+
+/// Builds the provider with the requested readers and registers every instrument.
+pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Latest>, stats: Arc<ExportStats>) -> anyhow::Result<Telemetry> {
+    use anyhow::Context as _;
+    let mut b = SdkMeterProvider::builder().with_resource(resource);
+    let otlp_reader = otlp.then(|| SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build())));
+    if let Some(r) = &otlp_reader {
+        b = b.with_reader(r.clone());
+    }
+    let registry = if prometheus {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .build()
+            .context("building the Prometheus exporter")?;
+        b = b.with_reader(exporter);
+        Some(registry)
+    } else {
+        None
+    };
+    let provider = b.build();
+    let meter = provider.meter("tierscope");
+    for def in instruments::CATALOG {
+        let (l, s, d) = (latest.clone(), stats.clone(), *def);
+        // The SDK keeps registered callbacks for the provider's life; the handles can go.
+        match (def.kind, def.float) {
+            (Kind::Counter, false) => {
+                meter.u64_observable_counter(def.name).with_unit(def.unit).with_description(def.description)
+                    .with_callback(move |o| match export_stat(&s, &d) {
+                        Some(v) => o.observe(v, &[]),
+                        None => observe_u64(&l, d.name, o),
+                    })
+                    .build();
+            }
+            (Kind::Counter, true) => {
+                meter.f64_observable_counter(def.name).with_unit(def.unit).with_description(def.description)
+                    .with_callback(move |o| observe_f64(&l, d.name, o))
+                    .build();
+            }
+            (Kind::Gauge, false) => {
+                meter.u64_observable_gauge(def.name).with_unit(def.unit).with_description(def.description)
+                    .with_callback(move |o| match export_stat(&s, &d) {
+                        Some(v) => o.observe(v, &[]),
+                        None => observe_u64(&l, d.name, o),
+                    })
+                    .build();
+            }
+            (Kind::Gauge, true) => {
+                meter.f64_observable_gauge(def.name).with_unit(def.unit).with_description(def.description)
+                    .with_callback(move |o| observe_f64(&l, d.name, o))
+                    .build();
+            }
+        }
+    }
+    Ok(Telemetry { provider, otlp_reader, prometheus: registry })
+}
+
+/// Renders the Prometheus text exposition (collects through the Prometheus reader).
+pub fn prometheus_text(registry: &prometheus::Registry) -> Result<String, prometheus::Error> {
+    let families = registry.gather();
+    let mut out = String::new();
+    prometheus::TextEncoder::new().encode_utf8(&families, &mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::instruments::Point;
+
+    #[test]
+    fn prometheus_text_has_units_suffixes_and_the_points() {
+        let latest = Arc::new(Latest::default());
+        let stats = Arc::new(ExportStats::default());
+        stats.dropped.store(3, Ordering::Relaxed);
+        let mut p = Points::new();
+        p.insert(
+            instruments::PROCESS_RESIDENT.name,
+            vec![Point { attributes: vec![KeyValue::new(instruments::PID, 42i64), KeyValue::new(instruments::TIER, "cxl")], value: Value::U64(8192) }],
+        );
+        p.insert(instruments::SCAN_DURATION.name, vec![Point { attributes: vec![], value: Value::F64(0.5) }]);
+        latest.publish(p);
+        let t = build(Resource::builder_empty().build(), false, true, latest, stats).unwrap();
+        let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
+        assert!(text.contains("# TYPE tierscope_process_memory_resident_bytes gauge"), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("tierscope_process_memory_resident_bytes{")
+            && l.contains("process_pid=\"42\"") && l.contains("tierscope_memory_tier=\"cxl\"") && l.ends_with(" 8192")), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("tierscope_agent_scan_duration_seconds_total") && l.ends_with(" 0.5")), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("tierscope_agent_export_dropped_total") && l.ends_with(" 3")), "{text}");
+    }
+}

@@ -1,0 +1,368 @@
+//! OTLP export against receivers built on the official protobuf definitions: the generated gRPC
+//! `MetricsService` server, and an HTTP endpoint that decodes `POST /v1/metrics` bodies as
+//! `ExportMetricsServiceRequest`. A workload child touches a known number of pages; the agent's
+//! numbers for it are checked against that and against its numa_maps. Then the gRPC receiver is
+//! stopped for a while and restarted: the agent must keep running with bounded memory, export
+//! must resume, and `tierscope.agent.export.dropped` must equal the batches that never arrived.
+//! Needs root and TIERSCOPE_BIN (`cargo xtask test` sets it).
+mod export_support;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read as _, Write as _},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use export_support::*;
+use opentelemetry_proto::tonic::{
+    collector::metrics::v1::{
+        metrics_service_server::{MetricsService, MetricsServiceServer},
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    },
+    common::v1::{any_value, AnyValue},
+    metrics::v1::{metric, number_data_point, AggregationTemporality},
+};
+use prost::Message as _;
+
+const PAGES: usize = 8192; // 32 MiB
+
+/// One data point, flattened.
+#[derive(Clone, Debug)]
+struct Pt {
+    name: String,
+    unit: String,
+    /// "sum" or "gauge".
+    kind: &'static str,
+    monotonic: bool,
+    cumulative: bool,
+    attrs: BTreeMap<String, String>,
+    value: f64,
+    resource: BTreeMap<String, String>,
+}
+
+fn any(v: &Option<AnyValue>) -> String {
+    match v.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
+    let mut out = Vec::new();
+    for rm in &req.resource_metrics {
+        let resource: BTreeMap<String, String> =
+            rm.resource.iter().flat_map(|r| &r.attributes).map(|kv| (kv.key.clone(), any(&kv.value))).collect();
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let (kind, monotonic, cumulative, dps) = match &m.data {
+                    Some(metric::Data::Sum(s)) => {
+                        ("sum", s.is_monotonic, s.aggregation_temporality == AggregationTemporality::Cumulative as i32, &s.data_points)
+                    }
+                    Some(metric::Data::Gauge(g)) => ("gauge", false, false, &g.data_points),
+                    other => panic!("{}: unexpected data {other:?}", m.name),
+                };
+                for dp in dps {
+                    let value = match dp.value {
+                        Some(number_data_point::Value::AsInt(i)) => i as f64,
+                        Some(number_data_point::Value::AsDouble(d)) => d,
+                        None => panic!("{}: data point without a value", m.name),
+                    };
+                    out.push(Pt {
+                        name: m.name.clone(),
+                        unit: m.unit.clone(),
+                        kind,
+                        monotonic,
+                        cumulative,
+                        attrs: dp.attributes.iter().map(|kv| (kv.key.clone(), any(&kv.value))).collect(),
+                        value,
+                        resource: resource.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+type Received = Arc<Mutex<Vec<ExportMetricsServiceRequest>>>;
+
+struct Grpc(Received);
+
+#[tonic::async_trait]
+impl MetricsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse { partial_success: None }))
+    }
+}
+
+/// Starts the gRPC receiver on `addr`; dropping the sender stops it (listener closed).
+fn start_grpc(rt: &tokio::runtime::Runtime, addr: SocketAddr, received: Received) -> tokio::sync::oneshot::Sender<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).expect("binding the gRPC receiver");
+    rt.spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(Grpc(received)))
+            .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("gRPC receiver");
+    });
+    tx
+}
+
+/// Every point of every request received so far.
+fn all(received: &Received) -> Vec<Vec<Pt>> {
+    received.lock().unwrap().iter().map(flatten).collect()
+}
+
+fn find<'a>(batch: &'a [Pt], name: &str, attrs: &[(&str, &str)]) -> Vec<&'a Pt> {
+    batch.iter().filter(|p| p.name == name && attrs.iter().all(|(k, v)| p.attrs.get(*k).map(String::as_str) == Some(*v))).collect()
+}
+
+fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let received: Received = Arc::default();
+    let stop = start_grpc(&rt, addr, received.clone());
+
+    let marker = format!("tierscope-otlp-test-{}", std::process::id());
+    let dir = std::env::temp_dir().join(&marker);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("tierscope.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[otlp]\nendpoint = \"http://{addr}\"\nprotocol = \"grpc\"\ntimeout_ms = 1000\n\
+             [export]\ninterval_ms = 500\nqueue_batches = 4\nbackoff_initial_ms = 200\nbackoff_max_ms = 800\n\
+             [collect]\nread_interval_ms = 200\nresidency_interval_ms = 500\n\
+             [track]\nmatch = \"{marker}\"\n"
+        ),
+    )
+    .unwrap();
+    // Untracked by pid: the marker in the child's command line selects it.
+    let mut agent = Agent::start(bin, &["--config", config.to_str().unwrap()], &[]);
+    let work = Workload::start(PAGES, &marker);
+    let pid = work.pid().to_string();
+    let expected_resident = numa_maps_bytes(work.pid());
+
+    // 1. The workload's numbers arrive, with names, units, kinds and attributes.
+    let batch = wait_for(Duration::from_secs(30), || {
+        all(&received).into_iter().rev().find(|b| {
+            find(b, "tierscope.process.faults", &[("process.pid", &pid)]).iter().any(|p| p.value >= PAGES as f64)
+                && !find(b, "tierscope.process.memory.resident", &[("process.pid", &pid)]).is_empty()
+        })
+    })
+    .unwrap_or_else(|| {
+        let names: BTreeSet<String> = all(&received).iter().flatten().map(|p| p.name.clone()).collect();
+        panic!(
+            "no batch with the workload's faults >= {PAGES} and residency; {} requests, names {names:?}; agent stderr:\n{}",
+            received.lock().unwrap().len(),
+            agent.stderr.lock().unwrap()
+        )
+    });
+    let faults = find(&batch, "tierscope.process.faults", &[("process.pid", &pid)]);
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    let f = faults[0];
+    assert_eq!((f.unit.as_str(), f.kind, f.monotonic, f.cumulative), ("{fault}", "sum", true, true), "{f:?}");
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    assert_eq!(f.attrs["process.executable.name"], comm.trim());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(f.resource.get("host.name").map(String::as_str), Some(host.trim()), "resource {:?}", f.resource);
+    assert_eq!(f.resource.get("service.name").map(String::as_str), Some("tierscope"));
+
+    let allocs = find(&batch, "tierscope.process.page.allocations", &[("process.pid", &pid)]);
+    assert!(!allocs.is_empty());
+    for a in &allocs {
+        assert_eq!((a.unit.as_str(), a.kind, a.monotonic), ("{page}", "sum", true));
+        assert!(a.attrs.contains_key("tierscope.numa.node") && a.attrs.contains_key("tierscope.memory.tier"), "{a:?}");
+    }
+    let alloc_total: f64 = allocs.iter().map(|a| a.value).sum();
+    assert!(alloc_total >= PAGES as f64, "allocated pages {alloc_total} < touched {PAGES}");
+
+    let resident = find(&batch, "tierscope.process.memory.resident", &[("process.pid", &pid)]);
+    for r in &resident {
+        assert_eq!((r.unit.as_str(), r.kind), ("By", "gauge"), "{r:?}");
+    }
+    let resident_total: f64 = resident.iter().map(|r| r.value).sum();
+    let expected = expected_resident as f64;
+    assert!(resident_total >= (PAGES * PAGE) as f64, "resident {resident_total} < touched {}", PAGES * PAGE);
+    assert!((resident_total - expected).abs() <= expected * 0.1, "resident {resident_total} vs numa_maps {expected}");
+
+    // The rest of the host is folded into one series without a pid.
+    let other = find(&batch, "tierscope.process.faults", &[("process.executable.name", "other")]);
+    assert_eq!(other.len(), 1);
+    assert!(!other[0].attrs.contains_key("process.pid"));
+    // Agent health and per-node series are there.
+    for name in ["tierscope.agent.export.collections", "tierscope.agent.export.dropped", "tierscope.agent.programs",
+                 "tierscope.agent.ringbuf.lost", "tierscope.node.page.allocations", "tierscope.node.memory.capacity"] {
+        assert!(batch.iter().any(|p| p.name == name), "{name} missing");
+    }
+    assert_eq!(find(&batch, "tierscope.agent.export.dropped", &[])[0].value, 0.0, "nothing dropped yet");
+
+    // 2. Receiver down for 4 s (8 intervals, queue of 4): the agent keeps going, memory bounded.
+    let rss_before = agent.rss_kib();
+    drop(stop);
+    std::thread::sleep(Duration::from_millis(500));
+    let before_outage = received.lock().unwrap().len();
+    std::thread::sleep(Duration::from_secs(4));
+    agent.assert_alive();
+    let rss_during = agent.rss_kib();
+    assert!(rss_during < rss_before + 32 * 1024, "agent RSS grew from {rss_before} KiB to {rss_during} KiB while the receiver was down");
+    assert!(received.lock().unwrap().len() <= before_outage + 1, "requests arrived while the receiver was down");
+
+    // 3. Receiver back on the same address: export resumes.
+    let _stop2 = start_grpc(&rt, addr, received.clone());
+    let resumed = wait_for(Duration::from_secs(15), || (received.lock().unwrap().len() > before_outage + 2).then_some(()));
+    assert!(resumed.is_some(), "export did not resume; agent stderr:\n{}", agent.stderr.lock().unwrap());
+    // Let the queue drain and a few fresh batches arrive.
+    std::thread::sleep(Duration::from_secs(3));
+    agent.assert_alive();
+
+    // 4. The books: batches numbered 1..=M, those never received are exactly the dropped count
+    // that batch M reports.
+    let batches = all(&received);
+    let seq = |b: &[Pt]| find(b, "tierscope.agent.export.collections", &[]).first().map(|p| p.value as u64);
+    let seqs: BTreeSet<u64> = batches.iter().filter_map(|b| seq(b)).collect();
+    let last = batches.iter().max_by_key(|b| seq(b).unwrap_or(0)).unwrap();
+    let m = seq(last).unwrap();
+    let dropped = find(last, "tierscope.agent.export.dropped", &[])[0].value as u64;
+    let failures = find(last, "tierscope.agent.export.failures", &[])[0].value as u64;
+    let missing = (1..=m).filter(|s| !seqs.contains(s)).count() as u64;
+    assert!(failures > 0, "no failed attempts counted during the outage");
+    assert!(dropped >= 3, "a 4 s outage at 0.5 s with a queue of 4 must drop batches; dropped {dropped}");
+    assert_eq!(missing, dropped, "batches 1..={m}: {missing} never arrived, agent says {dropped} dropped");
+    // The workload's counter is still there and did not go backwards.
+    let after = find(last, "tierscope.process.faults", &[("process.pid", &pid)]);
+    assert!(after.first().is_some_and(|p| p.value >= f.value), "{after:?}");
+
+    assert_eq!(agent.stop(), Some(0), "tierscope run did not exit cleanly on SIGTERM");
+    drop(work);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("export_otlp grpc: ok ({m} batches, {dropped} dropped during the outage, {failures} failed attempts)");
+}
+
+/// The HTTP/protobuf receiver: one request per connection, records path, content type and body.
+fn start_http(received: Received, paths: Arc<Mutex<Vec<(String, String)>>>) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 8192];
+            let (head, body_start) = loop {
+                let n = match c.read(&mut chunk) {
+                    Ok(0) | Err(_) => break (String::new(), 0),
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break (String::from_utf8_lossy(&buf[..i]).into_owned(), i + 4);
+                }
+            };
+            if head.is_empty() {
+                continue;
+            }
+            let header = |name: &str| {
+                head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                })
+            };
+            let len: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            while buf.len() < body_start + len {
+                let n = c.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let path = head.lines().next().unwrap_or("").split_whitespace().nth(1).unwrap_or("").to_string();
+            paths.lock().unwrap().push((path, header("content-type").unwrap_or_default()));
+            let body = &buf[body_start..(body_start + len).min(buf.len())];
+            let reply = ExportMetricsServiceResponse { partial_success: None }.encode_to_vec();
+            match ExportMetricsServiceRequest::decode(body) {
+                Ok(req) => {
+                    received.lock().unwrap().push(req);
+                    let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
+                    let _ = c.write_all(&reply);
+                }
+                Err(e) => {
+                    let msg = format!("undecodable body: {e}");
+                    let _ = write!(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}", msg.len());
+                }
+            }
+        }
+    });
+    port
+}
+
+fn http_protobuf_through_the_environment(bin: &std::path::PathBuf) {
+    let received: Received = Arc::default();
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let port = start_http(received.clone(), paths.clone());
+    let marker = format!("tierscope-otlp-http-{}", std::process::id());
+    // Endpoint, protocol and resource attributes from the standard variables; interval by flag.
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start(
+        bin,
+        &["--match", &marker, "--interval", "0.5"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test,tierscope.test=http"),
+        ],
+    );
+    let work = Workload::start(PAGES, &marker);
+    let pid = work.pid().to_string();
+    let batch = wait_for(Duration::from_secs(30), || {
+        all(&received).into_iter().rev().find(|b| find(b, "tierscope.process.faults", &[("process.pid", &pid)]).iter().any(|p| p.value >= PAGES as f64))
+    })
+    .unwrap_or_else(|| panic!("no HTTP batch with the workload's faults; paths {:?}; stderr:\n{}", paths.lock().unwrap(), agent.stderr.lock().unwrap()));
+    let (path, ctype) = paths.lock().unwrap()[0].clone();
+    assert_eq!(path, "/v1/metrics");
+    assert_eq!(ctype, "application/x-protobuf");
+    let f = find(&batch, "tierscope.process.faults", &[("process.pid", &pid)])[0];
+    assert_eq!(f.unit, "{fault}");
+    assert_eq!(f.resource.get("deployment.environment").map(String::as_str), Some("test"), "{:?}", f.resource);
+    assert_eq!(f.resource.get("tierscope.test").map(String::as_str), Some("http"));
+    assert_eq!(agent.stop(), Some(0));
+    drop(work);
+    println!("export_otlp http: ok");
+}
+
+fn bad_config_is_one_line_and_exit_1(bin: &std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tierscope-badconf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.toml");
+    std::fs::write(&p, "[otlp]\nendpoint = \"http://127.0.0.1:4317\"\nprotocl = \"grpc\"\n").unwrap();
+    let out = std::process::Command::new(bin).args(["run", "--config", p.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(p.to_str().unwrap()) && lines[0].contains("line 3") && lines[0].contains("protocl"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("export_otlp bad config: ok");
+}
+
+fn main() {
+    if child_mode() {
+        return;
+    }
+    let Some(bin) = agent_bin("export_otlp") else { return };
+    bad_config_is_one_line_and_exit_1(&bin);
+    http_protobuf_through_the_environment(&bin);
+    grpc_workload_and_outage(&bin);
+}

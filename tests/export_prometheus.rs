@@ -1,0 +1,137 @@
+//! The Prometheus endpoint against Debian's real `prometheus` server: the agent serves on
+//! loopback, `promtool check metrics` accepts the scrape body, and a Prometheus started by the
+//! test scrapes the agent and answers queries for the workload's series.
+//! Needs root, TIERSCOPE_BIN, and the `prometheus` package (promtool included).
+mod export_support;
+
+use std::{
+    io::Write as _,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use export_support::*;
+
+const PAGES: usize = 4096; // 16 MiB
+
+fn need(tool: &str) -> std::path::PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/sbin"]) {
+        let p = std::path::Path::new(dir).join(tool);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{tool} is not installed: `cargo xtask setup` installs it (apt-get install prometheus)");
+}
+
+/// A Prometheus server scraping `target` every second; killed on drop.
+struct Prometheus {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    pub addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_prometheus(target: &str) -> Prometheus {
+    let bin = need("prometheus");
+    let dir = std::env::temp_dir().join(format!("tierscope-prom-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tierscope\n    static_configs:\n      - targets: ['{target}']\n"),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new(bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting prometheus");
+    Prometheus { child, dir, addr }
+}
+
+/// Runs an instant query; returns the first sample's value.
+fn query(prom: &str, q: &str) -> Option<f64> {
+    let (status, body) = http_get(prom, &format!("/api/v1/query?query={}", urlencode(q))).ok()?;
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["data"]["result"].as_array()?.first()?["value"][1].as_str()?.parse().ok()
+}
+
+fn main() {
+    if child_mode() {
+        return;
+    }
+    let Some(bin) = agent_bin("export_prometheus") else { return };
+    let promtool = need("promtool");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let marker = format!("tierscope-prom-test-{}", std::process::id());
+    let agent = Agent::start(&bin, &["--prometheus", &listen, "--match", &marker], &[]);
+    let work = Workload::start(PAGES, &marker);
+    let pid = work.pid().to_string();
+
+    // The endpoint itself: the workload's series with its labels, after a read or two.
+    let body = wait_for(Duration::from_secs(20), || {
+        let (status, body) = http_get(&listen, "/metrics").ok()?;
+        assert_eq!(status, 200);
+        (sample(&body, "tierscope_process_faults_total", &[("process_pid", &pid)])? >= PAGES as f64).then_some(body)
+    })
+    .unwrap_or_else(|| panic!("no workload faults on /metrics; agent stderr:\n{}", agent.stderr.lock().unwrap()));
+    assert!(body.contains("# TYPE tierscope_process_faults_total counter"));
+    assert!(body.contains("# TYPE tierscope_node_memory_capacity_bytes gauge"));
+    let allocated: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("tierscope_process_page_allocations_total{") && l.contains(&format!("process_pid=\"{pid}\"")))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(allocated >= PAGES as f64, "allocated {allocated} < {PAGES}");
+    assert!(sample(&body, "target_info", &[("service_name", "tierscope")]).is_some(), "no target_info with the resource");
+    assert_eq!(http_get(&listen, "/nope").unwrap().0, 404);
+
+    // promtool's linter on the scrape body.
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+
+    // A real Prometheus scraping the agent.
+    let prom = start_prometheus(&listen);
+    let q = format!("tierscope_process_faults_total{{process_pid=\"{pid}\"}}");
+    let v = wait_for(Duration::from_secs(40), || query(&prom.addr, &q).filter(|v| *v >= PAGES as f64));
+    assert!(
+        v.is_some(),
+        "Prometheus has no {q} >= {PAGES}; its log:\n{}",
+        std::fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default()
+    );
+    let up = query(&prom.addr, "up{job=\"tierscope\"}");
+    assert_eq!(up, Some(1.0));
+    let tiers = query(&prom.addr, "count(tierscope_node_memory_capacity_bytes) by (tierscope_memory_tier)");
+    assert!(tiers.is_some_and(|n| n >= 1.0), "no node capacity by tier in Prometheus");
+
+    drop(prom);
+    assert_eq!(agent.stop(), Some(0));
+    drop(work);
+    println!("export_prometheus: ok (faults {:?})", v);
+}
