@@ -142,9 +142,17 @@ fn no_figures(_: &Report) -> Vec<Figure> {
 /// the workload sleeps (nothing moves), for the bound node 1 region and the node 0 region.
 fn residency(r: &Report) -> Vec<Figure> {
     let p = r.process();
-    ["0", "1"]
-        .iter()
-        .map(|n| {
+    // This shape has no CXL device: node 1 is slower DRAM known from HMAT and memory tiers.
+    let tier1 = r.node(1).and_then(|n| n.get("tier")).and_then(Value::as_str);
+    let not_cxl = Figure {
+        name: "node1 tier is not cxl (no CXL device in this shape)".into(),
+        kernel: None,
+        agent: None,
+        ok: tier1.is_some_and(|t| t != "cxl"),
+        rule: format!("agent says {:?}", tier1.unwrap_or("<absent>")),
+    };
+    std::iter::once(not_cxl)
+        .chain(["0", "1"].iter().map(|n| {
             Figure::close(
                 &format!("resident_pages node{n}"),
                 r.truth(&format!("numa_maps.N{n}")),
@@ -152,7 +160,7 @@ fn residency(r: &Report) -> Vec<Figure> {
                 0.01,
                 16.0,
             )
-        })
+        }))
         .collect()
 }
 
@@ -240,13 +248,14 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let json = r#"{"processes":[{"pid":42,"resident_pages_by_node":{"0":8190,"1":12000}}]}"#;
+        let json = r#"{"nodes":[{"id":1,"tier":"cxl"}],"processes":[{"pid":42,"resident_pages_by_node":{"0":8190,"1":12000}}]}"#;
         let r = Report::parse(&lines, Some(json));
         assert_eq!(r.truth("pid"), Some(42.0));
         assert_eq!(r.checks, vec![(true, "bound".to_string())]);
         let f = residency(&r);
-        assert!(f[0].ok, "{f:?}");
-        assert!(!f[1].ok, "12000 vs 12288 is off by more than 1%: {f:?}");
+        assert!(!f[0].ok, "node 1 has no CXL device behind it: {f:?}");
+        assert!(f[1].ok, "{f:?}");
+        assert!(!f[2].ok, "12000 vs 12288 is off by more than 1%: {f:?}");
     }
 
     #[test]
