@@ -97,3 +97,61 @@ fn check_reports_programs_and_fentry_detection() {
     assert!(v["btf"].as_bool().is_some());
     assert!(out.status.success());
 }
+
+#[test]
+#[ignore = "requires root"]
+fn slow_tier_allocation_sites_name_the_allocating_function() {
+    require_root_and_agent!();
+    // No CXL here: declare node 0 the CXL tier (as `[tiers] cxl = [0]` would) so every
+    // allocation takes the sampled-site path; the QEMU guest tests the real CXL node.
+    let mut w = Workload::start(WORKLOAD, &["touch", "16"]);
+    let pid = w.pid;
+    let agent = Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0", "--site-sample-every", "4"]);
+    let done = w.go();
+    let pages: u64 = done["pages"].parse().expect("pages");
+    let snap = agent.finish();
+    w.finish();
+    let p = process(&snap, pid);
+    let sites = p["top_cxl_alloc_sites"].as_array().cloned().unwrap_or_default();
+    assert!(!sites.is_empty(), "no CXL allocation sites: {p}");
+    let top = &sites[0];
+    let frames: Vec<String> = top["frames"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
+    eprintln!("top site: {} pages, frames {frames:?}", top["pages"]);
+    assert!(frames.iter().any(|f| f.contains("touch")), "the workload's `touch` is not among {frames:?}");
+    let estimated: u64 = sites.iter().filter_map(|s| s["pages"].as_u64()).sum();
+    // One in four allocations sampled: the estimate is the workload's pages within sampling noise.
+    assert!(estimated as f64 >= pages as f64 * 0.7, "estimated {estimated} pages vs {pages} touched");
+    assert_eq!(p["resident_bytes_by_tier"]["cxl"].as_u64().map(|b| b >= pages * 4096), Some(true), "{p}");
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_launcher_and_two_ranks_form_one_job() {
+    require_root_and_agent!();
+    // A torchrun-like launcher (python) that starts two workers with RANK/LOCAL_RANK/WORLD_SIZE,
+    // each touching memory, as torchrun does.
+    let script = r#"
+import os, sys, subprocess, time, mmap
+procs = []
+for r in range(2):
+    env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_PORT="29500")
+    procs.append(subprocess.Popen([sys.executable, "-c", "import mmap,time\nm=mmap.mmap(-1,8<<20)\nfor i in range(0,8<<20,4096): m[i]=1\ntime.sleep(4)"], env=env))
+for p in procs: p.wait()
+"#;
+    let agent = Agent::snapshot(&["--duration", "3", "--match", "torch_dist_launch"]);
+    let mut launcher = std::process::Command::new("python3")
+        .args(["-c", script, "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_launch"])
+        .spawn()
+        .expect("python3 launcher");
+    let snap = agent.finish();
+    let _ = launcher.wait();
+    let procs = snap["processes"].as_array().cloned().unwrap_or_default();
+    let lpid = launcher.id();
+    let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
+    assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
+    let mut ranks: Vec<u64> = procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).filter_map(|p| p["rank"].as_u64()).collect();
+    ranks.sort();
+    eprintln!("job {job}: ranks {ranks:?}");
+    assert_eq!(ranks, vec![0, 1]);
+    assert!(procs.iter().filter(|p| p["job"] == job).all(|p| p["role"].is_string()));
+}

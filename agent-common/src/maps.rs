@@ -9,6 +9,18 @@ pub const LOG2_BUCKETS: u32 = 64;
 /// Migration reasons the kernel programs keep histograms for (MR_TYPES is 10 in 6.12).
 pub const MAX_MIGRATE_REASONS: u32 = 16;
 
+/// `BLOCK_NODE` values: node id + 1 in the low bits, this flag when the node is on the CXL tier.
+pub const BLOCK_NODE_CXL: u32 = 1 << 31;
+
+/// A sampled allocation site on the CXL tier: the allocating process and its user stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteKey {
+    pub tgid: u32,
+    pub stack_id: u32,
+}
+const _: () = assert!(core::mem::size_of::<SiteKey>() == 8);
+
 /// A per-CPU "last key + pending count" slot that absorbs runs of events from the same tgid
 /// before touching the hash map (measured: 61 ns vs 98 ns per fault). Userspace adds `pending`
 /// to the map's value for `tgid` when it reads.

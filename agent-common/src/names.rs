@@ -16,9 +16,12 @@ pub mod map {
     pub const FAULT_LATENCY: &str = "FAULT_LATENCY";
     pub const EVENTS: &str = "EVENTS";
     pub const STATS: &str = "STATS";
+    pub const STACKS: &str = "STACKS";
+    pub const CXL_SITES: &str = "CXL_SITES";
+    pub const SITE_SAMPLER: &str = "SITE_SAMPLER";
     pub const ALL: &[&str] = &[
         FAULTS, FAULT_CACHE, ALLOCS, ALLOC_CACHE, FREES, BLOCK_NODE, MIGRATIONS, MIGRATE_START,
-        MIGRATE_LATENCY, FAULT_START, FAULT_LATENCY, EVENTS, STATS,
+        MIGRATE_LATENCY, FAULT_START, FAULT_LATENCY, EVENTS, STATS, STACKS, CXL_SITES, SITE_SAMPLER,
     ];
 }
 
@@ -32,6 +35,9 @@ pub mod global {
     pub const PAGE_ALLOC_LAYOUT: &str = "PAGE_ALLOC_LAYOUT";
     /// [`crate::layout::PageLayout`] of `kmem:mm_page_free`.
     pub const PAGE_FREE_LAYOUT: &str = "PAGE_FREE_LAYOUT";
+    /// `u32`: take the user stack of one in this many page allocations on a CXL-tier node
+    /// (0: never).
+    pub const SITE_SAMPLE_EVERY: &str = "SITE_SAMPLE_EVERY";
     /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
 }

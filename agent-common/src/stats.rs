@@ -20,6 +20,8 @@ pub enum Stat {
     MigrateNoStart = 6,
     /// A fault-latency exit without a recorded entry.
     FaultNoStart = 7,
+    /// A user stack could not be taken for a CXL allocation (kernel thread, no frames, map full).
+    StackFailed = 8,
 }
 
 /// Number of slots in the `STATS` map.
@@ -27,7 +29,7 @@ pub const STAT_SLOTS: u32 = 16;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 8] = [
+    pub const ALL: [(Stat, &'static str); 9] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -36,5 +38,6 @@ impl Stat {
         (Stat::AgentFiltered, "agent_filtered"),
         (Stat::MigrateNoStart, "migrate_no_start"),
         (Stat::FaultNoStart, "fault_no_start"),
+        (Stat::StackFailed, "stack_failed"),
     ];
 }

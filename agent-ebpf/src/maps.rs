@@ -1,7 +1,7 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout},
@@ -14,6 +14,8 @@ use tierscope_common::{
 pub static AGENT_TGID: u32 = 0;
 #[unsafe(no_mangle)]
 pub static BLOCK_PAGES_SHIFT: u32 = 15;
+#[unsafe(no_mangle)]
+pub static SITE_SAMPLE_EVERY: u32 = 1;
 #[unsafe(no_mangle)]
 pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
 #[unsafe(no_mangle)]
@@ -53,3 +55,12 @@ pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);
+/// User stacks of sampled CXL-tier allocations.
+#[map]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+/// (tgid, stack id) -> sampled pages allocated on CXL-tier nodes.
+#[map]
+pub static CXL_SITES: PerCpuHashMap<SiteKey, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+/// Per-CPU countdown to the next sampled CXL allocation.
+#[map]
+pub static SITE_SAMPLER: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);

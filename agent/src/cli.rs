@@ -30,6 +30,8 @@ pub enum Command {
         duration: f64,
         #[command(flatten)]
         select: Select,
+        #[command(flatten)]
+        tiers: TierFlags,
     },
     /// The live terminal UI (the default command).
     Top(commands::top::TopArgs),
@@ -70,6 +72,27 @@ impl Select {
     }
 }
 
+/// Tier and sampling settings shared by the watching commands.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TierFlags {
+    /// Treat node N as the CXL tier whatever sysfs says (repeatable; like config `[tiers] cxl`).
+    #[arg(long = "cxl-node")]
+    pub cxl_nodes: Vec<u32>,
+    /// Take the user stack of one in N page allocations on CXL-tier nodes (0: never).
+    #[arg(long, default_value_t = 1)]
+    pub site_sample_every: u32,
+}
+
+impl TierFlags {
+    pub fn session_options(&self, pattern: Option<regex::Regex>) -> crate::collect::session::SessionOptions {
+        crate::collect::session::SessionOptions {
+            pattern,
+            tiers: crate::topology::TierOverrides { cxl: self.cxl_nodes.clone(), dram: vec![] },
+            site_sample_every: Some(self.site_sample_every),
+        }
+    }
+}
+
 /// Runs the command; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     let command = cli.command.unwrap_or(Command::Top(commands::top::TopArgs::default()));
@@ -77,12 +100,13 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Top(args) => commands::top::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Check { json } => commands::check::run(json),
-        Command::Snapshot { json: _, duration, select } => {
+        Command::Snapshot { json: _, duration, select, tiers } => {
             if !(duration.is_finite() && duration > 0.0 && duration < 86_400.0) {
                 anyhow::bail!("--duration {duration}: give seconds between 0 and 86400");
             }
             let filter = select.filter()?;
-            runtime()?.block_on(commands::snapshot::run(Duration::from_secs_f64(duration), filter))?;
+            let opts = tiers.session_options(filter.pattern.clone());
+            runtime()?.block_on(commands::snapshot::run(Duration::from_secs_f64(duration), filter, opts))?;
             Ok(0)
         }
         Command::Topology { json, sysfs_root } => commands::topology::run(json, &sysfs_root).map(|()| 0),

@@ -31,12 +31,13 @@ wait_file() {
   done
 }
 
-# Asks the host to run a QMP command; prints the reply (a JSON line).
+# Asks the host to run a QMP command; sets QMP_REPLY to its reply (a JSON line). Not for use
+# inside $(...): the request line must reach the console and QMP_ID must persist.
 QMP_ID=0
 qmp() {
   QMP_ID=$((QMP_ID + 1))
   echo "TS-QMP $QMP_ID $1"
-  if wait_file "/out/qmp-reply.$QMP_ID" 20; then cat "/out/qmp-reply.$QMP_ID"; else echo '{"error":"no reply from the host"}'; fi
+  if wait_file "/out/qmp-reply.$QMP_ID" 20; then QMP_REPLY=$(cat "/out/qmp-reply.$QMP_ID"); else QMP_REPLY='{"error":"no reply from the host within 20 s"}'; fi
 }
 
 # True when the agent is in the image and its `snapshot` subcommand exists.

@@ -5,7 +5,7 @@ use aya::{
     Ebpf,
 };
 use tierscope_common::{
-    maps::{Log2Hist, MigrateCounts, MigrateKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS, MAX_MIGRATE_REASONS},
+    maps::{Log2Hist, MigrateCounts, MigrateKey, SiteKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS, MAX_MIGRATE_REASONS},
     names::map,
     stats::Stat,
 };
@@ -98,6 +98,11 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
                 }
             }
             r.fault_latency.insert(tgid, sum);
+        }
+    }
+    if let Some(sites) = per_cpu_hash::<SiteKey, u64>(ebpf, map::CXL_SITES) {
+        for (k, vals) in sites.iter().flatten() {
+            *r.cxl_sites.entry((k.tgid, k.stack_id)).or_default() += vals.iter().sum::<u64>();
         }
     }
     if let Some(stats) = per_cpu_array::<u64>(ebpf, map::STATS) {

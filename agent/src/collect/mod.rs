@@ -9,3 +9,4 @@ pub mod programs;
 pub mod ringbuf;
 pub mod tracefs;
 pub mod session;
+pub mod symbols;

@@ -37,6 +37,21 @@ pub struct Probes {
     pub raw_formats: Vec<(tierscope_common::event::RawSource, EventFormat)>,
 }
 
+/// What the loader needs to know besides the kernel.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Nodes on the CXL tier: allocations there get their user stack sampled.
+    pub cxl_nodes: Vec<u32>,
+    /// Take the stack of one in this many CXL-tier allocations (0: never).
+    pub site_sample_every: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { cxl_nodes: vec![], site_sample_every: 1 }
+    }
+}
+
 /// Why nothing could be loaded at all.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -48,8 +63,8 @@ pub enum LoadError {
 
 impl Probes {
     /// Loads the object, sets the globals from this kernel's tracefs and sysfs, and attaches
-    /// every program whose feature is wanted (all when `only` is empty).
-    pub fn load(only: &[&str]) -> Result<Probes, LoadError> {
+    /// every program.
+    pub fn load(opts: &LoadOptions) -> Result<Probes, LoadError> {
         let tracefs_path = tracefs::ensure_mounted();
         if let Err(e) = &tracefs_path {
             tracing::warn!("{e}");
@@ -63,7 +78,12 @@ impl Probes {
             tracing::warn!("page -> node mapping unavailable: {e}");
         }
         let blocks = blocks.ok();
-        let table = blocks.as_ref().map(|b| b.dense_table()).unwrap_or_else(|| vec![0]);
+        let mut table = blocks.as_ref().map(|b| b.dense_table()).unwrap_or_else(|| vec![0]);
+        for v in table.iter_mut().filter(|v| **v != 0) {
+            if opts.cxl_nodes.contains(&(*v - 1)) {
+                *v |= tierscope_common::maps::BLOCK_NODE_CXL;
+            }
+        }
         let shift = blocks.as_ref().map_or(15, |b| b.block_pages_shift(page_size));
 
         let alloc_layout = page_layout(fmt("kmem", "mm_page_alloc").as_ref());
@@ -97,6 +117,7 @@ impl Probes {
             .override_global(global::PAGE_ALLOC_LAYOUT, &alloc_layout, true)
             .override_global(global::PAGE_FREE_LAYOUT, &free_layout, true)
             .override_global(global::MIGRATE_LAYOUT, &migrate_layout, true)
+            .override_global(global::SITE_SAMPLE_EVERY, &opts.site_sample_every, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .load(OBJECT)
             .map_err(|e| {
@@ -120,12 +141,7 @@ impl Probes {
         let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
         let mut programs = Vec::new();
         for spec in PROGRAMS {
-            let status = if !only.is_empty() && !only.contains(&spec.feature) {
-                continue;
-            } else {
-                attach(&mut ebpf, spec, btf.as_ref(), tfs.as_ref())
-            };
-            programs.push(status);
+            programs.push(attach(&mut ebpf, spec, btf.as_ref(), tfs.as_ref()));
         }
         Ok(Probes { ebpf, programs, migration_names: names, tracefs: tfs, memory_blocks: blocks, raw_formats })
     }

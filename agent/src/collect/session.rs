@@ -6,11 +6,28 @@ use anyhow::{bail, Context as _, Result};
 use tierscope_common::names::map;
 use tokio::sync::mpsc;
 
-use super::{caps, counters, events::Decoder, probes::Probes, procfs, ringbuf};
-use crate::{
-    model::{event::Event, snapshot::NodeInfo, Model},
-    topology::Topology,
+use super::{
+    caps, counters,
+    events::Decoder,
+    probes::{LoadOptions, Probes},
+    procfs, ringbuf,
+    symbols::SiteSymbolizer,
 };
+use crate::{
+    model::{event::Event, job, snapshot::NodeInfo, Model},
+    topology::{Tier, TierOverrides, Topology},
+};
+
+/// How a session is set up.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// Processes matching this (comm or command line) are tracked as training processes.
+    pub pattern: Option<regex::Regex>,
+    /// Tier overrides from the config (`[tiers] cxl = [2]`).
+    pub tiers: TierOverrides,
+    /// Take the user stack of one in this many CXL-tier allocations (0: never; default 1).
+    pub site_sample_every: Option<u32>,
+}
 
 pub struct Session {
     pub probes: Probes,
@@ -20,19 +37,29 @@ pub struct Session {
     pub topology: Topology,
     pub page_size: u64,
     pub started_ns: u64,
+    pub site_sample_every: u32,
+    pattern: Option<regex::Regex>,
     identified: HashSet<u32>,
+    symbolizer: SiteSymbolizer,
 }
 
 impl Session {
     /// Loads and attaches everything; fails with one line when eBPF cannot be used at all.
     pub fn start() -> Result<Session> {
+        Session::start_with(SessionOptions::default())
+    }
+
+    /// Like [`Session::start`], with options.
+    pub fn start_with(opts: SessionOptions) -> Result<Session> {
         if let Some(mask) = caps::read_self() {
             if !caps::can_trace(mask) {
                 bail!("tierscope needs root or CAP_BPF+CAP_PERFMON to load its eBPF programs: run it with sudo");
             }
         }
-        let topology = Topology::read(Path::new("/sys"));
-        let mut probes = Probes::load(&[]).context("starting the kernel probes")?;
+        let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
+        let site_sample_every = opts.site_sample_every.unwrap_or(1);
+        let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every };
+        let mut probes = Probes::load(&load).context("starting the kernel probes")?;
         let ring = probes
             .ebpf
             .take_map(map::EVENTS)
@@ -50,7 +77,10 @@ impl Session {
             topology,
             page_size: procfs::page_size(),
             started_ns: counters::monotonic_ns(),
+            site_sample_every,
+            pattern: opts.pattern,
             identified: HashSet::new(),
+            symbolizer: SiteSymbolizer::default(),
         })
     }
 
@@ -79,7 +109,43 @@ impl Session {
             if let Some(st) = procfs::read_stat(tgid) {
                 let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
                 self.model.set_identity(tgid, &st.comm, &cmdline, st.ppid);
+                self.classify(tgid, &st.comm, &cmdline);
             }
+        }
+        self.model.assign_jobs();
+        self.symbolize_sites();
+    }
+
+    /// Decides whether a process belongs to a training job, from its environment and mappings.
+    fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str) {
+        let environ = std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
+        // Only python-like processes need the (longer) maps read to find libtorch.
+        let maps = (comm.starts_with("python") || comm.starts_with("pt_") || cmdline.contains("python"))
+            && std::fs::read_to_string(format!("/proc/{tgid}/maps")).is_ok_and(|m| job::maps_show_training_runtime(&m));
+        let user_match = self.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline));
+        let facts = job::ProcessFacts { comm, cmdline, environ: &environ, maps_training_runtime: maps, user_match };
+        let role = job::classify(&facts);
+        let run_id = environ
+            .iter()
+            .find(|(k, v)| k == "TORCHELASTIC_RUN_ID" && !v.is_empty() && v != "none")
+            .map(|(_, v)| v.clone());
+        self.model.set_training(tgid, role, job::rank(&environ), run_id);
+    }
+
+    /// Symbolizes CXL allocation sites seen for the first time (while their process lives).
+    fn symbolize_sites(&mut self) {
+        let sites: Vec<(u32, u32)> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none())
+            .flat_map(|p| p.cxl_site_pages.keys().filter(|id| !p.site_frames.contains_key(id)).map(move |&id| (p.tgid, id)))
+            .collect();
+        if sites.is_empty() {
+            return;
+        }
+        for (tgid, id, frames) in self.symbolizer.resolve(&self.probes.ebpf, sites) {
+            self.model.set_site_frames(tgid, id, frames);
         }
     }
 

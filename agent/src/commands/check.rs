@@ -38,7 +38,7 @@ pub fn run(json: bool) -> Result<i32> {
         report.load_error = Some("not loaded: needs root or CAP_BPF+CAP_PERFMON".into());
         report.advice.push("run `sudo tierscope check`, or grant CAP_BPF,CAP_PERFMON (setcap cap_bpf,cap_perfmon+ep tierscope)".into());
     } else {
-        match Probes::load(&[]) {
+        match Probes::load(&crate::collect::probes::LoadOptions::default()) {
             Ok(p) => {
                 report.tracefs = p.tracefs.as_ref().map(|t| t.display().to_string());
                 report.programs = p.programs;

@@ -4,15 +4,18 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::{
-    collect::{counters, session::Session},
+    collect::{
+        counters,
+        session::{Session, SessionOptions},
+    },
     model::snapshot::{self, ProcessFilter, SnapshotContext},
 };
 
 /// How often counters are folded into the model while watching.
 const READ_EVERY: Duration = Duration::from_millis(500);
 
-pub async fn run(duration: Duration, filter: ProcessFilter) -> Result<()> {
-    let mut s = Session::start()?;
+pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions) -> Result<()> {
+    let mut s = Session::start_with(opts)?;
     let attached = s.probes.programs.iter().filter(|p| p.status == crate::model::agent::Attach::Attached).count();
     // Tests and scripts wait for this line before starting their workload.
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
@@ -28,8 +31,16 @@ pub async fn run(duration: Duration, filter: ProcessFilter) -> Result<()> {
     // Let the ring buffer reader deliver what the kernel already wrote.
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.read_counters();
-    let selected: Vec<u32> =
-        s.model.processes.values().filter(|p| filter.matches(p) && p.exited_at_ns.is_none()).map(|p| p.tgid).collect();
+    let jobs: std::collections::BTreeSet<String> =
+        s.model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.clone()).collect();
+    let selected: Vec<u32> = s
+        .model
+        .processes
+        .values()
+        .filter(|p| filter.matches(p) || p.job.as_ref().is_some_and(|j| jobs.contains(j)))
+        .filter(|p| p.exited_at_ns.is_none())
+        .map(|p| p.tgid)
+        .collect();
     s.scan_residency(&selected);
     let nodes = s.node_infos();
     let snap = snapshot::build(
@@ -44,6 +55,7 @@ pub async fn run(duration: Duration, filter: ProcessFilter) -> Result<()> {
             programs: s.probes.programs.clone(),
             channel_dropped: s.channel_dropped(),
             now_ns: counters::monotonic_ns(),
+            site_sample_every: s.site_sample_every,
         },
     );
     println!("{}", serde_json::to_string_pretty(&snap)?);

@@ -1,7 +1,9 @@
 //! The pure model: state built from counter readings, events and /proc readings. No I/O, no
 //! aya, no tokio: everything here is driven by values and unit tested.
+pub mod agent;
 pub mod event;
 pub mod histogram;
+pub mod job;
 pub mod migration;
 pub mod policy;
 pub mod process;
@@ -72,6 +74,15 @@ impl Model {
             .iter()
             .map(|(&reason, b)| (self.names.reason(reason), Log2Histogram::from_buckets(b)))
             .collect();
+        for p in self.processes.values_mut() {
+            p.cxl_site_pages.clear();
+        }
+        for (&(tgid, stack), &pages) in &r.cxl_sites {
+            *self.process(tgid).cxl_site_pages.entry(stack).or_default() += pages;
+        }
+        for p in self.processes.values_mut() {
+            p.update_alloc_rates(r.at_ns);
+        }
         for (&tgid, b) in &r.fault_latency {
             self.process(tgid).fault_latency = Log2Histogram::from_buckets(b);
         }
@@ -113,6 +124,57 @@ impl Model {
             p.cmdline = cmdline.to_string();
         }
         p.ppid = ppid;
+    }
+
+    /// Records what classification decided for a process.
+    pub fn set_training(&mut self, tgid: u32, role: Option<job::TrainingRole>, rank: job::Rank, run_id: Option<String>) {
+        let p = self.process(tgid);
+        p.role = role;
+        p.rank = rank;
+        p.run_id = run_id;
+    }
+
+    /// Groups workers under their launcher: a worker's job is its nearest launcher ancestor's
+    /// (named by the run id its workers carry, else `comm-pid`); a lone worker is its own job.
+    pub fn assign_jobs(&mut self) {
+        let mut jobs: Vec<(u32, Option<String>)> = Vec::new();
+        for (&tgid, p) in &self.processes {
+            let Some(role) = p.role else {
+                jobs.push((tgid, None));
+                continue;
+            };
+            let mut launcher = (role == job::TrainingRole::Launcher).then_some(tgid);
+            let mut cur = p.ppid;
+            for _ in 0..16 {
+                if launcher.is_some() {
+                    break;
+                }
+                match self.processes.get(&cur) {
+                    Some(a) if a.role == Some(job::TrainingRole::Launcher) => launcher = Some(cur),
+                    Some(a) if a.ppid != cur => cur = a.ppid,
+                    _ => break,
+                }
+            }
+            let name = match launcher {
+                Some(l) => {
+                    let run_id = self.processes.values().filter(|w| w.ppid == l || w.tgid == l).find_map(|w| w.run_id.clone());
+                    let lp = &self.processes[&l];
+                    run_id.unwrap_or_else(|| job::job_name(&lp.comm, l, &[]))
+                }
+                None => p.run_id.clone().unwrap_or_else(|| job::job_name(&p.comm, tgid, &[])),
+            };
+            jobs.push((tgid, Some(name)));
+        }
+        for (tgid, j) in jobs {
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                p.job = j;
+            }
+        }
+    }
+
+    /// Records the symbolized frames of a CXL allocation site.
+    pub fn set_site_frames(&mut self, tgid: u32, stack_id: u32, frames: Vec<String>) {
+        self.process(tgid).site_frames.insert(stack_id, frames);
     }
 
     pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {
@@ -169,6 +231,45 @@ mod tests {
     }
 
     #[test]
+    fn workers_join_their_launchers_job() {
+        use job::{Rank, TrainingRole};
+        let mut m = Model::default();
+        m.set_identity(100, "torchrun", "torchrun --nproc-per-node 2 t.py", 1);
+        m.set_identity(101, "python3", "python3 t.py", 100);
+        m.set_identity(102, "python3", "python3 t.py", 100);
+        m.set_identity(200, "python3", "python3 solo.py", 1);
+        m.set_identity(300, "bash", "bash", 1);
+        m.set_training(100, Some(TrainingRole::Launcher), Rank::default(), None);
+        for (pid, r) in [(101, 0), (102, 1)] {
+            m.set_training(pid, Some(TrainingRole::Worker), Rank { rank: Some(r), local_rank: Some(r), world_size: Some(2) }, None);
+        }
+        m.set_training(200, Some(TrainingRole::Worker), Rank::default(), None);
+        m.assign_jobs();
+        assert_eq!(m.processes[&101].job.as_deref(), Some("torchrun-100"));
+        assert_eq!(m.processes[&102].job.as_deref(), Some("torchrun-100"));
+        assert_eq!(m.processes[&100].job.as_deref(), Some("torchrun-100"));
+        assert_eq!(m.processes[&200].job.as_deref(), Some("python3-200"));
+        assert_eq!(m.processes[&300].job, None);
+        m.set_training(101, Some(TrainingRole::Worker), Rank::default(), Some("llama".into()));
+        m.assign_jobs();
+        assert_eq!(m.processes[&102].job.as_deref(), Some("llama"));
+    }
+
+    #[test]
+    fn cxl_sites_and_alloc_rates_follow_readings() {
+        let mut m = Model::default();
+        let mut r = reading(1_000_000_000, &[], &[((7, 2), 100)]);
+        r.cxl_sites.insert((7, 55), 40);
+        m.apply_reading(&r);
+        let mut r = reading(2_000_000_000, &[], &[((7, 2), 612)]);
+        r.cxl_sites.insert((7, 55), 90);
+        m.apply_reading(&r);
+        let p = &m.processes[&7];
+        assert_eq!(p.cxl_site_pages[&55], 90);
+        assert_eq!(p.alloc_rate_by_node[&2], 512.0);
+    }
+
+    #[test]
     fn events_update_identity_and_history() {
         let mut m = Model::default();
         m.apply_event(Event::Exec { tgid: 5, comm: "python3".into(), ts_ns: 1 });
@@ -186,7 +287,6 @@ mod tests {
         assert_eq!(p.policy_events.front().map(|d| d.ts_ns), Some(3));
         assert_eq!(p.exited_at_ns, Some(99));
         assert!(!m.processes.contains_key(&6), "an exit alone does not create a process");
-        assert_eq!(m.events_seen, 20);
+        assert_eq!(m.events_seen, 1 + process::POLICY_HISTORY as u64 + 3 + 2);
     }
 }
-pub mod agent;

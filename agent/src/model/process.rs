@@ -1,7 +1,12 @@
 //! What the model knows about one process.
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{event::PolicyDecision, histogram::Log2Histogram, migration::MigrationTotals};
+use super::{
+    event::PolicyDecision,
+    histogram::Log2Histogram,
+    job::{Rank, TrainingRole},
+    migration::MigrationTotals,
+};
 use crate::collect::procfs::NumaResidency;
 
 /// Policy decisions kept per process.
@@ -24,6 +29,20 @@ pub struct Process {
     /// Last numa_maps scan and when it was taken (monotonic ns).
     pub residency: Option<(NumaResidency, u64)>,
     pub exited_at_ns: Option<u64>,
+    /// Launcher or worker of a training job; `None` for everything else.
+    pub role: Option<TrainingRole>,
+    pub rank: Rank,
+    /// The job this process belongs to (its launcher's name, or its own for a lone worker).
+    pub job: Option<String>,
+    /// `TORCHELASTIC_RUN_ID` from its environment, when it names a run.
+    pub run_id: Option<String>,
+    /// CXL-tier allocation sites: user stack id -> sampled pages (cumulative).
+    pub cxl_site_pages: BTreeMap<u32, u64>,
+    /// Symbolized frames per stack id, innermost first.
+    pub site_frames: BTreeMap<u32, Vec<String>>,
+    /// Pages allocated per second per node over the last two readings.
+    pub alloc_rate_by_node: BTreeMap<u32, f64>,
+    prev_allocs: Option<(BTreeMap<u32, u64>, u64)>,
     /// Faults/s over the last two readings.
     pub fault_rate: f64,
     prev_faults: Option<(u64, u64)>,
@@ -53,6 +72,27 @@ impl Process {
         }
         self.prev_faults = Some((faults, at_ns));
         self.faults = faults;
+    }
+
+    /// Updates allocation rates after `alloc_pages_by_node` was set from a reading at `at_ns`.
+    pub fn update_alloc_rates(&mut self, at_ns: u64) {
+        if let Some((prev, prev_at)) = &self.prev_allocs {
+            let dt = at_ns.saturating_sub(*prev_at) as f64 / 1e9;
+            if dt > 0.0 {
+                self.alloc_rate_by_node = self
+                    .alloc_pages_by_node
+                    .iter()
+                    .map(|(&n, &v)| (n, v.saturating_sub(prev.get(&n).copied().unwrap_or(0)) as f64 / dt))
+                    .collect();
+            }
+        }
+        self.prev_allocs = Some((self.alloc_pages_by_node.clone(), at_ns));
+    }
+
+    /// Whether this process is part of a training job (tracked: per-process series, default
+    /// view).
+    pub fn tracked(&self) -> bool {
+        self.role.is_some()
     }
 
     /// Whether the kernel saw this process do anything memory-related.

@@ -20,6 +20,8 @@ pub struct CounterReading {
     pub migrate_latency: BTreeMap<u32, Vec<u64>>,
     /// tgid -> log2 histogram buckets of `handle_mm_fault` duration.
     pub fault_latency: HashMap<u32, Vec<u64>>,
+    /// (tgid, user stack id) -> sampled pages allocated on CXL-tier nodes.
+    pub cxl_sites: HashMap<(u32, u32), u64>,
     /// Kernel-side drop and error counters by name.
     pub kernel_stats: BTreeMap<&'static str, u64>,
 }

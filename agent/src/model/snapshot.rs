@@ -49,9 +49,17 @@ pub struct ProcessSnapshot {
     pub comm: String,
     pub cmdline: String,
     pub ppid: u32,
+    /// `launcher` / `worker` of a training job; absent for other processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<super::job::TrainingRole>,
+    pub job: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
     pub faults: u64,
     pub faults_per_s: f64,
     pub alloc_pages_by_node: BTreeMap<String, u64>,
+    pub alloc_pages_per_s_by_node: BTreeMap<String, f64>,
     pub resident_pages_by_node: BTreeMap<String, u64>,
     pub resident_anon_pages_by_node: BTreeMap<String, u64>,
     pub resident_bytes_by_tier: BTreeMap<String, u64>,
@@ -64,7 +72,22 @@ pub struct ProcessSnapshot {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_latency: Option<LatencySummary>,
     pub exited: bool,
+    /// The busiest sampled allocation sites on CXL-tier nodes.
+    pub top_cxl_alloc_sites: Vec<AllocSite>,
 }
+
+/// Where CXL-tier pages were allocated from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllocSite {
+    /// Symbolized user frames, innermost first (`symbol+0xoff (module)`, or the raw address).
+    pub frames: Vec<String>,
+    /// Estimated pages: sampled pages times the sampling rate.
+    pub pages: u64,
+    pub sampled_pages: u64,
+}
+
+/// Sites listed per process.
+pub const TOP_SITES: usize = 10;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSnapshot {
@@ -115,6 +138,8 @@ pub struct SnapshotContext<'a> {
     pub programs: Vec<ProgramStatus>,
     pub channel_dropped: u64,
     pub now_ns: u64,
+    /// One in this many CXL-tier allocations had its stack taken.
+    pub site_sample_every: u32,
 }
 
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
@@ -125,10 +150,13 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
     let tier_of = |node: u32| {
         ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone())
     };
+    // A selected process brings its whole job along (a matched launcher, its ranks).
+    let jobs: std::collections::BTreeSet<&str> =
+        model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.as_deref()).collect();
     let mut processes: Vec<ProcessSnapshot> = model
         .processes
         .values()
-        .filter(|p| filter.matches(p))
+        .filter(|p| filter.matches(p) || p.job.as_deref().is_some_and(|j| jobs.contains(j)))
         .map(|p| {
             let (res, anon, age) = match &p.residency {
                 Some((r, at)) => (
@@ -144,11 +172,29 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                     *by_tier.entry(tier_of(node)).or_default() += pages * ctx.page_size;
                 }
             }
+            let mut sites: Vec<AllocSite> = p
+                .cxl_site_pages
+                .iter()
+                .map(|(id, &sampled)| AllocSite {
+                    frames: p.site_frames.get(id).cloned().unwrap_or_default(),
+                    pages: sampled.saturating_mul(u64::from(ctx.site_sample_every.max(1))),
+                    sampled_pages: sampled,
+                })
+                .collect();
+            sites.sort_by(|a, b| b.pages.cmp(&a.pages));
+            sites.truncate(TOP_SITES);
             ProcessSnapshot {
                 pid: p.tgid,
                 comm: p.comm.clone(),
                 cmdline: p.cmdline.clone(),
                 ppid: p.ppid,
+                role: p.role,
+                job: p.job.clone(),
+                rank: p.rank.rank,
+                local_rank: p.rank.local_rank,
+                world_size: p.rank.world_size,
+                alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                top_cxl_alloc_sites: sites,
                 faults: p.faults,
                 faults_per_s: p.fault_rate,
                 alloc_pages_by_node: keyed(&p.alloc_pages_by_node),
@@ -206,7 +252,7 @@ mod tests {
     fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
         SnapshotContext {
             host: "h".into(), kernel: "k".into(), duration_s: 3.0, nodes, page_size: 4096,
-            programs: vec![], channel_dropped: 2, now_ns: 5_000_000_000,
+            programs: vec![], channel_dropped: 2, now_ns: 5_000_000_000, site_sample_every: 4,
         }
     }
 
@@ -225,6 +271,10 @@ mod tests {
         });
         let r = NumaResidency { pages_by_node: [(0, 100), (2, 8192), (5, 1)].into(), ..Default::default() };
         m.set_residency(10, r, 4_000_000_000);
+        let mut rd = CounterReading { at_ns: 2, faults: [(10, 5)].into(), allocs: [((10, 2), 8192)].into(), ..Default::default() };
+        rd.cxl_sites = [((10, 1), 10), ((10, 2), 30)].into();
+        m.apply_reading(&rd);
+        m.set_site_frames(10, 2, vec!["alloc_optimizer_state+0x1f (train)".into()]);
         let s = build(&m, &ProcessFilter { pids: vec![10], pattern: None }, ctx(&nodes));
         assert_eq!(s.processes.len(), 1);
         let p = &s.processes[0];
@@ -232,6 +282,9 @@ mod tests {
         assert_eq!(p.resident_bytes_by_tier["dram"], 100 * 4096);
         assert_eq!(p.resident_bytes_by_tier["unknown"], 4096);
         assert_eq!(p.residency_age_ms, Some(1000));
+        assert_eq!(p.top_cxl_alloc_sites[0].pages, 120);
+        assert_eq!(p.top_cxl_alloc_sites[0].frames, vec!["alloc_optimizer_state+0x1f (train)".to_string()]);
+        assert_eq!(p.top_cxl_alloc_sites[1].frames.len(), 0, "unsymbolized sites are still listed");
         assert_eq!(p.alloc_pages_by_node["2"], 8192);
         assert_eq!(s.nodes[1].alloc_pages, 8192);
         assert_eq!(s.agent.drops["agent.event_channel_full"], 2);

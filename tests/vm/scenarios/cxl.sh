@@ -11,7 +11,7 @@ check "node $CXL_NODE has no CPUs" -z "$(cat /sys/devices/system/node/node$CXL_N
 ts-alloc -w /tmp/go -a $CXL_NODE:16 -s 120 -r /tmp/ready &
 W=$!
 truth pid $W
-agent_start 40 $W
+agent_start 25 $W
 t0=$(date +%s)
 touch /tmp/go
 wait_file /tmp/ready 35 || { echo "TS-CHECK fail workload did not touch 16 MiB of CXL memory within 35 s"; exit 1; }

@@ -164,7 +164,8 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
                 if std::env::var_os("TS_VM_VERBOSE").is_some() {
                     println!("  | {l}");
                 }
-                if let Some(req) = find_after(&l, QMP_MARKER) {
+                // Only at the start of a line: a check line may quote a request.
+                if let Some(req) = l.trim_start().strip_prefix(QMP_MARKER) {
                     let reply = relay_qmp(&mut qmp, &qmp_sock, req);
                     let (id, _) = req.split_once(' ').unwrap_or(("0", ""));
                     // Written then renamed, so the guest never reads half a reply.

@@ -1,0 +1,144 @@
+//! Recognising training processes, their launcher (the job) and their rank. Pure: decides from
+//! comm, command line, environment and mapped libraries that the collector read.
+use serde::Serialize;
+
+/// What a process is to a training job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingRole {
+    /// torchrun / deepspeed / accelerate launch / `python -m torch.distributed.run`: spawns workers.
+    Launcher,
+    /// A process doing the training (a rank, or a single-process job).
+    Worker,
+}
+
+/// What the collector read about a process, for classification.
+#[derive(Clone, Debug, Default)]
+pub struct ProcessFacts<'a> {
+    pub comm: &'a str,
+    pub cmdline: &'a str,
+    /// `KEY=VALUE` pairs of /proc/PID/environ, when readable.
+    pub environ: &'a [(String, String)],
+    /// Whether /proc/PID/maps shows libtorch (or another known training runtime) loaded.
+    pub maps_training_runtime: bool,
+    /// Whether the user's `--match` / config pattern matches it.
+    pub user_match: bool,
+}
+
+/// Rank numbers from the launcher's environment variables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Rank {
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+const LAUNCHER_WORDS: &[&str] = &["torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "accelerate launch", "accelerate-launch"];
+const TRAINING_WORDS: &[&str] = &["torch", "deepspeed", "megatron", "accelerate", "lightning", "transformers", "jax", "train"];
+const TRAINING_ENV: &[&str] = &["RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "DEEPSPEED_RANK", "MEGATRON_", "ACCELERATE_"];
+
+fn env<'a>(environ: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    environ.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Classifies a process. A launcher is recognised by its command line; a worker by rank
+/// variables, a loaded training runtime, a python command line naming a training framework, or
+/// the user's pattern.
+pub fn classify(f: &ProcessFacts<'_>) -> Option<TrainingRole> {
+    let cmd = f.cmdline.to_ascii_lowercase();
+    let has_rank_env = f.environ.iter().any(|(k, _)| TRAINING_ENV.iter().any(|t| k == t || (t.ends_with('_') && k.starts_with(t))));
+    let launcher_cmd = LAUNCHER_WORDS.iter().any(|w| cmd.contains(w)) || f.comm == "torchrun" || f.comm == "deepspeed";
+    // A launcher has no rank of its own; its workers do (torchrun sets RANK only in children).
+    if launcher_cmd && env(f.environ, "RANK").is_none() && env(f.environ, "LOCAL_RANK").is_none() {
+        return Some(TrainingRole::Launcher);
+    }
+    let python = f.comm.starts_with("python") || cmd.starts_with("python") || cmd.contains("/python");
+    let framework_cmd = python && TRAINING_WORDS.iter().any(|w| cmd.contains(w));
+    if has_rank_env || f.maps_training_runtime || framework_cmd || f.user_match {
+        return Some(TrainingRole::Worker);
+    }
+    None
+}
+
+/// RANK / LOCAL_RANK / WORLD_SIZE (DeepSpeed and MPI spellings as fallbacks).
+pub fn rank(environ: &[(String, String)]) -> Rank {
+    let num = |keys: &[&str]| keys.iter().find_map(|k| env(environ, k)?.trim().parse().ok());
+    Rank {
+        rank: num(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"]),
+        local_rank: num(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"]),
+        world_size: num(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]),
+    }
+}
+
+/// The job name of a launcher: the elastic run id when it names one, else `comm-pid`.
+pub fn job_name(launcher_comm: &str, launcher_pid: u32, environ: &[(String, String)]) -> String {
+    match env(environ, "TORCHELASTIC_RUN_ID") {
+        Some(id) if !id.is_empty() && id != "none" => id.to_string(),
+        _ => format!("{launcher_comm}-{launcher_pid}"),
+    }
+}
+
+/// Parses /proc/PID/environ (NUL-separated `KEY=VALUE`).
+pub fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
+    raw.split(|&b| b == 0)
+        .filter_map(|kv| {
+            let s = String::from_utf8_lossy(kv);
+            let (k, v) = s.split_once('=')?;
+            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// Whether a /proc/PID/maps text shows a training runtime loaded.
+pub fn maps_show_training_runtime(maps: &str) -> bool {
+    maps.lines().any(|l| l.contains("libtorch_cpu.so") || l.contains("libtorch_python.so") || l.contains("libjax") || l.contains("libtensorflow"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envs(kv: &[(&str, &str)]) -> Vec<(String, String)> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn classifies_launchers_workers_and_others() {
+        let none = envs(&[]);
+        let worker_env = envs(&[("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")]);
+        let cases: &[(&str, &str, &[(String, String)], bool, Option<TrainingRole>)] = &[
+            ("torchrun", "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py", &none, false, Some(TrainingRole::Launcher)),
+            ("python3", "python3 -m torch.distributed.run --nproc_per_node=2 train.py", &none, false, Some(TrainingRole::Launcher)),
+            ("deepspeed", "/usr/bin/python3 /usr/local/bin/deepspeed train.py", &none, false, Some(TrainingRole::Launcher)),
+            ("python3", "/usr/bin/python3 -u train.py --local-rank=1", &worker_env, false, Some(TrainingRole::Worker)),
+            ("pt_main_thread", "/usr/bin/python3 model.py", &none, true, Some(TrainingRole::Worker)),
+            ("python3", "python3 -c import torch; torch.zeros(1)", &none, false, Some(TrainingRole::Worker)),
+            ("python3", "python3 -m http.server", &none, false, None),
+            ("bash", "bash -c torchrun", &worker_env, false, Some(TrainingRole::Worker)),
+            ("sshd", "sshd: root@pts/0", &none, false, None),
+        ];
+        for (comm, cmdline, environ, maps, want) in cases {
+            let f = ProcessFacts { comm, cmdline, environ, maps_training_runtime: *maps, user_match: false };
+            assert_eq!(classify(&f), *want, "{comm} {cmdline}");
+        }
+        let f = ProcessFacts { comm: "myjob", cmdline: "./myjob", user_match: true, ..Default::default() };
+        assert_eq!(classify(&f), Some(TrainingRole::Worker));
+    }
+
+    #[test]
+    fn reads_ranks_and_job_names() {
+        let e = parse_environ(b"PATH=/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=8\0TORCHELASTIC_RUN_ID=none\0junk\0=x\0");
+        assert_eq!(rank(&e), Rank { rank: Some(3), local_rank: Some(1), world_size: Some(8) });
+        assert_eq!(job_name("torchrun", 42, &e), "torchrun-42");
+        let e2 = envs(&[("TORCHELASTIC_RUN_ID", "llama-7b"), ("RANK", "x")]);
+        assert_eq!(job_name("torchrun", 42, &e2), "llama-7b");
+        assert_eq!(rank(&e2), Rank::default());
+        assert_eq!(rank(&envs(&[("OMPI_COMM_WORLD_RANK", "5")])).rank, Some(5));
+    }
+
+    #[test]
+    fn finds_torch_in_maps() {
+        assert!(maps_show_training_runtime("7f00-7f10 r-xp 0 08:01 1 /usr/lib/python3/dist-packages/torch/lib/libtorch_cpu.so\n"));
+        assert!(!maps_show_training_runtime("7f00-7f10 r-xp 0 08:01 1 /usr/lib/libc.so.6\n"));
+    }
+}
