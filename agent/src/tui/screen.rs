@@ -83,10 +83,12 @@ fn key_line(app: &App) -> Paragraph<'static> {
         View::ProcessDetail => s.push_str("  Esc back  ↑↓ scroll"),
         _ => s.push_str("  ↑↓ scroll"),
     }
-    let mut spans = vec![Span::styled(s, theme::dim())];
+    let mut spans = Vec::new();
     if !app.filter.is_empty() {
-        spans.push(Span::styled(format!("  filter: {}", app.filter), theme::warn()));
+        // First, so a narrow terminal cuts the key hints rather than the filter in force.
+        spans.push(Span::styled(format!(" filter: {} ", app.filter), theme::warn()));
     }
+    spans.push(Span::styled(s, theme::dim()));
     Paragraph::new(Line::from(spans))
 }
 

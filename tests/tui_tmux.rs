@@ -1,0 +1,158 @@
+//! End to end: the real `tierscope top --demo` in a detached tmux session (80x24 and 160x48),
+//! read back with `capture-pane`: the demo workload shows up with faults, Tab switches views,
+//! `q` quits and leaves the terminal as it found it (main screen, cooked mode, echo on).
+use std::{
+    process::Command,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use tierscope_tests::{require_root_and_agent, tierscope_bin};
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().unwrap_or_else(|e| panic!("running tmux {args:?}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A tmux session killed on drop, whatever the test's fate.
+struct Pane {
+    name: String,
+}
+
+impl Pane {
+    fn start(name: &str, w: u16, h: u16, command: &str) -> Pane {
+        let _ = Command::new("tmux").args(["kill-session", "-t", name]).output();
+        let status = Command::new("tmux")
+            .args(["new-session", "-d", "-s", name, "-x", &w.to_string(), "-y", &h.to_string(), command])
+            .status()
+            .expect("tmux new-session");
+        assert!(status.success(), "tmux new-session failed");
+        // Keep the session's size fixed whatever clients attach.
+        let _ = Command::new("tmux").args(["set-option", "-t", name, "window-size", "manual"]).status();
+        Pane { name: name.into() }
+    }
+
+    fn capture(&self) -> String {
+        tmux(&["capture-pane", "-p", "-t", &self.name])
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.name];
+        args.extend_from_slice(keys);
+        tmux(&args);
+    }
+
+    fn format(&self, f: &str) -> String {
+        tmux(&["display-message", "-p", "-t", &self.name, f]).trim().to_string()
+    }
+
+    /// Polls the screen until `pred` holds; panics with the last screen after `secs`.
+    fn wait_for(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let screen = self.capture();
+            if pred(&screen) {
+                return screen;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; the screen was:\n{screen}");
+            }
+            sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).output();
+    }
+}
+
+/// The demo's pid from the title bar (`DEMO workload pid 1234`).
+fn demo_pid(screen: &str) -> Option<u32> {
+    let rest = &screen[screen.find("DEMO workload pid ")? + "DEMO workload pid ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// `faults 52.0k (1.0k/s)` from the process detail view: (count, rate) as shown.
+fn faults_line(screen: &str) -> Option<(String, String)> {
+    let line = screen.lines().find(|l| l.starts_with("faults "))?;
+    let mut w = line.split_whitespace().skip(1);
+    let count = w.next()?.to_string();
+    let rate = w.next()?.trim_start_matches('(').trim_end_matches("/s)").to_string();
+    Some((count, rate))
+}
+
+fn run_at(w: u16, h: u16) {
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let state = std::env::temp_dir().join(format!("tierscope-tui-test-{}", std::process::id()));
+    let name = format!("tierscope-tui-{}-{w}x{h}", std::process::id());
+    // After the UI: its exit code and the tty modes it left behind, for the asserts below.
+    let command = format!(
+        "XDG_STATE_HOME={} {bin} top --demo --tick-ms 500; echo TIERSCOPE-EXIT=$?; stty -a | tr ' ;' '\\n\\n' | grep -x -e '-*icanon' -e '-*echo' | tr '\\n' ' '; echo; sleep 120",
+        state.display()
+    );
+    let pane = Pane::start(&name, w, h, &command);
+
+    let screen = pane.wait_for("the demo workload on the overview", 60, |s| {
+        demo_pid(s).is_some_and(|pid| s.lines().any(|l| l.trim_start().starts_with(&format!("{pid} "))))
+    });
+    let pid = demo_pid(&screen).expect("demo pid");
+    assert!(screen.contains("1 Overview") && screen.contains("Nodes") && screen.contains("Busiest processes"), "{screen}");
+    assert_eq!(pane.format("#{alternate_on}"), "1", "the UI runs on the alternate screen");
+
+    pane.keys(&["Tab"]);
+    let screen = pane.wait_for("the Processes view after Tab", 10, |s| s.contains("sorted by") && s.contains("FLT/s"));
+    assert!(!screen.contains("Busiest processes"), "Tab left the overview:\n{screen}");
+
+    // Narrow the table to the demo, open it, and read its faults.
+    pane.keys(&["/"]);
+    pane.keys(&["-l", &pid.to_string()]);
+    pane.keys(&["Enter"]);
+    pane.wait_for("the filtered table", 10, |s| s.contains(&format!("filter: {pid}")));
+    pane.keys(&["Enter"]);
+    let screen = pane.wait_for("nonzero faults of the demo in its detail view", 30, |s| {
+        s.lines().any(|l| l.starts_with(&format!("{pid} ")))
+            && faults_line(s).is_some_and(|(count, rate)| count != "0" && rate != "0" && rate != "-")
+    });
+    let (count, rate) = faults_line(&screen).expect("faults line");
+    eprintln!("{w}x{h}: demo pid {pid}: faults {count}, {rate}/s");
+    assert!(screen.contains("Residency per node"), "{screen}");
+
+    pane.keys(&["Tab"]);
+    pane.wait_for("the Migrations view after Tab", 10, |s| s.contains("Page migrations by reason"));
+    pane.keys(&["BTab", "BTab", "BTab"]);
+    pane.wait_for("the Overview after three shift-Tabs", 10, |s| s.contains("Busiest processes"));
+    for (key, marker) in [("5", "tier probe: not available yet"), ("6", "CXL memory devices"), ("?", "Keys")] {
+        pane.keys(&[key]);
+        pane.wait_for(marker, 10, |s| s.contains(marker));
+    }
+    pane.keys(&["Escape"]);
+
+    pane.keys(&["q"]);
+    let screen = pane.wait_for("the exit line after q", 20, |s| s.contains("TIERSCOPE-EXIT="));
+    assert!(screen.contains("TIERSCOPE-EXIT=0"), "top exits 0 on q:\n{screen}");
+    assert_eq!(pane.format("#{alternate_on}"), "0", "back on the main screen");
+    assert_eq!(pane.format("#{cursor_flag}"), "1", "the cursor is shown again");
+    let modes = pane.wait_for("the tty modes", 5, |s| s.contains("icanon"));
+    let modes_line = modes.lines().find(|l| l.contains("icanon")).unwrap_or_default().to_string();
+    let modes: Vec<&str> = modes_line.split_whitespace().collect();
+    assert!(modes.contains(&"icanon") && modes.contains(&"echo"), "raw mode left on: {modes_line}");
+    assert!(!screen.contains("WARN") && !screen.contains("ERROR"), "logs reached the screen:\n{screen}");
+    // The demo stops with the UI.
+    sleep(Duration::from_millis(300));
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the demo workload {pid} outlived the UI");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
+#[ignore = "requires root"]
+fn top_demo_in_tmux_80x24_and_160x48() {
+    require_root_and_agent!();
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed");
+        return;
+    }
+    run_at(80, 24);
+    run_at(160, 48);
+}
