@@ -33,6 +33,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "promotion", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 180, judge: promotion },
     Scenario { name: "cxl", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 180, judge: cxl },
     Scenario { name: "health", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 150, judge: health },
+    Scenario { name: "latency", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 120, judge: latency },
 ];
 
 /// What a run brought back.
@@ -236,6 +237,17 @@ fn health(r: &Report) -> Vec<Figure> {
             Figure::at_least(&format!("{e} events"), k, seen, 1.0)
         })
         .collect()
+}
+
+/// Fault latency: the agent's fexit-based latency histogram of the workload counts the
+/// handle_mm_fault calls a tracefs kprobe counted, and its fault counter agrees.
+fn latency(r: &Report) -> Vec<Figure> {
+    let p = r.process();
+    let k = r.truth("handle_mm_fault");
+    vec![
+        Figure::close("fault_latency.count", k, num(p.and_then(|p| p.get("fault_latency")).and_then(|l| l.get("count"))), 0.02, 8.0),
+        Figure::close("faults", k, num(p.and_then(|p| p.get("faults"))), 0.02, 8.0),
+    ]
 }
 
 #[cfg(test)]
