@@ -7,9 +7,11 @@ use anyhow::{bail, Context as _, Result};
 use crate::{build::cargo, cmd};
 
 /// Debian's rustc-web ships a prebuilt `core` for bpfel-unknown-none; llvm-22-dev is what
-/// bpf-linker links against (the same LLVM major as that rustc). tmux drives the TUI end-to-end test.
+/// bpf-linker links against (the same LLVM major as that rustc). tmux drives the TUI end-to-end
+/// test; prometheus (with promtool) scrapes the agent in the export tests; python3 runs the
+/// launcher stand-in of the job test.
 const APT_PACKAGES: &[&str] =
-    &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev", "tmux"];
+    &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev", "tmux", "prometheus", "python3"];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TOOLCHAIN_LINK: &str = "bpf-debian";
 

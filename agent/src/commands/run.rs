@@ -108,16 +108,20 @@ impl Tracking {
     fn update(&mut self, model: &Model, cfg: &Config) {
         let now = Instant::now();
         for p in model.processes.values() {
-            if self.tracked.contains_key(&p.tgid) {
+            if let Some(t) = self.tracked.get_mut(&p.tgid) {
                 if p.exited_at_ns.is_some() {
                     self.exited.entry(p.tgid).or_insert(now);
                 }
+                // Jobs are assigned once the launcher is known; ranks once environ was read.
+                t.job = p.job.clone();
+                t.rank = p.rank.rank;
                 continue;
             }
             if p.exited_at_ns.is_some() || p.tgid == 0 {
                 continue;
             }
-            let wanted = cfg.track_pids.contains(&p.tgid)
+            let wanted = p.tracked()
+                || cfg.track_pids.contains(&p.tgid)
                 || cfg.track_pattern.as_ref().is_some_and(|re| !p.comm.is_empty() && (re.is_match(&p.comm) || re.is_match(&p.cmdline)));
             if !wanted {
                 continue;
@@ -135,8 +139,8 @@ impl Tracking {
                 Tracked {
                     pid: p.tgid,
                     executable: p.comm.clone(),
-                    job: None,
-                    rank: None,
+                    job: p.job.clone(),
+                    rank: p.rank.rank,
                     pod_uid: id.pod_uid,
                     container_id: id.container_id,
                 },
@@ -183,7 +187,10 @@ async fn agent(cfg: Config) -> Result<i32> {
         })?),
         None => None,
     };
-    let mut s = Session::start()?;
+    let mut s = Session::start_with(crate::collect::session::SessionOptions {
+        pattern: cfg.track_pattern.clone(),
+        ..Default::default()
+    })?;
     let latest = Arc::new(Latest::default());
     let stats = Arc::new(ExportStats::default());
     let host = super::snapshot::hostname();
