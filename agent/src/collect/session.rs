@@ -14,7 +14,13 @@ use super::{
     symbols::SiteSymbolizer,
 };
 use crate::{
-    model::{event::Event, job, snapshot::NodeInfo, Model},
+    model::{
+        event::Event,
+        job,
+        scan_plan::{ScanBudget, ScanState},
+        snapshot::NodeInfo,
+        Model,
+    },
     topology::{Tier, TierOverrides, Topology},
 };
 
@@ -149,14 +155,35 @@ impl Session {
         }
     }
 
-    /// Scans numa_maps of the given processes (exact residency; costs a page-table walk each).
+    /// Scans numa_maps of the given processes now (exact residency; costs a page-table walk
+    /// each, measured and recorded in the model).
     pub fn scan_residency(&mut self, tgids: &[u32]) {
         for &tgid in tgids {
-            match procfs::read_numa_maps(tgid, self.page_size) {
-                Ok(r) => self.model.set_residency(tgid, r, counters::monotonic_ns()),
+            let t0 = counters::monotonic_ns();
+            let r = procfs::read_numa_maps(tgid, self.page_size);
+            let t1 = counters::monotonic_ns();
+            match r {
+                Ok(r) => {
+                    self.model.set_residency(tgid, r, t1);
+                    self.model.record_scan_cost(tgid, t1 - t0);
+                }
                 Err(e) => tracing::debug!("residency of {tgid}: {e}"),
             }
         }
+    }
+
+    /// Scans those of `tgids` that are due under the CPU budget (see `model::scan_plan`);
+    /// returns how many were scanned.
+    pub fn refresh_residency(&mut self, tgids: &[u32], budget: &ScanBudget) -> usize {
+        let states: Vec<ScanState> = tgids
+            .iter()
+            .filter_map(|t| self.model.processes.get(t))
+            .filter(|p| p.exited_at_ns.is_none())
+            .map(|p| ScanState { tgid: p.tgid, last_at_ns: p.residency.as_ref().map(|r| r.1), last_cost_ns: p.residency_cost_ns })
+            .collect();
+        let due = budget.due(&states, counters::monotonic_ns());
+        self.scan_residency(&due);
+        due.len()
     }
 
     pub fn channel_dropped(&self) -> u64 {

@@ -12,6 +12,7 @@ use anyhow::{Context as _, Result};
 use tokio::sync::watch;
 
 use crate::{
+    model::scan_plan::ScanBudget,
     collect::{procfs, session::Session},
     export::{
         cgroup,
@@ -254,15 +255,16 @@ async fn agent(cfg: Config) -> Result<i32> {
         }
         let before = tracking.tracked.len();
         tracking.update(&s.model, &cfg);
-        // A newly tracked process gets its residency at once, not an interval later.
-        if scan_due || tracking.tracked.len() > before {
-            let pids = tracking.live();
-            let t0 = Instant::now();
-            s.scan_residency(&pids);
-            health.scan_seconds += t0.elapsed().as_secs_f64();
-            health.scans += pids.len() as u64;
+        // A newly tracked process gets its residency at once; the others when the CPU budget
+        // for numa_maps reads allows (costly scans of big processes wait longer).
+        let _ = before;
+        if scan_due {
             next_scan = Instant::now() + cfg.residency_interval;
         }
+        let budget = ScanBudget { min_interval_ns: cfg.residency_interval.as_nanos() as u64, ..ScanBudget::default() };
+        s.refresh_residency(&tracking.live(), &budget);
+        health.scan_seconds = s.model.residency_scan_ns as f64 / 1e9;
+        health.scans = s.model.residency_scans;
         health.channel_full = s.reader.channel_full.load(Ordering::Relaxed);
         health.undecodable = s.reader.undecodable.load(Ordering::Relaxed);
         let nodes = node_states(&s);

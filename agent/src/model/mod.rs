@@ -8,6 +8,7 @@ pub mod migration;
 pub mod policy;
 pub mod process;
 pub mod reading;
+pub mod scan_plan;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,9 @@ pub struct Model {
     pub numa_moves: Vec<NumaMove>,
     pub kernel_stats: BTreeMap<&'static str, u64>,
     pub events_seen: u64,
+    /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
+    pub residency_scans: u64,
+    pub residency_scan_ns: u64,
     pub last_reading_ns: u64,
 }
 
@@ -179,6 +183,13 @@ impl Model {
 
     pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {
         self.process(tgid).residency = Some((r, at_ns));
+    }
+
+    /// Records the cost of one numa_maps read.
+    pub fn record_scan_cost(&mut self, tgid: u32, cost_ns: u64) {
+        self.residency_scans += 1;
+        self.residency_scan_ns += cost_ns;
+        self.process(tgid).residency_cost_ns = Some(cost_ns);
     }
 }
 

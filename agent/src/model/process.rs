@@ -28,6 +28,8 @@ pub struct Process {
     pub fault_latency: Log2Histogram,
     /// Last numa_maps scan and when it was taken (monotonic ns).
     pub residency: Option<(NumaResidency, u64)>,
+    /// What the last numa_maps read of this process cost (ns).
+    pub residency_cost_ns: Option<u64>,
     pub exited_at_ns: Option<u64>,
     /// Launcher or worker of a training job; `None` for everything else.
     pub role: Option<TrainingRole>,

@@ -95,6 +95,9 @@ pub struct AgentSnapshot {
     /// Everything lost, by where it was lost: kernel-side counters and the agent's channel.
     pub drops: BTreeMap<String, u64>,
     pub events_received: u64,
+    /// numa_maps reads and what they cost in total (ms).
+    pub residency_scans: u64,
+    pub residency_scan_ms: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -240,7 +243,13 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         migrations,
         numa_moves: model.numa_moves.clone(),
         processes,
-        agent: AgentSnapshot { programs: ctx.programs, drops, events_received: model.events_seen },
+        agent: AgentSnapshot {
+            programs: ctx.programs,
+            drops,
+            events_received: model.events_seen,
+            residency_scans: model.residency_scans,
+            residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
+        },
     }
 }
 
