@@ -15,7 +15,6 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     let minflt_go: u64 = done["minflt_go"].parse().expect("minflt_go");
     let snap = agent.finish();
     let minflt_end = w.minflt();
-    w.finish();
 
     let p = process(&snap, pid.parse().expect("pid"));
     let faults = p["faults"].as_u64().expect("faults");
@@ -29,6 +28,16 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     assert!(allocated >= pages, "allocated {allocated} < touched {pages}");
     let resident = sum_nodes(&p["resident_pages_by_node"]);
     assert!(resident >= pages, "numa_maps residency {resident} < touched {pages}");
+    // The kernel's own answers, read independently of the agent's parser.
+    let by_move_pages: u64 = done.get("move_pages_n0").and_then(|v| v.parse().ok()).expect("move_pages answer for node 0");
+    assert_eq!(by_move_pages, pages, "move_pages says the region is on node 0");
+    let agent_node0 = p["resident_pages_by_node"]["0"].as_u64().unwrap_or(0);
+    assert!(agent_node0 >= by_move_pages, "agent says {agent_node0} pages on node 0, move_pages {by_move_pages} for the region alone");
+    let numa_maps_node0 = numa_maps_pages_on(pid.parse().expect("pid"), 0);
+    eprintln!("resident on node 0: agent {agent_node0}, numa_maps now {numa_maps_node0}, region by move_pages {by_move_pages}");
+    // The workload is idle after `done`: its mappings do not change between the two reads.
+    assert_eq!(agent_node0, numa_maps_node0, "agent residency vs numa_maps");
+    w.finish();
     assert_eq!(snap["schema"], "tierscope.snapshot/v1");
 }
 
@@ -154,4 +163,17 @@ for p in procs: p.wait()
     eprintln!("job {job}: ranks {ranks:?}");
     assert_eq!(ranks, vec![0, 1]);
     assert!(procs.iter().filter(|p| p["job"] == job).all(|p| p["role"].is_string()));
+}
+
+/// Base pages on `node` in /proc/PID/numa_maps (hugetlb lines scaled by their page size).
+fn numa_maps_pages_on(pid: u32, node: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).expect("numa_maps");
+    let key = format!("N{node}=");
+    text.lines()
+        .map(|l| {
+            let kb: u64 = l.split_whitespace().find_map(|t| t.strip_prefix("kernelpagesize_kB=")?.parse().ok()).unwrap_or(4);
+            let n: u64 = l.split_whitespace().find_map(|t| t.strip_prefix(&key)?.parse().ok()).unwrap_or(0);
+            n * kb / 4
+        })
+        .sum()
 }

@@ -44,6 +44,25 @@ fn touch(p: *mut u8, bytes: usize) -> usize {
     pages
 }
 
+/// Asks the kernel where each page of the region is (move_pages(2) with a NULL node list):
+/// (node, pages) for every node holding some.
+fn where_are(p: *mut u8, pages: usize) -> Vec<(i32, usize)> {
+    let addrs: Vec<*mut libc::c_void> = (0..pages).map(|i| unsafe { p.add(i * 4096) }.cast()).collect();
+    let mut status = vec![-1i32; pages];
+    // SAFETY: arrays of `pages` entries; NULL nodes means query only.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_move_pages, 0, pages as libc::c_ulong, addrs.as_ptr(), std::ptr::null::<i32>(), status.as_mut_ptr(), 0)
+    };
+    if rc != 0 {
+        return vec![];
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for s in status.into_iter().filter(|&s| s >= 0) {
+        *counts.entry(s).or_insert(0usize) += 1;
+    }
+    counts.into_iter().collect()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut out = std::io::stdout();
@@ -63,7 +82,9 @@ fn main() {
             let p = map(bytes);
             let bound = args.get(2).and_then(|v| v.parse().ok()).map(|n| mbind(p, bytes, n, 0));
             let pages = touch(p, bytes);
-            format!("pages={pages} minflt_go={go} mbind_rc={}", bound.unwrap_or(0))
+            let on = where_are(p, pages);
+            let nodes: Vec<String> = on.iter().map(|(n, c)| format!("move_pages_n{n}={c}")).collect();
+            format!("pages={pages} minflt_go={go} mbind_rc={} addr={:#x} {}", bound.unwrap_or(0), p as usize, nodes.join(" "))
         }
         Some("mbind") => {
             let node: u32 = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
