@@ -7,9 +7,10 @@
 //! `dpkg -x` unpacks them. A stamp file records a complete fetch, so a second run costs no
 //! network at all.
 use std::{
+    collections::BTreeMap,
     fs,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{bail, Context as _, Result};
@@ -71,9 +72,11 @@ pub fn fetch() -> Result<Fetched> {
         let t = std::time::Instant::now();
         let apt = PrivateApt::new(&cache.join("apt"))?;
         apt.update()?;
+        // A fresh download directory: an interrupted or older fetch leaves nothing ambiguous.
         let debs = cache.join("debs");
+        let _ = fs::remove_dir_all(&debs);
         fs::create_dir_all(&debs)?;
-        let kernel_pkg = apt.first_dependency("linux-image-amd64/bookworm-backports")?;
+        let kernel_pkg = apt.first_dependency("linux-image-amd64", "bookworm-backports")?;
         let mut bpo: Vec<String> = vec![kernel_pkg];
         bpo.extend(BPO_PACKAGES.iter().map(|s| s.to_string()));
         let bpo_debs = apt.download(&debs, &bpo, "bookworm-backports")?;
@@ -175,6 +178,8 @@ impl PrivateApt {
         c.arg(format!("-o=Dir={}", self.root.display()))
             .arg(format!("-o=Dir::State::status={}", self.root.join("var/lib/dpkg/status").display()))
             .arg("-o=Debug::NoLocking=1")
+            // The cache belongs to the invoking user; apt's _apt sandbox user cannot write it.
+            .arg("-o=APT::Sandbox::User=root")
             .arg("-o=APT::Architecture=amd64")
             // Only Packages indexes: no translations or AppStream metadata.
             .arg("-o=Acquire::Languages=none")
@@ -192,70 +197,82 @@ impl PrivateApt {
     }
 
     /// The first dependency of `pkg_release` (e.g. the versioned kernel image of the metapackage).
-    fn first_dependency(&self, pkg_release: &str) -> Result<String> {
-        let depends = self.field(pkg_release, "Depends")?;
-        parse_depends(&depends).into_iter().next().with_context(|| format!("{pkg_release} has no Depends"))
+    fn first_dependency(&self, pkg: &str, release: &str) -> Result<String> {
+        let stanzas = self.show(&[pkg.to_string()], release);
+        let depends = stanzas.get(pkg).map(|s| field(s, "Depends")).unwrap_or_default();
+        parse_depends(&depends).into_iter().next().with_context(|| format!("{pkg} not found in {release} (or has no Depends)"))
     }
 
-    /// One control field of the candidate `pkg/release`.
-    fn field(&self, pkg_release: &str, field: &str) -> Result<String> {
-        let show = cmd::output(self.cmd("apt-cache").args(["show", pkg_release]))
-            .with_context(|| format!("apt-cache show {pkg_release} failed: is the package in that suite?"))?;
-        // The first stanza is the candidate of that release.
-        let stanza = show.split("\n\n").next().unwrap_or("");
-        Ok(stanza
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{field}: ")))
-            .unwrap_or("")
-            .to_string())
+    /// The candidate stanzas of `pkgs` in `release`, by package name, in one apt-cache call
+    /// (each call re-reads the indexes, about a second). Virtual packages are simply absent.
+    fn show(&self, pkgs: &[String], release: &str) -> BTreeMap<String, String> {
+        let out = self
+            .cmd("apt-cache")
+            .arg("show")
+            .args(pkgs.iter().map(|p| format!("{p}/{release}")))
+            .stderr(Stdio::null())
+            .output();
+        // apt-cache exits non-zero when one name is virtual; the others are still printed.
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let mut map = BTreeMap::new();
+        for stanza in text.split("\n\n") {
+            let name = field(stanza, "Package");
+            if !name.is_empty() {
+                map.entry(name).or_insert_with(|| stanza.to_string());
+            }
+        }
+        map
     }
 
     /// `roots` and their run-time dependencies in `release` (first alternatives; virtual
-    /// packages and the skip list left out).
+    /// packages and the skip list left out), resolved one dependency level per apt-cache call.
     fn closure(&self, roots: &[&str], release: &str) -> Result<Vec<String>> {
         let mut seen: Vec<String> = Vec::new();
-        let mut todo: Vec<String> = roots.iter().map(|s| s.to_string()).collect();
-        while let Some(p) = todo.pop() {
-            if seen.contains(&p) || TRIXIE_SKIP.contains(&p.as_str()) {
-                continue;
+        let mut level: Vec<String> = roots.iter().map(|s| s.to_string()).collect();
+        while !level.is_empty() {
+            let stanzas = self.show(&level, release);
+            let mut next = Vec::new();
+            for (name, stanza) in &stanzas {
+                if seen.contains(name) {
+                    continue;
+                }
+                seen.push(name.clone());
+                for d in parse_depends(&field(stanza, "Depends")).into_iter().chain(parse_depends(&field(stanza, "Pre-Depends"))) {
+                    if !seen.contains(&d) && !next.contains(&d) && !TRIXIE_SKIP.contains(&d.as_str()) {
+                        next.push(d);
+                    }
+                }
             }
-            let pr = format!("{p}/{release}");
-            if self.field(&pr, "Package").map(|s| s.is_empty()).unwrap_or(true) {
-                continue; // virtual package
-            }
-            let mut deps = parse_depends(&self.field(&pr, "Depends")?);
-            deps.extend(parse_depends(&self.field(&pr, "Pre-Depends")?));
-            seen.push(p);
-            todo.extend(deps);
+            level = next;
+        }
+        if let Some(missing) = roots.iter().find(|r| !seen.iter().any(|s| s == *r)) {
+            bail!("{missing} not found in {release}");
         }
         Ok(seen)
     }
 
-    /// Downloads `pkgs` from `release` into `dir` (skipping ones already there); returns the files.
+    /// Downloads `pkgs` from `release` into `dir` in one apt-get call; returns their files.
+    /// `dir` holds only this fetch's files, so a package's file is the one named `<pkg>_*.deb`.
     fn download(&self, dir: &Path, pkgs: &[String], release: &str) -> Result<Vec<PathBuf>> {
-        let mut files = Vec::new();
-        for p in pkgs {
-            let have = |dir: &Path| -> Option<PathBuf> {
-                let version = self.field(&format!("{p}/{release}"), "Version").ok()?;
-                let v = version.replace(':', "%3a");
-                fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).find(|f| {
-                    f.file_name().is_some_and(|n| {
-                        let n = n.to_string_lossy();
-                        n.starts_with(&format!("{p}_{v}_")) && n.ends_with(".deb")
-                    })
-                })
-            };
-            if let Some(f) = have(dir) {
-                files.push(f);
-                continue;
-            }
-            println!("vm: downloading {p} ({release})");
-            cmd::run(self.cmd("apt-get").current_dir(dir).args(["-q", "download", &format!("{p}/{release}")]))
-                .with_context(|| format!("cannot download {p} from {release}: check the network"))?;
-            files.push(have(dir).with_context(|| format!("downloaded {p} but cannot find its .deb in {}", dir.display()))?);
-        }
-        Ok(files)
+        println!("vm: downloading from {release}: {}", pkgs.join(" "));
+        cmd::run(self.cmd("apt-get").current_dir(dir).args(["-q", "download"]).args(pkgs.iter().map(|p| format!("{p}/{release}"))))
+            .with_context(|| format!("cannot download from {release}: check the network"))?;
+        let files: Vec<PathBuf> = fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        pkgs.iter()
+            .map(|p| {
+                files
+                    .iter()
+                    .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{p}_"))))
+                    .cloned()
+                    .with_context(|| format!("downloaded {p} but its .deb is not in {}", dir.display()))
+            })
+            .collect()
     }
+}
+
+/// One field of a control stanza ("" when absent).
+fn field(stanza: &str, name: &str) -> String {
+    stanza.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).unwrap_or("").to_string()
 }
 
 #[cfg(test)]

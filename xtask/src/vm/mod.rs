@@ -32,6 +32,9 @@ pub struct VmTestArgs {
     /// Use target/release/tierscope as it is instead of building it first.
     #[arg(long)]
     pub no_build: bool,
+    /// Multiply every boot's deadline by this (slower CI machines); default 1.
+    #[arg(long)]
+    pub timeout_scale: Option<f64>,
 }
 
 /// Host tools the image is built with (bookworm packages).
@@ -69,7 +72,7 @@ pub fn run(args: VmTestArgs) -> Result<()> {
             shape: s.shape,
             scenario: s.name,
             run_dir: &run_dir,
-            timeout: Duration::from_secs(s.timeout_s),
+            timeout: Duration::from_secs_f64(s.timeout_s as f64 * args.timeout_scale.unwrap_or(1.0)),
         };
         let outcome = match qemu::boot(&boot) {
             Ok(o) => o,
