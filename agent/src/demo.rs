@@ -104,7 +104,12 @@ impl DemoWorkload {
             }
             None => "optimizer state not bound: one memory node only".to_string(),
         };
+        // Rank variables as a launcher would set them: the demo is tracked as a one-rank job.
         let child = cmd
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .env("TORCHELASTIC_RUN_ID", "tierscope-demo")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

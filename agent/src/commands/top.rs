@@ -16,7 +16,10 @@ use tokio::sync::mpsc;
 
 use crate::{
     cli::Select,
-    collect::{counters, session::Session},
+    collect::{
+        counters,
+        session::{Session, SessionOptions},
+    },
     demo::DemoWorkload,
     model::{snapshot::ProcessFilter, Model},
     topology::{parse, Topology},
@@ -112,7 +115,7 @@ struct Frozen {
 
 async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
-    let mut session = Session::start()?;
+    let mut session = Session::start_with(SessionOptions { pattern: filter.pattern.clone(), ..SessionOptions::default() })?;
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),
         regions: session.topology.cxl_regions.clone(),
@@ -164,6 +167,8 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+    // The terminal going away (tmux kill-session, a closed ssh) ends the UI the same clean way.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
     let mut dirty = true;
     let page_size = session.page_size;
 
@@ -265,6 +270,7 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
             }
             _ = tokio::signal::ctrl_c() => break Ok(()),
             _ = term.recv() => break Ok(()),
+            _ = hangup.recv() => break Ok(()),
         }
     };
 

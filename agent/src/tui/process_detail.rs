@@ -101,6 +101,23 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     if let Some(d) = scene.demo.filter(|d| d.pid == pid) {
         out.push(Line::from(Span::styled(format!("demo workload: {}", d.placement), theme::warn())));
     }
+    if let Some(role) = p.role {
+        let role = match role {
+            crate::model::job::TrainingRole::Launcher => "launcher",
+            crate::model::job::TrainingRole::Worker => "worker",
+        };
+        let mut s = format!("training {role}, job {}", p.job.as_deref().unwrap_or("-"));
+        if let Some(r) = p.rank.rank {
+            s.push_str(&format!(", rank {r}"));
+            if let Some(w) = p.rank.world_size {
+                s.push_str(&format!(" of {w}"));
+            }
+        }
+        if let Some(l) = p.rank.local_rank {
+            s.push_str(&format!(" (local {l})"));
+        }
+        out.push(Line::from(Span::styled(s, theme::accent())));
+    }
     let reading_age = if scene.model.last_reading_ns > 0 { format::age(scene.model.last_reading_ns, scene.now_ns) } else { "never".into() };
     out.push(Line::from(format!(
         "faults {} ({}/s)  NUMA task moves {}  counters read {reading_age}",
@@ -174,6 +191,23 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(format!("Pages allocated per second: {}", parts.join(", "))));
         out.push(Line::from(""));
     }
+
+    // CXL allocation sites.
+    out.push(heading("Top CXL allocation sites (sampled user stacks, pages)"));
+    let mut sites: Vec<(u32, u64)> = p.cxl_site_pages.iter().map(|(&id, &n)| (id, n)).collect();
+    sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    if sites.is_empty() {
+        let why = if scene.nodes.iter().any(|n| n.tier == crate::topology::Tier::Cxl) { "none sampled yet" } else { "none: this machine has no CXL-tier node" };
+        out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
+    }
+    for (id, pages) in sites.iter().take(5) {
+        let frames = p.site_frames.get(id).map(|f| f.iter().take(4).cloned().collect::<Vec<_>>().join(" <- "));
+        out.push(Line::from(vec![
+            Span::raw(format!("  {} ", rpad(&format::count(*pages), 7))),
+            Span::styled(format::truncate(&frames.unwrap_or_else(|| format!("stack {id} (not symbolized yet)")), width.saturating_sub(10)), theme::tier(crate::topology::Tier::Cxl)),
+        ]));
+    }
+    out.push(Line::from(""));
 
     // Policy.
     out.push(heading("Placement policy (the process's own mbind / set_mempolicy / move_pages calls)"));

@@ -10,7 +10,7 @@ use ratatui::{
 use super::{
     app::SortKey,
     format,
-    rows::{ProcessRow, TRAINING_DETECTION},
+    rows::ProcessRow,
     theme, App, Scene,
 };
 use crate::topology::Tier;
@@ -67,10 +67,10 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: 
         format!("{} processes, sorted by {} {dir} (s column, S reverse)", rows.len(), app.sort.name()),
         theme::title(),
     )];
-    if app.training_only && !TRAINING_DETECTION {
-        spans.push(Span::styled("  training-only: detection not built yet (issue 5), showing all", theme::warn()));
-    } else if !app.training_only {
-        spans.push(Span::styled("  t training-only", theme::dim()));
+    if app.training_only {
+        spans.push(Span::styled("  training jobs only (t: all)", theme::warn()));
+    } else {
+        spans.push(Span::styled("  all (t: training only)", theme::dim()));
     }
     f.render_widget(Paragraph::new(Line::from(spans)), info);
 
@@ -89,7 +89,7 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: 
         })
         .collect();
     if wide {
-        header.push(Cell::from("COMMAND"));
+        header.push(Cell::from("JOB              COMMAND"));
     }
     let body: Vec<Row> = rows
         .iter()
@@ -109,7 +109,8 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: 
                 })
                 .collect();
             if wide {
-                cells.push(Cell::from(r.cmdline.clone()).style(theme::dim()));
+                let job = format::truncate(r.job.as_deref().unwrap_or("-"), 16);
+                cells.push(Cell::from(format!("{job:<16} {}", r.cmdline)).style(theme::dim()));
             }
             Row::new(cells)
         })

@@ -17,6 +17,10 @@ pub struct ProcessRow {
     pub cmdline: String,
     /// The `--demo` workload.
     pub demo: bool,
+    /// Part of a training job (launcher or worker), as classified by the collector.
+    pub training: bool,
+    pub job: Option<String>,
+    pub rank: Option<u32>,
     /// Resident bytes from the last numa_maps scan.
     pub rss_bytes: Option<u64>,
     pub dram_share: Option<f64>,
@@ -58,6 +62,9 @@ impl ProcessRow {
             comm: p.comm.clone(),
             cmdline: p.cmdline.clone(),
             demo: scene.demo.is_some_and(|d| d.pid == p.tgid),
+            training: p.role.is_some(),
+            job: p.job.clone(),
+            rank: p.rank.rank,
             rss_bytes,
             dram_share,
             cxl_share,
@@ -71,14 +78,16 @@ impl ProcessRow {
         }
     }
 
-    /// The name shown: comm, marked when it is the demo workload.
+    /// The name shown: comm, its rank when it has one, marked when it is the demo workload.
     pub fn label(&self) -> String {
-        let comm = if self.comm.is_empty() { "?" } else { &self.comm };
-        if self.demo {
-            format!("{comm} [demo]")
-        } else {
-            comm.to_string()
+        let mut s = if self.comm.is_empty() { "?".to_string() } else { self.comm.clone() };
+        if let Some(r) = self.rank {
+            s.push_str(&format!(" r{r}"));
         }
+        if self.demo {
+            s.push_str(" [demo]");
+        }
+        s
     }
 
     fn matches_text(&self, needle: &str) -> bool {
@@ -90,6 +99,7 @@ impl ProcessRow {
             || self.comm.to_lowercase().contains(&needle)
             || self.cmdline.to_lowercase().contains(&needle)
             || (self.demo && "demo".contains(&needle))
+            || self.job.as_ref().is_some_and(|j| j.to_lowercase().contains(&needle))
     }
 }
 
@@ -129,6 +139,7 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
         .filter(|p| p.exited_at_ns.is_none())
         .filter(|p| scene.filter.matches(p) || scene.demo.is_some_and(|d| d.pid == p.tgid))
         .map(|p| ProcessRow::new(p, scene))
+        .filter(|r| !app.training_only || r.training || r.demo)
         .filter(|r| r.matches_text(&app.filter))
         .collect();
     rows.sort_by(|a, b| {
@@ -139,8 +150,6 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
     rows
 }
 
-/// Whether training processes can be told apart yet (job/rank detection, issue 5).
-pub const TRAINING_DETECTION: bool = false;
 
 #[cfg(test)]
 mod tests {
@@ -163,8 +172,9 @@ mod tests {
         assert_eq!(trainer.faults_per_s, 1000.0);
         assert_eq!(trainer.dram_allocs_per_s, Some(500.0));
         assert_eq!(trainer.cxl_allocs_per_s, Some(250.0));
-        assert!(trainer.demo);
-        assert_eq!(trainer.label(), "python3 [demo]");
+        assert!(trainer.demo && trainer.training);
+        assert_eq!(trainer.label(), "python3 r0 [demo]");
+        assert_eq!(trainer.job.as_deref(), Some("llama-run-1"));
     }
 
     #[test]
@@ -192,6 +202,17 @@ mod tests {
         assert_eq!(pids("TRAIN.PY"), vec![4242, 4243]);
         assert_eq!(pids("1200"), vec![1200]);
         assert_eq!(pids("nothing-like-this"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn training_only_keeps_job_processes() {
+        let f = Fixture::training();
+        let scene = f.scene();
+        let app = App { training_only: true, sort: SortKey::Pid, descending: false, ..App::default() };
+        let pids: Vec<u32> = process_rows(&scene, &app).iter().map(|r| r.pid).collect();
+        assert_eq!(pids, vec![4242, 4243]);
+        let by_job = App { filter: "llama-run".into(), ..app };
+        assert_eq!(process_rows(&scene, &by_job).len(), 2);
     }
 
     #[test]

@@ -113,6 +113,11 @@ impl Fixture {
                 model.set_identity(4243, "python3", "python3 train.py --rank 1 --model llama-7b", 1);
                 model.set_identity(1200, "redis-server", "/usr/bin/redis-server *:6379", 1);
                 model.set_identity(75, "kswapd0", "", 2);
+                let rank = |r| crate::model::job::Rank { rank: Some(r), local_rank: Some(r), world_size: Some(2) };
+                let worker = Some(crate::model::job::TrainingRole::Worker);
+                model.set_training(4242, worker, rank(0), Some("llama-run-1".into()));
+                model.set_training(4243, worker, rank(1), Some("llama-run-1".into()));
+                model.assign_jobs();
             }
             if i == 6 {
                 let res = |a: u64, b: u64| NumaResidency {
@@ -139,6 +144,11 @@ impl Fixture {
             history.observe(&model, &nodes, at);
         }
         model.kernel_stats.insert("agent_filtered", 496);
+        if let Some(p) = model.processes.get_mut(&4242) {
+            p.cxl_site_pages = BTreeMap::from([(3, 700), (9, 250), (11, 50)]);
+        }
+        model.set_site_frames(4242, 3, vec!["adam_step".into(), "optimizer_update".into(), "train_loop".into()]);
+        model.set_site_frames(4242, 9, vec!["at::empty_cpu".into(), "allocate_grad_buffer".into()]);
         model.apply_event(Event::Policy(PolicyDecision {
             tgid: 4242,
             tid: 4242,
