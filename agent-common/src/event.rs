@@ -9,6 +9,8 @@ pub enum EventKind {
     Exit = 2,
     Policy = 3,
     RawTrace = 4,
+    /// A CXL/RAS tracepoint record: [`HealthTraceEvent`].
+    HealthTrace = 5,
 }
 
 impl EventKind {
@@ -18,6 +20,7 @@ impl EventKind {
             2 => Some(EventKind::Exit),
             3 => Some(EventKind::Policy),
             4 => Some(EventKind::RawTrace),
+            5 => Some(EventKind::HealthTrace),
             _ => None,
         }
     }
@@ -119,3 +122,54 @@ pub struct RawTraceEvent {
     pub data: [u8; RAW_TRACE_BYTES],
 }
 const _: () = assert!(core::mem::size_of::<RawTraceEvent>() == 96);
+
+/// Which CXL/RAS tracepoint a [`HealthTraceEvent`] was copied from. Stable ids.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HealthSource {
+    CxlGeneralMedia = 1,
+    CxlDram = 2,
+    CxlMemoryModule = 3,
+    CxlPoison = 4,
+    CxlAerCorrectable = 5,
+    CxlAerUncorrectable = 6,
+    CxlOverflow = 7,
+    McEvent = 8,
+}
+
+impl HealthSource {
+    /// Every source with its tracefs group and event name.
+    pub const ALL: [(HealthSource, &'static str, &'static str); 8] = [
+        (HealthSource::CxlGeneralMedia, "cxl", "cxl_general_media"),
+        (HealthSource::CxlDram, "cxl", "cxl_dram"),
+        (HealthSource::CxlMemoryModule, "cxl", "cxl_memory_module"),
+        (HealthSource::CxlPoison, "cxl", "cxl_poison"),
+        (HealthSource::CxlAerCorrectable, "cxl", "cxl_aer_correctable_error"),
+        (HealthSource::CxlAerUncorrectable, "cxl", "cxl_aer_uncorrectable_error"),
+        (HealthSource::CxlOverflow, "cxl", "cxl_overflow"),
+        (HealthSource::McEvent, "ras", "mc_event"),
+    ];
+
+    pub fn from_u32(v: u32) -> Option<HealthSource> {
+        HealthSource::ALL.iter().map(|(s, _, _)| *s).find(|s| *s as u32 == v)
+    }
+}
+
+/// Bytes of a CXL/RAS record copied into a [`HealthTraceEvent`]. The largest fixed part in 6.12
+/// is `cxl_aer_uncorrectable_error` (544 bytes with its 512-byte header log), followed by its
+/// `__data_loc` strings (device names), so 1 KiB holds every record seen so far. The copy always
+/// takes this many bytes: the record lives in a per-CPU perf buffer of 8 KiB, so reading past its
+/// end stays inside that buffer; the agent bounds every field by the format's offsets.
+pub const HEALTH_TRACE_BYTES: usize = 1024;
+
+/// A CXL/RAS tracepoint record copied verbatim (rare events: a bigger buffer than
+/// [`RawTraceEvent`] is affordable). Decoded in user space with the event's tracefs `format`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthTraceEvent {
+    pub header: EventHeader,
+    pub source: u32,
+    pub len: u32,
+    pub data: [u8; HEALTH_TRACE_BYTES],
+}
+const _: () = assert!(core::mem::size_of::<HealthTraceEvent>() == 32 + HEALTH_TRACE_BYTES);

@@ -62,4 +62,12 @@ pub mod program {
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
     pub const FAULT_LATENCY_ENTRY: &str = "handle_mm_fault_entry";
     pub const FAULT_LATENCY_EXIT: &str = "handle_mm_fault_exit";
+    pub const CXL_GENERAL_MEDIA: &str = "cxl_general_media";
+    pub const CXL_DRAM: &str = "cxl_dram";
+    pub const CXL_MEMORY_MODULE: &str = "cxl_memory_module";
+    pub const CXL_POISON: &str = "cxl_poison";
+    pub const CXL_AER_CORRECTABLE_ERROR: &str = "cxl_aer_correctable_error";
+    pub const CXL_AER_UNCORRECTABLE_ERROR: &str = "cxl_aer_uncorrectable_error";
+    pub const CXL_OVERFLOW: &str = "cxl_overflow";
+    pub const MC_EVENT: &str = "mc_event";
 }

@@ -14,4 +14,5 @@ unsafe impl aya::Pod for EventHeader {}
 unsafe impl aya::Pod for LifecycleEvent {}
 unsafe impl aya::Pod for PolicyEvent {}
 unsafe impl aya::Pod for RawTraceEvent {}
+unsafe impl aya::Pod for HealthTraceEvent {}
 unsafe impl aya::Pod for SiteKey {}

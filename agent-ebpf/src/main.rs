@@ -8,6 +8,7 @@
 #![no_main]
 
 mod common;
+mod cxl_events;
 mod faults;
 mod fault_latency;
 mod lifecycle;

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod collect;
 pub mod commands;
 pub mod export;
+pub mod health;
 pub mod logging;
 pub mod model;
 pub mod topology;

@@ -1,6 +1,7 @@
 //! Decoding ring-buffer records into model events. Pure: bytes in, [`Event`] out.
 use tierscope_common::event::{
-    EventHeader, EventKind, LifecycleEvent, PolicyEvent, PolicySyscall, RawSource, RawTraceEvent,
+    EventHeader, EventKind, HealthSource, HealthTraceEvent, LifecycleEvent, PolicyEvent, PolicySyscall, RawSource,
+    RawTraceEvent,
 };
 
 use super::tracefs::EventFormat;
@@ -24,6 +25,8 @@ pub enum DecodeError {
 #[derive(Clone, Debug, Default)]
 pub struct Decoder {
     pub raw_formats: Vec<(RawSource, EventFormat)>,
+    /// Formats of the CXL/RAS events this kernel has.
+    pub health_formats: Vec<(HealthSource, crate::health::HealthFormat)>,
 }
 
 fn read<T: Copy>(buf: &[u8]) -> Result<T, DecodeError> {
@@ -51,6 +54,7 @@ impl Decoder {
             Some(EventKind::Exit) => Ok(Event::Exit { tgid: h.tgid, ts_ns: h.ts_ns }),
             Some(EventKind::Policy) => Ok(Event::Policy(decode_policy(&read::<PolicyEvent>(buf)?))),
             Some(EventKind::RawTrace) => self.decode_raw(&read::<RawTraceEvent>(buf)?),
+            Some(EventKind::HealthTrace) => self.decode_health(&read::<HealthTraceEvent>(buf)?),
             None => Err(DecodeError::UnknownKind(h.kind)),
         }
     }
@@ -82,6 +86,15 @@ impl Decoder {
             dst_nid: int(&["dst_nid"]).unwrap_or(-1) as i32,
             ts_ns: e.header.ts_ns,
         }))
+    }
+}
+
+impl Decoder {
+    fn decode_health(&self, e: &HealthTraceEvent) -> Result<Event, DecodeError> {
+        let source = HealthSource::from_u32(e.source).ok_or(DecodeError::NoFormat(e.source))?;
+        let (_, fmt) = self.health_formats.iter().find(|(s, _)| *s == source).ok_or(DecodeError::NoFormat(e.source))?;
+        let data = &e.data[..(e.len as usize).min(e.data.len())];
+        Ok(Event::Health(crate::health::event::decode(source, fmt, data, e.header.ts_ns, e.header.pid)))
     }
 }
 
@@ -212,7 +225,7 @@ mod tests {
         put("src_nid", 0);
         put("dst_nid", 1);
         let e = RawTraceEvent { header: header(EventKind::RawTrace), source: RawSource::SchedSwapNuma as u32, len: 64, data };
-        let d = Decoder { raw_formats: vec![(RawSource::SchedSwapNuma, fmt)] };
+        let d = Decoder { raw_formats: vec![(RawSource::SchedSwapNuma, fmt)], ..Default::default() };
         let Event::NumaMove(m) = d.decode(&bytes(&e)).unwrap() else { panic!() };
         assert_eq!((m.kind, m.tgid, m.pid, m.src_nid, m.dst_nid), (NumaMoveKind::Swap, 4000, 4001, 0, 1));
         assert_eq!(Decoder::default().decode(&bytes(&e)), Err(DecodeError::NoFormat(2)));

@@ -47,6 +47,7 @@ pub struct Session {
     pattern: Option<regex::Regex>,
     identified: HashSet<u32>,
     symbolizer: SiteSymbolizer,
+    health_poller: crate::health::poller::HealthPoller,
 }
 
 impl Session {
@@ -71,10 +72,12 @@ impl Session {
             .take_map(map::EVENTS)
             .context("the EVENTS ring buffer is missing from the object (build bug)")?;
         let ring = aya::maps::RingBuf::try_from(ring).context("EVENTS is not a ring buffer (build bug)")?;
-        let decoder = Decoder { raw_formats: probes.raw_formats.clone() };
+        let health_formats = probes.tracefs.as_deref().map(crate::health::read_formats).unwrap_or_default();
+        let decoder = Decoder { raw_formats: probes.raw_formats.clone(), health_formats };
         let (events, reader) = ringbuf::spawn(ring, decoder).context("polling the ring buffer")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
-        let model = Model::new(probes.migration_names.clone());
+        let mut model = Model::new(probes.migration_names.clone());
+        crate::health::set_inventory(&mut model.health, &topology);
         Ok(Session {
             probes,
             model,
@@ -87,6 +90,7 @@ impl Session {
             pattern: opts.pattern,
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
+            health_poller: Default::default(),
         })
     }
 
@@ -105,6 +109,7 @@ impl Session {
         self.drain_events();
         let r = counters::read(&self.probes.ebpf);
         self.model.apply_reading(&r);
+        self.health_poller.poll(&mut self.model.health);
         let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
         for tgid in new {
             self.identified.insert(tgid);

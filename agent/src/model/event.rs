@@ -8,6 +8,8 @@ pub enum Event {
     Exit { tgid: u32, ts_ns: u64 },
     Policy(PolicyDecision),
     NumaMove(NumaMove),
+    /// A CXL/RAS health event.
+    Health(crate::health::HealthEvent),
 }
 
 /// A placement syscall as the process made it.

@@ -34,6 +34,8 @@ pub struct Model {
     pub alloc_pages_by_node: BTreeMap<u32, u64>,
     pub freed_pages_by_node: BTreeMap<u32, u64>,
     pub numa_moves: Vec<NumaMove>,
+    /// CXL devices and memory errors (the `health` module's pure model).
+    pub health: crate::health::HealthModel,
     pub kernel_stats: BTreeMap<&'static str, u64>,
     pub events_seen: u64,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
@@ -115,6 +117,7 @@ impl Model {
                 }
                 self.numa_moves.push(m);
             }
+            Event::Health(h) => self.health.apply(h),
         }
     }
 
