@@ -45,6 +45,8 @@ pub enum Command {
         #[arg(long, default_value = "/sys")]
         sysfs_root: PathBuf,
     },
+    /// Idle load latency (pointer chase) and read bandwidth of each node's memory, beside HMAT.
+    ProbeLatency(commands::probe_latency::ProbeLatencyArgs),
     /// The `top --demo` workload (started by the TUI, not by hand).
     #[command(hide = true)]
     DemoWorkload(crate::demo::DemoArgs),
@@ -110,6 +112,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Topology { json, sysfs_root } => commands::topology::run(json, &sysfs_root).map(|()| 0),
+        Command::ProbeLatency(args) => commands::probe_latency::run(args),
         Command::DemoWorkload(args) => crate::demo::run_workload(args),
     }
 }

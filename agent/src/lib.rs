@@ -7,6 +7,7 @@ pub mod collect;
 pub mod commands;
 pub mod export;
 pub mod health;
+pub mod latency;
 pub mod logging;
 pub mod model;
 pub mod topology;

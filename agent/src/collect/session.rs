@@ -110,6 +110,7 @@ impl Session {
         let r = counters::read(&self.probes.ebpf);
         self.model.apply_reading(&r);
         self.health_poller.poll(&mut self.model.health);
+        self.model.tiering.apply(read_tiering_vmstat(&self.topology));
         let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
         for tgid in new {
             self.identified.insert(tgid);
@@ -213,4 +214,16 @@ pub fn node_infos(t: &Topology) -> Vec<NodeInfo> {
             mem_free_bytes: n.mem_free_bytes,
         })
         .collect()
+}
+
+/// The tiering counters of `/proc/vmstat` and of every node's `vmstat`; an unreadable file
+/// leaves its counters out (they then show as absent, not as zero).
+pub fn read_tiering_vmstat(t: &Topology) -> crate::model::tiering::VmstatReading {
+    use crate::{model::tiering, topology::parse::tiering_vmstat};
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| tiering::kept(&tiering_vmstat(&s)));
+    tiering::VmstatReading {
+        at_ns: counters::monotonic_ns(),
+        system: read("/proc/vmstat").unwrap_or_default(),
+        by_node: t.nodes.iter().filter_map(|n| Some((n.id, read(&format!("/sys/devices/system/node/node{}/vmstat", n.id))?))).collect(),
+    }
 }

@@ -10,6 +10,7 @@ pub mod process;
 pub mod reading;
 pub mod scan_plan;
 pub mod snapshot;
+pub mod tiering;
 
 use std::collections::BTreeMap;
 
@@ -42,6 +43,8 @@ pub struct Model {
     pub residency_scans: u64,
     pub residency_scan_ns: u64,
     pub last_reading_ns: u64,
+    /// NUMA hinting, promotion and demotion counters from vmstat.
+    pub tiering: tiering::Tiering,
 }
 
 impl Model {

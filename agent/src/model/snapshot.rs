@@ -110,6 +110,8 @@ pub struct Snapshot {
     pub migrations: BTreeMap<String, MigrationSnapshot>,
     pub numa_moves: Vec<NumaMove>,
     pub processes: Vec<ProcessSnapshot>,
+    /// NUMA hinting, promotion and demotion activity over the window (vmstat); null before a read.
+    pub tiering: Option<super::tiering::TieringSnapshot>,
     /// CXL devices, memory errors and EDAC counters.
     pub health: crate::health::snapshot::HealthSnapshot,
     pub agent: AgentSnapshot,
@@ -245,6 +247,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         migrations,
         numa_moves: model.numa_moves.clone(),
         processes,
+        tiering: model.tiering.since_start(),
         health: crate::health::snapshot::build(&model.health, &model.processes),
         agent: AgentSnapshot {
             programs: ctx.programs,

@@ -1,0 +1,112 @@
+//! `tierscope probe-latency [--json] [--node N]... [--buffer-mib M] [--repeats R] [--threads T]`:
+//! idle load latency and read bandwidth of each node's memory, beside the firmware's HMAT figures.
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    latency::{self, ProbeOptions, ProbeReport},
+    topology::Topology,
+};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ProbeLatencyArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Measure this node (repeatable; default: every online node with memory).
+    #[arg(long = "node")]
+    pub nodes: Vec<u32>,
+    /// Buffer per node in MiB (default: 8x the last-level cache, 64 MiB to 1 GiB, at most a
+    /// quarter of the node's free memory).
+    #[arg(long)]
+    pub buffer_mib: Option<u64>,
+    /// Repeats of each measurement; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub repeats: u32,
+    /// Reader threads for bandwidth (default: every usable CPU of the measuring node).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+pub fn run(args: ProbeLatencyArgs) -> Result<i32> {
+    if let Some(m) = args.buffer_mib {
+        if !(2..=65_536).contains(&m) {
+            anyhow::bail!("--buffer-mib {m}: give between 2 and 65536 MiB");
+        }
+    }
+    if !(1..=1000).contains(&args.repeats) {
+        anyhow::bail!("--repeats {}: give between 1 and 1000", args.repeats);
+    }
+    if args.threads.is_some_and(|t| !(1..=1024).contains(&t)) {
+        anyhow::bail!("--threads: give between 1 and 1024");
+    }
+    let t = Topology::read(Path::new("/sys"));
+    let opts = ProbeOptions {
+        nodes: args.nodes,
+        buffer_bytes: args.buffer_mib.map(|m| m << 20),
+        repeats: args.repeats,
+        threads: args.threads,
+    };
+    let report = latency::probe(&t, Path::new("/sys"), &opts).context("probing memory latency")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", text(&report));
+    }
+    Ok(if report.nodes.is_empty() { 1 } else { 0 })
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// The report as a table.
+pub fn text(r: &ProbeReport) -> String {
+    let mut s = format!(
+        "last-level cache {} MiB ({}), {} repeats, median shown (spread = (max-min)/median)\n\n",
+        r.llc_bytes >> 20,
+        r.llc_source,
+        r.repeats
+    );
+    s += &format!(
+        "{:>4} {:<7} {:>4} {:>9} {:>6} {:>11} {:>7} {:>12} {:>7} {:>8} {:>12}\n",
+        "node", "tier", "cpu", "buffer", "huge%", "latency ns", "spread", "read GB/s", "spread", "HMAT ns", "HMAT GB/s"
+    );
+    for n in &r.nodes {
+        let huge = if n.buffer_bytes > 0 { n.huge_page_bytes as f64 * 100.0 / n.buffer_bytes as f64 } else { 0.0 };
+        let h = n.hmat.as_ref();
+        s += &format!(
+            "{:>4} {:<7} {:>4} {:>6}MiB {:>5.0}% {:>11.1} {:>6.1}% {:>12.2} {:>6.1}% {:>8} {:>12}\n",
+            n.node,
+            n.tier.as_str(),
+            n.cpu,
+            n.buffer_bytes >> 20,
+            huge,
+            n.latency_ns.median,
+            n.latency_ns.spread_pct,
+            n.bandwidth_gbps.median,
+            n.bandwidth_gbps.spread_pct,
+            opt(h.and_then(|h| h.read_latency_ns)),
+            opt(h.and_then(|h| h.read_bandwidth_gbps).map(|g| format!("{g:.2}"))),
+        );
+        if n.on_node_pct < 100.0 {
+            s += &format!("     only {:.0}% of node {}'s buffer pages are on it: the figures mix nodes\n", n.on_node_pct, n.node);
+        }
+    }
+    if !r.tiers.is_empty() {
+        s += "\ntier     nodes        latency ns   read GB/s\n";
+        for t in &r.tiers {
+            let nodes: Vec<String> = t.nodes.iter().map(u32::to_string).collect();
+            s += &format!("{:<8} {:<12} {:>10.1} {:>11.2}\n", t.tier.as_str(), nodes.join(","), t.latency_ns, t.bandwidth_gbps);
+        }
+    }
+    match r.ranking.latency_agrees_with_hmat {
+        Some(true) => s += "\nmeasured latency ranks the nodes as HMAT does\n",
+        Some(false) => s += &format!("\nmeasured latency order {:?} differs from HMAT's\n", r.ranking.measured_latency_order),
+        None => {}
+    }
+    for k in &r.skipped {
+        s += &format!("node {} skipped: {}\n", k.node, k.reason);
+    }
+    s
+}
