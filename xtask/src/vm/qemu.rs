@@ -108,6 +108,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     fs::create_dir_all(&share)?;
     let qmp_sock = b.run_dir.join("qmp.sock");
     let log_path = b.run_dir.join("console.log");
+    let kernel_log = b.run_dir.join("kernel.log");
     let mut log = fs::File::create(&log_path)?;
     let bpo = &b.fetched.bpo_root;
 
@@ -120,8 +121,12 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         .arg("-kernel").arg(&b.fetched.kernel)
         .arg("-initrd").arg(b.initramfs)
         .arg("-append")
-        .arg(format!("console=ttyS0 panic=-1 quiet ts.scenario={}", b.scenario))
-        .args(["-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot", "-nic", "none"])
+        // Two serial ports: the kernel's console (ttyS1) goes to kernel.log, and /init moves its
+        // own output to ttyS0 (our stdout), so kernel messages never split a protocol line.
+        .arg(format!("console=ttyS1 panic=-1 ts.scenario={}", b.scenario))
+        .args(["-display", "none", "-serial", "stdio"])
+        .arg("-serial").arg(format!("file:{}", kernel_log.display()))
+        .args(["-monitor", "none", "-no-reboot", "-nic", "none"])
         .arg("-qmp").arg(format!("unix:{},server=on,wait=off", qmp_sock.display()))
         .arg("-fsdev").arg(format!("local,id=fs0,path={},security_model=none", share.display()))
         .args(["-device", "virtio-9p-pci,fsdev=fs0,mount_tag=hostshare,bus=pcie.0"])
@@ -186,12 +191,14 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
             Err(_) => {
                 kill(&mut child);
                 bail!(
-                    "guest `{}` ({} shape) did not finish within {} s; console: {} (last line: {:?})",
+                    "guest `{}` ({} shape) did not finish within {} s; last console line {:?}, last kernel line {:?} (logs: {}, {})",
                     b.scenario,
                     b.shape.name(),
                     b.timeout.as_secs(),
+                    lines.last().map(String::as_str).unwrap_or("<none>"),
+                    last_line(&kernel_log),
                     log_path.display(),
-                    lines.last().map(String::as_str).unwrap_or("<none>")
+                    kernel_log.display()
                 );
             }
         }
@@ -202,13 +209,21 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     match status {
         Some(status) => Ok(Outcome { status, lines, elapsed }),
         None => bail!(
-            "QEMU ({}) ended without the guest's exit marker for `{}`: {}; console: {}",
+            "QEMU ({}) ended without the guest's exit marker for `{}`: {}; last kernel line {:?} (logs: {}, {})",
             exit,
             b.scenario,
             errs.last().or(lines.last()).map(String::as_str).unwrap_or("no output"),
-            log_path.display()
+            last_line(&kernel_log),
+            log_path.display(),
+            kernel_log.display()
         ),
     }
+}
+
+/// The last non-empty line of a log file (for one-line errors).
+fn last_line(path: &Path) -> String {
+    let text = fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    text.lines().rev().map(str::trim).find(|l| !l.is_empty()).unwrap_or("<empty>").to_string()
 }
 
 enum Line {

@@ -224,20 +224,54 @@ fn cxl(r: &Report) -> Vec<Figure> {
     ]
 }
 
-/// Health: every event the kernel traced after the QMP injections is counted in the agent's
-/// health view (`health.events_by_kind`). Poison records appear only when the poison list is
-/// read; the agent triggers reads itself, so it may see more than the script's one read.
+/// Health: each event injected over QMP shows in the agent's snapshot (`health.events`) with the
+/// injected values decoded into words; poison shows in the device's list although only the agent
+/// read the list while it ran; the mailbox's Get Health Info is reported unsupported (QEMU does
+/// not advertise it), not as zeros; the agent saw no more events of a kind than the kernel traced.
 fn health(r: &Report) -> Vec<Figure> {
-    let by_kind = r.agent.as_ref().and_then(|a| a.get("health")).and_then(|h| h.get("events_by_kind"));
-    ["general_media", "memory_module", "dram", "poison"]
-        .iter()
-        .map(|k| {
-            let kernel = r.truth(&format!("trace.cxl_{k}"));
-            // An absent kind with a health view present means the agent counted none.
-            let agent = by_kind.map(|m| m.get(*k).and_then(Value::as_f64).unwrap_or(0.0));
-            Figure::at_least(&format!("{k} events"), kernel, agent, 1.0)
-        })
-        .collect()
+    let h = r.agent.as_ref().and_then(|a| a.get("health"));
+    let mem0 = h.and_then(|h| h.get("devices")).and_then(Value::as_array).and_then(|d| d.iter().find(|d| d.get("name").and_then(Value::as_str) == Some("mem0")));
+    let s = |v: Option<&Value>| v.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    let mut out = Vec::new();
+    let mut expect = |name: &str, expected: &str, got: Option<String>| out.push(Figure::equals(name, expected, got.as_deref()));
+    let gm = health_event(h, "general_media", "0x1000");
+    expect("general_media transaction_type", "Host Read", s(gm.and_then(|e| e.pointer("/decoded/transaction_type"))));
+    expect("general_media descriptor", r#"["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]"#, s(gm.and_then(|e| e.pointer("/decoded/descriptor"))));
+    expect("general_media severity (flags 1)", "warning", s(gm.and_then(|e| e.get("severity"))));
+    let dram = health_event(h, "dram", "0x2000");
+    expect("dram transaction_type", "Host Write", s(dram.and_then(|e| e.pointer("/decoded/transaction_type"))));
+    expect("dram type", "Scrub Media ECC Error", s(dram.and_then(|e| e.pointer("/decoded/type"))));
+    let mm = health_event(h, "memory_module", "");
+    expect("memory_module health_status", r#"["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"]"#, s(mm.and_then(|e| e.pointer("/decoded/health_status"))));
+    expect("memory_module media_status", "All Data Loss in Event of Power Loss", s(mm.and_then(|e| e.pointer("/decoded/media_status"))));
+    for (k, v) in [("life_used_percent", "30"), ("temperature_c", "45"), ("dirty_shutdowns", "1"), ("corrected_volatile_errors", "5")] {
+        expect(&format!("memory_module {k}"), v, s(mm.and_then(|e| e.pointer(&format!("/decoded/{k}")))));
+    }
+    expect("memory_module life_used level (additional status 33)", "Warning", s(mm.and_then(|e| e.pointer("/decoded/additional_status/life_used"))));
+    let poison = mem0.and_then(|d| d.get("poison")).and_then(Value::as_array).and_then(|p| p.iter().find(|p| p.get("dpa").and_then(Value::as_str) == Some("0x2000")));
+    expect("mem0 poison at dpa 0x2000, length", "64", s(poison.and_then(|p| p.get("length"))));
+    let node = r.truth("cxl.node").map(|n| n.to_string());
+    if let Some(n) = node {
+        expect("mem0 poison node (its region's node)", &n, s(poison.and_then(|p| p.get("node"))));
+    }
+    let reads = mem0.and_then(|d| d.pointer("/poison_list_reads/triggered")).and_then(Value::as_u64).map(|n| n as f64);
+    out.push(Figure::at_least("poison list reads by the agent", Some(1.0), reads, 1.0));
+    expect("mem0 Get Health Info", "not_supported", s(mem0.and_then(|d| d.pointer("/health_info/status"))));
+    expect("mem0 state", "degraded", s(mem0.and_then(|d| d.get("state"))));
+    for kind in ["general_media", "dram", "memory_module"] {
+        let k = r.truth(&format!("trace.cxl_{kind}"));
+        let a = num(h.and_then(|h| h.pointer(&format!("/events_by_kind/{kind}"))));
+        let ok = matches!((k, a), (Some(k), Some(a)) if a >= 1.0 && a <= k);
+        out.push(Figure { name: format!("{kind} events"), kernel: k, agent: a, ok, rule: "1 <= agent <= kernel".into() });
+    }
+    out
+}
+
+/// The snapshot's health event of `kind` at device address `dpa` (any address when empty).
+fn health_event<'a>(h: Option<&'a Value>, kind: &str, dpa: &str) -> Option<&'a Value> {
+    h?.get("events")?.as_array()?.iter().find(|e| {
+        e.get("kind").and_then(Value::as_str) == Some(kind) && (dpa.is_empty() || e.get("dpa").and_then(Value::as_str) == Some(dpa))
+    })
 }
 
 /// Fault latency: the agent's fexit-based latency histogram of the workload counts the
@@ -269,6 +303,27 @@ mod tests {
         assert!(!f[0].ok, "node 1 has no CXL device behind it: {f:?}");
         assert!(f[1].ok, "{f:?}");
         assert!(!f[2].ok, "12000 vs 12288 is off by more than 1%: {f:?}");
+    }
+
+    #[test]
+    fn health_judge_checks_decoded_values() {
+        let lines: Vec<String> = ["TS-TRUTH trace.cxl_general_media 1", "TS-TRUTH trace.cxl_dram 1", "TS-TRUTH trace.cxl_memory_module 1", "TS-TRUTH cxl.node 2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let json = r#"{"health":{"events_by_kind":{"general_media":1,"dram":1,"memory_module":2},"events":[
+            {"kind":"general_media","dpa":"0x1000","severity":"warning","decoded":{"transaction_type":"Host Read","descriptor":["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]}},
+            {"kind":"dram","dpa":"0x2000","decoded":{"transaction_type":"Host Write","type":"Scrub Media ECC Error"}},
+            {"kind":"memory_module","decoded":{"health_status":["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"],"media_status":"All Data Loss in Event of Power Loss",
+              "life_used_percent":30,"temperature_c":45,"dirty_shutdowns":1,"corrected_volatile_errors":5,"additional_status":{"life_used":"Warning"}}}],
+            "devices":[{"name":"mem0","state":"degraded","health_info":{"status":"not_supported"},"poison_list_reads":{"triggered":2},
+              "poison":[{"dpa":"0x2000","length":64,"node":2}]}]}}"#;
+        let f = health(&Report::parse(&lines, Some(json)));
+        let bad: Vec<_> = f.iter().filter(|f| !f.ok).map(|f| f.name.as_str()).collect();
+        assert_eq!(bad, vec!["memory_module events"], "two memory module events against one traced: {f:?}");
+        let f = health(&Report::parse(&lines, Some(&json.replace("Host Read", "Host Write"))));
+        assert!(f.iter().any(|f| !f.ok && f.name.starts_with("general_media transaction_type")));
+        assert!(health(&Report::parse(&lines, None)).iter().all(|f| !f.ok));
     }
 
     #[test]
