@@ -233,31 +233,31 @@ fn health(r: &Report) -> Vec<Figure> {
     let mem0 = h.and_then(|h| h.get("devices")).and_then(Value::as_array).and_then(|d| d.iter().find(|d| d.get("name").and_then(Value::as_str) == Some("mem0")));
     let s = |v: Option<&Value>| v.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
     let mut out = Vec::new();
-    let mut expect = |name: &str, expected: &str, got: Option<String>| out.push(Figure::equals(name, expected, got.as_deref()));
+    let expect = |out: &mut Vec<Figure>, name: &str, expected: &str, got: Option<String>| out.push(Figure::equals(name, expected, got.as_deref()));
     let gm = health_event(h, "general_media", "0x1000");
-    expect("general_media transaction_type", "Host Read", s(gm.and_then(|e| e.pointer("/decoded/transaction_type"))));
-    expect("general_media descriptor", r#"["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]"#, s(gm.and_then(|e| e.pointer("/decoded/descriptor"))));
-    expect("general_media severity (flags 1)", "warning", s(gm.and_then(|e| e.get("severity"))));
+    expect(&mut out, "general_media transaction_type", "Host Read", s(gm.and_then(|e| e.pointer("/decoded/transaction_type"))));
+    expect(&mut out, "general_media descriptor", r#"["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]"#, s(gm.and_then(|e| e.pointer("/decoded/descriptor"))));
+    expect(&mut out, "general_media severity (flags 1)", "warning", s(gm.and_then(|e| e.get("severity"))));
     let dram = health_event(h, "dram", "0x2000");
-    expect("dram transaction_type", "Host Write", s(dram.and_then(|e| e.pointer("/decoded/transaction_type"))));
-    expect("dram type", "Scrub Media ECC Error", s(dram.and_then(|e| e.pointer("/decoded/type"))));
+    expect(&mut out, "dram transaction_type", "Host Write", s(dram.and_then(|e| e.pointer("/decoded/transaction_type"))));
+    expect(&mut out, "dram type", "Scrub Media ECC Error", s(dram.and_then(|e| e.pointer("/decoded/type"))));
     let mm = health_event(h, "memory_module", "");
-    expect("memory_module health_status", r#"["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"]"#, s(mm.and_then(|e| e.pointer("/decoded/health_status"))));
-    expect("memory_module media_status", "All Data Loss in Event of Power Loss", s(mm.and_then(|e| e.pointer("/decoded/media_status"))));
+    expect(&mut out, "memory_module health_status", r#"["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"]"#, s(mm.and_then(|e| e.pointer("/decoded/health_status"))));
+    expect(&mut out, "memory_module media_status", "All Data Loss in Event of Power Loss", s(mm.and_then(|e| e.pointer("/decoded/media_status"))));
     for (k, v) in [("life_used_percent", "30"), ("temperature_c", "45"), ("dirty_shutdowns", "1"), ("corrected_volatile_errors", "5")] {
-        expect(&format!("memory_module {k}"), v, s(mm.and_then(|e| e.pointer(&format!("/decoded/{k}")))));
+        expect(&mut out, &format!("memory_module {k}"), v, s(mm.and_then(|e| e.pointer(&format!("/decoded/{k}")))));
     }
-    expect("memory_module life_used level (additional status 33)", "Warning", s(mm.and_then(|e| e.pointer("/decoded/additional_status/life_used"))));
+    expect(&mut out, "memory_module life_used level (additional status 33)", "Warning", s(mm.and_then(|e| e.pointer("/decoded/additional_status/life_used"))));
     let poison = mem0.and_then(|d| d.get("poison")).and_then(Value::as_array).and_then(|p| p.iter().find(|p| p.get("dpa").and_then(Value::as_str) == Some("0x2000")));
-    expect("mem0 poison at dpa 0x2000, length", "64", s(poison.and_then(|p| p.get("length"))));
+    expect(&mut out, "mem0 poison at dpa 0x2000, length", "64", s(poison.and_then(|p| p.get("length"))));
     let node = r.truth("cxl.node").map(|n| n.to_string());
     if let Some(n) = node {
-        expect("mem0 poison node (its region's node)", &n, s(poison.and_then(|p| p.get("node"))));
+        expect(&mut out, "mem0 poison node (its region's node)", &n, s(poison.and_then(|p| p.get("node"))));
     }
     let reads = mem0.and_then(|d| d.pointer("/poison_list_reads/triggered")).and_then(Value::as_u64).map(|n| n as f64);
     out.push(Figure::at_least("poison list reads by the agent", Some(1.0), reads, 1.0));
-    expect("mem0 Get Health Info", "not_supported", s(mem0.and_then(|d| d.pointer("/health_info/status"))));
-    expect("mem0 state", "degraded", s(mem0.and_then(|d| d.get("state"))));
+    expect(&mut out, "mem0 Get Health Info", "not_supported", s(mem0.and_then(|d| d.pointer("/health_info/status"))));
+    expect(&mut out, "mem0 state", "degraded", s(mem0.and_then(|d| d.get("state"))));
     for kind in ["general_media", "dram", "memory_module"] {
         let k = r.truth(&format!("trace.cxl_{kind}"));
         let a = num(h.and_then(|h| h.pointer(&format!("/events_by_kind/{kind}"))));
