@@ -113,3 +113,36 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
     }
     r
 }
+
+/// Deletes every kernel map entry of the given tgids (exited and pruned from the model), so the
+/// maps never fill up on a long-running node.
+pub fn forget(ebpf: &mut Ebpf, tgids: &[u32]) {
+    use std::collections::HashSet;
+    let gone: HashSet<u32> = tgids.iter().copied().collect();
+    fn remove_keys<K: aya::Pod>(ebpf: &mut Ebpf, name: &str, keep: impl Fn(&K) -> bool) {
+        let Some(m) = ebpf.map_mut(name) else { return };
+        let Ok(mut h) = PerCpuHashMap::<&mut MapData, K, u64>::try_from(m) else { return };
+        let doomed: Vec<K> = h.keys().flatten().filter(|k| !keep(k)).collect();
+        for k in doomed {
+            let _ = h.remove(&k);
+        }
+    }
+    remove_keys::<u32>(ebpf, map::FAULTS, |t| !gone.contains(t));
+    remove_keys::<TgidNode>(ebpf, map::ALLOCS, |k| !gone.contains(&k.tgid));
+    remove_keys::<SiteKey>(ebpf, map::CXL_SITES, |k| !gone.contains(&k.tgid));
+    if let Some(m) = ebpf.map_mut(map::MIGRATIONS) {
+        if let Ok(mut h) = PerCpuHashMap::<&mut MapData, MigrateKey, MigrateCounts>::try_from(m) {
+            let doomed: Vec<MigrateKey> = h.keys().flatten().filter(|k| gone.contains(&k.tgid)).collect();
+            for k in doomed {
+                let _ = h.remove(&k);
+            }
+        }
+    }
+    if let Some(m) = ebpf.map_mut(map::FAULT_LATENCY) {
+        if let Ok(mut h) = PerCpuHashMap::<&mut MapData, u32, Log2Hist>::try_from(m) {
+            for t in tgids {
+                let _ = h.remove(t);
+            }
+        }
+    }
+}

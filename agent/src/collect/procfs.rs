@@ -161,6 +161,19 @@ mod tests {
     }
 
     #[test]
+    fn numa_maps_of_a_real_python_process() {
+        // Captured here from python3 after touching a 64 MiB shared anonymous mmap (shmem, so
+        // counted in the total but not as `anon=`); totals computed with awk at capture time.
+        let r = parse_numa_maps(include_str!("../../fixtures/proc/numa_maps-python-64mib.txt"), 4096);
+        assert_eq!(r.total_pages(), 19774);
+        assert_eq!(r.anon_pages_by_node.get(&0), Some(&1725));
+        assert_eq!(r.pages_by_node.keys().copied().collect::<Vec<_>>(), vec![0]);
+        let st = parse_stat(include_str!("../../fixtures/proc/stat-python.txt")).unwrap();
+        assert_eq!(st.comm, "python3");
+        assert!(st.minflt >= 16384, "the capture touched 16384 pages: minflt {}", st.minflt);
+    }
+
+    #[test]
     fn numa_maps_tolerates_garbage() {
         let r = parse_numa_maps("x\n\nN0=\nabc N=5 Nx=1 N0=-3 N4294967296=1 N2=7\n", 4096);
         assert_eq!(r.pages_by_node, BTreeMap::from([(2, 7)]));

@@ -24,6 +24,9 @@ use crate::{
     topology::{Tier, TierOverrides, Topology},
 };
 
+/// How long an exited process stays visible before it is pruned (and its kernel entries freed).
+const EXITED_GRACE_NS: u64 = 30_000_000_000;
+
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
 pub struct SessionOptions {
@@ -126,6 +129,14 @@ impl Session {
         }
         self.model.assign_jobs();
         self.symbolize_sites();
+        let gone = self.model.prune_exited(r.at_ns, EXITED_GRACE_NS);
+        if !gone.is_empty() {
+            counters::forget(&mut self.probes.ebpf, &gone);
+            for tgid in gone {
+                self.identified.remove(&tgid);
+                self.symbolizer.forget(tgid);
+            }
+        }
     }
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.

@@ -190,6 +190,7 @@ async fn agent(cfg: Config) -> Result<i32> {
     };
     let mut s = Session::start_with(crate::collect::session::SessionOptions {
         pattern: cfg.track_pattern.clone(),
+        tiers: cfg.tiers.clone(),
         ..Default::default()
     })?;
     let latest = Arc::new(Latest::default());

@@ -42,6 +42,9 @@ pub struct FileConfig {
     pub track: FileTrack,
     #[serde(default)]
     pub resource: FileResource,
+    /// Tier overrides: `[tiers] cxl = [2, 3]` (the first rule of tier classification).
+    #[serde(default)]
+    pub tiers: crate::topology::TierOverrides,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -139,6 +142,7 @@ pub struct Config {
     pub track_pids: Vec<u32>,
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
+    pub tiers: crate::topology::TierOverrides,
 }
 
 impl Config {
@@ -338,12 +342,20 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         track_pids,
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),
+        tiers: file.tiers.clone(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tier_overrides_come_from_the_file() {
+        let f = parse_file("[tiers]\ncxl = [2, 3]\n").unwrap();
+        assert_eq!(f.tiers.cxl, vec![2, 3]);
+        assert!(parse_file("[tiers]\nslow = [3]\n").is_err(), "a typo is an error");
+    }
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()

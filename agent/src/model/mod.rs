@@ -38,6 +38,13 @@ pub struct Model {
     /// CXL devices and memory errors (the `health` module's pure model).
     pub health: crate::health::HealthModel,
     pub kernel_stats: BTreeMap<&'static str, u64>,
+    /// Totals of processes pruned after they exited (their kernel map entries are deleted):
+    /// kept so node and reason totals never go backwards.
+    pub retired_allocs_by_node: BTreeMap<u32, u64>,
+    pub retired_migrations: BTreeMap<String, MigrationTotals>,
+    /// Pruned tgids and when: a reading that still carries one (a per-CPU pending slot not yet
+    /// flushed) must not bring it back. An exec of a reused pid removes it.
+    retired: BTreeMap<u32, u64>,
     pub events_seen: u64,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
@@ -58,22 +65,31 @@ impl Model {
 
     /// Folds in a reading of the kernel maps (cumulative values replace the previous ones).
     pub fn apply_reading(&mut self, r: &CounterReading) {
+        // Taken out for the borrow checker; put back at the end.
+        let retired = std::mem::take(&mut self.retired);
+        self.apply_reading_except(r, &retired);
+        self.retired = retired;
+    }
+
+    fn apply_reading_except(&mut self, r: &CounterReading, retired: &BTreeMap<u32, u64>) {
         self.last_reading_ns = r.at_ns;
         for (&tgid, &faults) in &r.faults {
-            self.process(tgid).set_faults(faults, r.at_ns);
+            if !retired.contains_key(&tgid) {
+                self.process(tgid).set_faults(faults, r.at_ns);
+            }
         }
-        self.alloc_pages_by_node.clear();
+        self.alloc_pages_by_node = self.retired_allocs_by_node.clone();
         for p in self.processes.values_mut() {
             p.alloc_pages_by_node.clear();
             p.migrations.clear();
         }
-        for (&(tgid, node), &pages) in &r.allocs {
+        for (&(tgid, node), &pages) in r.allocs.iter().filter(|((t, _), _)| !retired.contains_key(t)) {
             *self.process(tgid).alloc_pages_by_node.entry(node).or_default() += pages;
             *self.alloc_pages_by_node.entry(node).or_default() += pages;
         }
         self.freed_pages_by_node = r.frees_by_node.clone();
-        self.migrations.clear();
-        for (&(tgid, reason, _mode), t) in &r.migrations {
+        self.migrations = self.retired_migrations.clone();
+        for (&(tgid, reason, _mode), t) in r.migrations.iter().filter(|((t, _, _), _)| !retired.contains_key(t)) {
             let name = self.names.reason(reason);
             self.process(tgid).migrations.entry(name.clone()).or_default().add(t);
             self.migrations.entry(name).or_default().add(t);
@@ -86,7 +102,7 @@ impl Model {
         for p in self.processes.values_mut() {
             p.cxl_site_pages.clear();
         }
-        for (&(tgid, stack), &pages) in &r.cxl_sites {
+        for (&(tgid, stack), &pages) in r.cxl_sites.iter().filter(|((t, _), _)| !retired.contains_key(t)) {
             *self.process(tgid).cxl_site_pages.entry(stack).or_default() += pages;
         }
         for p in self.processes.values_mut() {
@@ -102,6 +118,7 @@ impl Model {
         self.events_seen += 1;
         match e {
             Event::Exec { tgid, comm, .. } => {
+                self.retired.remove(&tgid);
                 let p = self.process(tgid);
                 p.comm = comm;
                 p.cmdline.clear();
@@ -134,6 +151,31 @@ impl Model {
             p.cmdline = cmdline.to_string();
         }
         p.ppid = ppid;
+    }
+
+    /// Forgets processes that exited more than `grace_ns` ago, folding their counts into the
+    /// retired totals. Returns their tgids so the collector can delete their kernel map entries.
+    pub fn prune_exited(&mut self, now_ns: u64, grace_ns: u64) -> Vec<u32> {
+        let gone: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_some_and(|at| now_ns.saturating_sub(at) >= grace_ns))
+            .map(|p| p.tgid)
+            .collect();
+        for tgid in &gone {
+            if let Some(p) = self.processes.remove(tgid) {
+                for (&node, &pages) in &p.alloc_pages_by_node {
+                    *self.retired_allocs_by_node.entry(node).or_default() += pages;
+                }
+                for (reason, t) in &p.migrations {
+                    self.retired_migrations.entry(reason.clone()).or_default().add(t);
+                }
+            }
+            self.retired.insert(*tgid, now_ns);
+        }
+        // Remember retired tgids for ten minutes: long enough for any pending slot to flush.
+        self.retired.retain(|_, at| now_ns.saturating_sub(*at) < 600_000_000_000);
+        gone
     }
 
     /// Records what classification decided for a process.
@@ -245,6 +287,28 @@ mod tests {
         assert_eq!(m.migrations["demotion"].succeeded, 120);
         assert_eq!(m.migrations["demotion"].calls, 2);
         assert_eq!(m.processes[&9].migrations["compaction"].failed, 4);
+    }
+
+    #[test]
+    fn pruned_processes_keep_totals_and_stay_gone() {
+        let t = |s| MigrationTotals { calls: 1, succeeded: s, ..Default::default() };
+        let mut m = Model::default();
+        let mut r = reading(1, &[(5, 10), (6, 1)], &[((5, 1), 100), ((6, 1), 7)]);
+        r.migrations.insert((5, 8, 0), t(40));
+        m.apply_reading(&r);
+        m.apply_event(Event::Exit { tgid: 5, ts_ns: 2 });
+        assert!(m.prune_exited(3, 10).is_empty(), "still within the grace period");
+        assert_eq!(m.prune_exited(20, 10), vec![5]);
+        // The kernel entries of 5 are deleted; a stale pending slot still reports 3 faults.
+        let r2 = reading(30, &[(5, 3), (6, 2)], &[((6, 1), 9)]);
+        m.apply_reading(&r2);
+        assert!(!m.processes.contains_key(&5));
+        assert_eq!(m.alloc_pages_by_node[&1], 109, "retired 100 + live 9");
+        assert_eq!(m.migrations["demotion"].succeeded, 40);
+        // The pid is reused by a new exec: it counts again.
+        m.apply_event(Event::Exec { tgid: 5, comm: "new".into(), ts_ns: 40 });
+        m.apply_reading(&reading(50, &[(5, 4)], &[]));
+        assert_eq!(m.processes[&5].faults, 4);
     }
 
     #[test]
