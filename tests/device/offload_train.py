@@ -3,7 +3,7 @@
 bf16 parameters live on the GPU; fp32 master weights and Adam state live in pinned host memory;
 gradients are copied to the host and the Adam step runs on the CPU with torch._foreach_* (whose
 temporaries are fresh allocations every step: the fault-heavy pattern real offload jobs show).
-Run under torchrun; every rank prints one line per step: `step N rank R took S`.
+Run under torchrun; every rank prints one line per step: `step N rank R at T took S`.
 """
 import argparse
 import os
@@ -46,7 +46,7 @@ def main():
         for p, m in zip(gpu_params, master):
             p.copy_(m, non_blocking=True)
         torch.cuda.synchronize()
-        print(f"step {step} rank {rank} took {time.time() - t0:.3f}", flush=True)
+        print(f"step {step} rank {rank} at {time.time():.3f} took {time.time() - t0:.3f}", flush=True)
 
 
 if __name__ == "__main__":
