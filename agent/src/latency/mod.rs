@@ -114,8 +114,8 @@ pub struct Skipped {
 pub struct Ranking {
     /// Node ids, fastest (lowest latency) first, as measured.
     pub measured_latency_order: Vec<u32>,
-    /// Whether measured latencies rank as HMAT read latencies do; null without HMAT for every
-    /// node or with fewer than two nodes.
+    /// Whether measured latencies rank as HMAT read latencies do, over the nodes HMAT describes;
+    /// null when fewer than two are described.
     pub latency_agrees_with_hmat: Option<bool>,
     /// Whether measured bandwidths rank as HMAT read bandwidths do (higher is faster).
     pub bandwidth_agrees_with_hmat: Option<bool>,
@@ -142,6 +142,17 @@ pub fn buffer_size(llc: u64, node_free: Option<u64>) -> u64 {
         Some(f) => want.min(f / 4).max(buffer::HUGE as u64),
         None => want,
     }
+}
+
+/// Seconds one bandwidth repeat should read for.
+pub const STREAM_REPEAT_S: f64 = 0.25;
+
+/// Passes over a `len`-byte buffer that take about [`STREAM_REPEAT_S`] at `gbps`: 1 to 256.
+pub fn stream_passes(gbps: f64, len: u64) -> u32 {
+    if !(gbps.is_finite() && gbps > 0.0) || len == 0 {
+        return 1;
+    }
+    (STREAM_REPEAT_S * gbps * 1e9 / len as f64).round().clamp(1.0, 256.0) as u32
 }
 
 /// The node whose CPUs measure `node`: itself when it has CPUs, else its first HMAT initiator
@@ -286,10 +297,11 @@ fn probe_node(t: &Topology, node: &Node, llc: u64, repeats: u32, opts: &ProbeOpt
     let (buf, lat) = outcome;
     let threads = opts.threads.map_or(cpus.len(), |n| n.max(1));
     let readers: Vec<u32> = cpus.iter().copied().cycle().take(threads).collect();
-    // Enough passes that a repeat reads at least 1 GiB (short runs are all start-up cost).
-    let passes = ((1u64 << 30) / buf.len() as u64).max(1) as u32;
+    // A first pass warms up and sizes the rest: each repeat reads for about STREAM_REPEAT_S
+    // (short runs are all start-up cost; emulated or very slow memory gets one pass).
+    let first = measure::stream(&buf, &readers, 1).map_err(|e| ProbeError::Pin { node: node.id, cpu, source: e })?;
+    let passes = stream_passes(first, buf.len() as u64);
     let mut bw = Vec::new();
-    measure::stream(&buf, &readers, 1).map_err(|e| ProbeError::Pin { node: node.id, cpu, source: e })?;
     for _ in 0..repeats {
         bw.push(measure::stream(&buf, &readers, passes).map_err(|e| ProbeError::Pin { node: node.id, cpu, source: e })?);
     }
@@ -340,6 +352,17 @@ mod tests {
     }
 
     #[test]
+    fn stream_passes_fill_a_quarter_second() {
+        // 256 MiB at 50 GB/s: 0.25 s is 47 passes.
+        assert_eq!(stream_passes(50.0, 256 << 20), 47);
+        // Emulated CXL memory at 2 MB/s: one pass, however long it takes.
+        assert_eq!(stream_passes(0.002, 4 << 20), 1);
+        assert_eq!(stream_passes(1000.0, 2 << 20), 256);
+        assert_eq!(stream_passes(f64::NAN, 1), 1);
+        assert_eq!(stream_passes(1.0, 0), 1);
+    }
+
+    #[test]
     fn tiers_take_the_median_of_their_nodes() {
         let n = [
             result(0, Tier::Dram, 90.0, 20.0, None),
@@ -368,6 +391,10 @@ mod tests {
         assert_eq!(r.bandwidth_agrees_with_hmat, Some(false));
         let none = [result(0, Tier::Dram, 90.0, 5.0, None), result(1, Tier::Dram, 95.0, 5.0, None)];
         assert_eq!(ranking(&none).latency_agrees_with_hmat, None);
+        // A node without HMAT figures (a CXL region without CDAT) is left out of the comparison.
+        let partial = [agree[0].clone(), agree[1].clone(), result(2, Tier::Cxl, 50.0, 1.0, None)];
+        assert_eq!(ranking(&partial).latency_agrees_with_hmat, Some(true));
+        assert_eq!(ranking(&partial).measured_latency_order, vec![2, 0, 1]);
     }
 
     #[test]

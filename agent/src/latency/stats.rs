@@ -54,15 +54,16 @@ pub fn gb_per_s(bytes: u64, elapsed_ns: u64) -> Option<f64> {
 }
 
 /// Whether listing `ids` by `measured` (ascending) gives the same order as by `expected`
-/// (ascending). Ties in `expected` accept either order. `None` with fewer than two ids, or when
-/// an expected value is missing.
+/// (ascending), over the ids with an expected value. Ties in `expected` accept either order.
+/// `None` when fewer than two ids have an expected value.
 pub fn same_rank(ids: &[(u32, f64, Option<f64>)]) -> Option<bool> {
-    if ids.len() < 2 || ids.iter().any(|(_, _, e)| e.is_none()) {
+    let ids: Vec<&(u32, f64, Option<f64>)> = ids.iter().filter(|(_, _, e)| e.is_some()).collect();
+    if ids.len() < 2 {
         return None;
     }
     let mut ok = true;
     for (i, a) in ids.iter().enumerate() {
-        for b in &ids[i + 1..] {
+        for b in ids.iter().skip(i + 1) {
             let (ea, eb) = (a.2.unwrap_or(0.0), b.2.unwrap_or(0.0));
             if ea == eb {
                 continue;
@@ -123,6 +124,7 @@ mod tests {
         assert_eq!(same_rank(&[(0, 90.0, Some(100.0)), (1, 250.0, Some(300.0))]), Some(true));
         assert_eq!(same_rank(&[(0, 260.0, Some(100.0)), (1, 250.0, Some(300.0))]), Some(false));
         assert_eq!(same_rank(&[(0, 90.0, Some(100.0)), (1, 250.0, None)]), None);
+        assert_eq!(same_rank(&[(0, 90.0, Some(100.0)), (1, 250.0, None), (2, 80.0, Some(300.0))]), Some(false));
         assert_eq!(same_rank(&[(0, 90.0, Some(100.0))]), None);
         // Equal HMAT figures: any measured order is fine.
         assert_eq!(same_rank(&[(0, 91.0, Some(100.0)), (1, 90.0, Some(100.0)), (2, 300.0, Some(500.0))]), Some(true));

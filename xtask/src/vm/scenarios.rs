@@ -34,6 +34,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "cxl", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 180, judge: cxl },
     Scenario { name: "health", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 150, judge: health },
     Scenario { name: "latency", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 120, judge: latency },
+    Scenario { name: "tier-latency", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 240, judge: tier_latency },
 ];
 
 /// What a run brought back.
@@ -285,6 +286,41 @@ fn latency(r: &Report) -> Vec<Figure> {
     ]
 }
 
+/// Tier latency: `probe-latency` measured every node with memory (figures present, the buffer on
+/// the node), shows the HMAT figures the kernel exposes, and measures the CXL node slower than
+/// node 0. Nodes 0 and 1 are not ranked against each other: under TCG both are the same host
+/// RAM, so HMAT's 100 vs 300 ns cannot show (the agent reports the comparison; the host prints it).
+fn tier_latency(r: &Report) -> Vec<Figure> {
+    let measured = |id: u64| {
+        r.agent.as_ref()?.get("nodes")?.as_array()?.iter().find(|n| n.get("node").and_then(Value::as_u64) == Some(id))
+    };
+    let median = |id: u64, what: &str| num(measured(id).and_then(|n| n.get(what)).and_then(|m| m.get("median")));
+    let positive = |name: String, v: Option<f64>| Figure { name, kernel: None, agent: v, ok: v.is_some_and(|v| v > 0.0), rule: "> 0".into() };
+    let mut figs = Vec::new();
+    let nodes: Vec<u64> = r.truth.keys().filter_map(|k| k.strip_prefix("node.")?.strip_suffix(".has_memory")?.parse().ok()).collect();
+    if nodes.is_empty() {
+        figs.push(Figure { name: "guest reported its memory nodes".into(), kernel: None, agent: None, ok: false, rule: "TS-TRUTH node.N.has_memory".into() });
+    }
+    for &n in &nodes {
+        figs.push(positive(format!("node{n} latency_ns"), median(n, "latency_ns")));
+        figs.push(positive(format!("node{n} bandwidth_gbps"), median(n, "bandwidth_gbps")));
+        figs.push(Figure::close(&format!("node{n} buffer on node (%)"), Some(100.0), num(measured(n).and_then(|m| m.get("on_node_pct"))), 0.0, 0.0));
+        let hmat = measured(n).and_then(|m| m.get("hmat"));
+        if let Some(k) = r.truth(&format!("hmat.{n}.read_latency_ns")) {
+            figs.push(Figure::close(&format!("node{n} HMAT read_latency_ns shown"), Some(k), num(hmat.and_then(|h| h.get("read_latency_ns"))), 0.0, 0.0));
+        }
+        if let Some(k) = r.truth(&format!("hmat.{n}.read_bandwidth_mbps")) {
+            let gbps = num(hmat.and_then(|h| h.get("read_bandwidth_gbps"))).map(|g| g * 1e9 / 1_048_576.0);
+            figs.push(Figure::close(&format!("node{n} HMAT read_bandwidth (MB/s) shown"), Some(k), gbps, 0.001, 1.0));
+        }
+    }
+    if let Some(cxl) = r.truth("cxl.node").map(|c| c as u64) {
+        let (c, d) = (median(cxl, "latency_ns"), median(0, "latency_ns"));
+        figs.push(Figure { name: format!("node{cxl} (cxl) slower than node0"), kernel: d, agent: c, ok: matches!((c, d), (Some(c), Some(d)) if c > d), rule: "agent=cxl ns, kernel=node0 ns".into() });
+    }
+    figs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +360,28 @@ mod tests {
         let f = health(&Report::parse(&lines, Some(&json.replace("Host Read", "Host Write"))));
         assert!(f.iter().any(|f| !f.ok && f.name.starts_with("general_media transaction_type")));
         assert!(health(&Report::parse(&lines, None)).iter().all(|f| !f.ok));
+    }
+
+    #[test]
+    fn tier_latency_needs_every_node_measured_with_hmat_beside() {
+        let lines: Vec<String> = ["TS-TRUTH node.0.has_memory 1", "TS-TRUTH node.2.has_memory 1", "TS-TRUTH cxl.node 2", "TS-TRUTH hmat.0.read_latency_ns 100", "TS-TRUTH hmat.0.read_bandwidth_mbps 20480"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let node0 = r#"{"node":0,"latency_ns":{"median":40.0},"bandwidth_gbps":{"median":3.0},"on_node_pct":100.0,"hmat":{"read_latency_ns":100,"read_bandwidth_gbps":21.474836}}"#;
+        let node2 = r#"{"node":2,"latency_ns":{"median":900.0},"bandwidth_gbps":{"median":0.01},"on_node_pct":100.0,"hmat":null}"#;
+        let ok = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{node0},{node2}]}}"#)));
+        let f = tier_latency(&ok);
+        assert!(f.iter().all(|f| f.ok), "{f:?}");
+        // Node 2 never measured: its figures fail, and so does the comparison.
+        let missing = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{node0}]}}"#)));
+        let bad: Vec<String> = tier_latency(&missing).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert_eq!(bad, vec!["node2 latency_ns", "node2 bandwidth_gbps", "node2 buffer on node (%)", "node2 (cxl) slower than node0"]);
+        // HMAT not shown beside the measurement.
+        let bare0 = node0.replace(r#""hmat":{"read_latency_ns":100,"read_bandwidth_gbps":21.474836}"#, r#""hmat":null"#);
+        let no_hmat = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{bare0},{node2}]}}"#)));
+        assert_eq!(tier_latency(&no_hmat).iter().filter(|f| !f.ok).count(), 2);
+        assert!(!tier_latency(&Report::parse(&[], None)).iter().any(|f| f.ok));
     }
 
     #[test]
