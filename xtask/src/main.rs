@@ -2,6 +2,7 @@
 //!
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
+mod bench;
 mod build;
 mod cmd;
 mod setup;
@@ -38,6 +39,8 @@ enum Task {
     },
     /// Run the scenarios in a QEMU guest with real memory tiers and an emulated CXL device.
     VmTest(vm::VmTestArgs),
+    /// The agent's cost to a fault-heavy workload: interleaved runs with and without it, ratios.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -48,6 +51,7 @@ fn main() {
         Task::Run { args } => run(args),
         Task::Test { no_vm } => test::run(!no_vm),
         Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)),
+        Task::Bench(args) => setup::run().and_then(|()| bench::run(args)),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

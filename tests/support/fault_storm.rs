@@ -1,0 +1,46 @@
+//! `tierscope-fault-storm [MIB] [ROUNDS]`: the fault-heavy workload `cargo xtask bench` times with
+//! and without the agent. Each round maps MIB MiB (default 256) of anonymous memory without huge
+//! pages, writes one byte per page (one fault each), and unmaps it. Prints one line:
+//! `faults=N elapsed_ns=T ns_per_fault=X`, faults being the process's minflt delta.
+
+fn minflt() -> u64 {
+    // SAFETY: getrusage fills the struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parse = |i: usize, default: usize| match args.get(i) {
+        None => default,
+        Some(s) => s.parse().unwrap_or_else(|_| {
+            eprintln!("tierscope-fault-storm: {s:?} is not a number; usage: tierscope-fault-storm [MIB] [ROUNDS]");
+            std::process::exit(2)
+        }),
+    };
+    let (mib, rounds) = (parse(0, 256), parse(1, 4));
+    let bytes = mib << 20;
+    let f0 = minflt();
+    let t = std::time::Instant::now();
+    for _ in 0..rounds {
+        // SAFETY: a fresh anonymous mapping, written inside its bounds, then unmapped.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            if p == libc::MAP_FAILED {
+                eprintln!("tierscope-fault-storm: mmap {mib} MiB: {}; try fewer MiB", std::io::Error::last_os_error());
+                std::process::exit(1);
+            }
+            // One fault per base page: the bench measures the per-fault cost, not THP's.
+            libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE);
+            let p = p.cast::<u8>();
+            for off in (0..bytes).step_by(4096) {
+                p.add(off).write_volatile(1);
+            }
+            libc::munmap(p.cast(), bytes);
+        }
+    }
+    let ns = t.elapsed().as_nanos() as u64;
+    let faults = minflt() - f0;
+    println!("faults={faults} elapsed_ns={ns} ns_per_fault={:.1}", ns as f64 / faults.max(1) as f64);
+}

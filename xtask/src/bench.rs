@@ -1,0 +1,205 @@
+//! `cargo xtask bench`: what the agent costs a workload, measured in one run against a baseline
+//! in the same run. The fault storm (`tierscope-fault-storm`: map 256 MiB, touch every page,
+//! unmap, repeat) runs alternately without and with `tierscope snapshot` attached (ABBA order,
+//! so drift on a busy machine falls on both sides); the medians give the per-fault overhead in
+//! ns and %, and the agent's peak RSS and CPU time are read from /proc while it watches.
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::cmd::workspace_root;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Pairs of runs (one without, one with the agent).
+    #[arg(long, default_value_t = 5)]
+    pub pairs: u32,
+    /// MiB mapped per round of the fault storm.
+    #[arg(long, default_value_t = 256)]
+    pub mib: u32,
+    /// Rounds per run.
+    #[arg(long, default_value_t = 4)]
+    pub rounds: u32,
+    /// Use the binaries already in target/release.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+/// One storm run's figures.
+#[derive(Debug, Clone, Copy)]
+struct Storm {
+    faults: u64,
+    ns_per_fault: f64,
+}
+
+fn parse_storm(line: &str) -> Option<Storm> {
+    let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)?.strip_prefix('='));
+    Some(Storm { faults: field("faults")?.parse().ok()?, ns_per_fault: field("ns_per_fault")?.parse().ok()? })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `(with - without) / without`, in ns and percent.
+fn overhead(without: f64, with: f64) -> (f64, f64) {
+    (with - without, (with - without) / without * 100.0)
+}
+
+fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
+    let out = Command::new(bin)
+        .args([args.mib.to_string(), args.rounds.to_string()])
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("{} failed ({}): {}", bin.display(), out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    parse_storm(&text).with_context(|| format!("{} printed no `faults= ns_per_fault=` line: {text:?}", bin.display()))
+}
+
+/// `VmHWM` (peak RSS) in KiB and utime+stime in clock ticks of a live process.
+fn agent_usage(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    Some((hwm, ticks))
+}
+
+/// Starts `tierscope snapshot` and returns once it says its programs are attached.
+fn start_agent(bin: &Path) -> Result<Child> {
+    let mut child = Command::new(bin)
+        .args(["snapshot", "--json", "--duration", "600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} snapshot", bin.display()))?;
+    let stderr = child.stderr.take().context("agent stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let t = Instant::now();
+    loop {
+        match lines.next() {
+            Some(Ok(l)) if l.contains("watching for") => break,
+            Some(Ok(_)) => {}
+            _ => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                bail!("the agent exited before attaching ({status:?}); run `tierscope check` as root to see why");
+            }
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            bail!("the agent did not attach within 60 s");
+        }
+    }
+    // Keep draining stderr so the agent never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    Ok(child)
+}
+
+fn stop_agent(mut child: Child) -> Result<()> {
+    // SIGINT: the snapshot command ends its watch and prints its document.
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().context("killing the agent")?;
+    child.wait()?;
+    Ok(())
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    if args.pairs == 0 || args.mib == 0 || args.rounds == 0 {
+        bail!("--pairs, --mib and --rounds must be at least 1");
+    }
+    if !args.no_build {
+        crate::build::agent_release()?;
+    }
+    let release = workspace_root().join("target/release");
+    let (agent, storm_bin) = (release.join("tierscope"), release.join("tierscope-fault-storm"));
+    for b in [&agent, &storm_bin] {
+        if !b.is_file() {
+            bail!("{} is missing: run `cargo xtask build` (or drop --no-build)", b.display());
+        }
+    }
+    println!("bench: fault storm {} MiB x {} rounds, {} pairs, ABBA order", args.mib, args.rounds, args.pairs);
+    // A warm-up run: page cache, binaries, the kernel's allocator.
+    storm(&storm_bin, &args)?;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let (mut hwm_kib, mut agent_ticks, mut faults_with) = (0u64, 0u64, 0u64);
+    for i in 0..args.pairs {
+        for agent_on in if i % 2 == 0 { [false, true] } else { [true, false] } {
+            if !agent_on {
+                let s = storm(&storm_bin, &args)?;
+                without.push(s.ns_per_fault);
+                continue;
+            }
+            let child = start_agent(&agent)?;
+            let before = agent_usage(child.id()).map_or(0, |u| u.1);
+            let s = storm(&storm_bin, &args);
+            let usage = agent_usage(child.id());
+            stop_agent(child)?;
+            let s = s?;
+            with.push(s.ns_per_fault);
+            faults_with += s.faults;
+            if let Some((hwm, ticks)) = usage {
+                hwm_kib = hwm_kib.max(hwm);
+                agent_ticks += ticks.saturating_sub(before);
+            }
+        }
+        println!("bench: pair {}: without {:.1} ns/fault, with {:.1} ns/fault", i + 1, without[without.len() - 1], with[with.len() - 1]);
+    }
+    let (a, b) = (median(&without), median(&with));
+    let (ns, pct) = overhead(a, b);
+    println!("bench: fault storm per fault: without agent {a:.1} ns, with agent {b:.1} ns (medians of {} runs each)", args.pairs);
+    println!("bench: agent overhead per fault: {ns:+.1} ns ({pct:+.1}%), ratio with/without {:.3}", b / a);
+    // USER_HZ is 100 on every Linux the agent targets.
+    let cpu_ns_per_fault = agent_ticks as f64 * 1e7 / faults_with.max(1) as f64;
+    println!("bench: agent CPU while the storm ran: {:.0} ms total, {cpu_ns_per_fault:.1} ns per workload fault", agent_ticks as f64 * 10.0);
+    println!("bench: agent peak RSS (VmHWM): {:.1} MiB", hwm_kib as f64 / 1024.0);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_storm_line() {
+        let s = parse_storm("faults=262150 elapsed_ns=190000000 ns_per_fault=724.8\n").expect("line");
+        assert_eq!(s.faults, 262_150);
+        assert_eq!(s.ns_per_fault, 724.8);
+        assert!(parse_storm("faults=12").is_none());
+        assert!(parse_storm("faults=x ns_per_fault=1").is_none());
+    }
+
+    #[test]
+    fn medians_and_overhead() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(overhead(500.0, 550.0), (50.0, 10.0));
+        assert_eq!(overhead(500.0, 490.0), (-10.0, -2.0));
+    }
+}
