@@ -52,6 +52,7 @@ pub fn run(args: VmTestArgs) -> Result<()> {
         bail!("no scenario matches --only {:?} (scenarios: {})", args.only, names.join(", "));
     }
     let total = Instant::now();
+    let _lock = lock_cache()?;
     crate::setup::apt_install(HOST_PACKAGES)?;
     let t = Instant::now();
     let fetched = fetch::fetch()?;
@@ -134,6 +135,20 @@ pub fn run(args: VmTestArgs) -> Result<()> {
         bail!("vm-test: {} failed: {} (consoles under {})", failed.len(), failed.join(", "), cache.join("runs").display());
     }
     Ok(())
+}
+
+/// Serializes vm-test runs in one checkout: they share `.vm-cache` (the initramfs, the run
+/// directories), and two TCG guests on two cores would also skew each other's timings.
+/// The lock is released when the returned file is dropped (or the process dies).
+#[allow(clippy::incompatible_msrv)] // xtask runs on rustup's stable (File::lock is 1.89)
+fn lock_cache() -> Result<fs::File> {
+    let path = fetch::cache_dir()?.join("lock");
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+    if file.try_lock().is_err() {
+        println!("vm: another vm-test is running in this checkout; waiting for {}", path.display());
+        file.lock()?;
+    }
+    Ok(file)
 }
 
 fn show(v: Option<f64>) -> String {
