@@ -44,23 +44,22 @@ qmp() {
 agent_present() { [ -x /usr/bin/tierscope ] && tierscope snapshot --help >/dev/null 2>&1; }
 
 # Starts `tierscope snapshot --json --duration $1 --pid $2` in the background, output to
-# /out/agent.json, and waits until its BPF programs are attached (a link appears) or 60 s pass.
-# Sets AGENT_PID. Prints TS-AGENT missing when the agent is not usable.
+# /out/agent.json, and waits until it says it is watching (its "tierscope: watching for" line on
+# stderr, printed once its programs are attached), at most 60 s. Sets AGENT_PID.
+# Prints TS-AGENT missing when the agent is not usable.
 agent_start() {
   AGENT_PID=
   if ! agent_present; then echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; return 1; fi
-  links_before=$(bpftool link show 2>/dev/null | grep -c '^[0-9]')
   t0=$(date +%s)
   tierscope snapshot --json --duration "$1" --pid "$2" > /out/agent.json 2> /out/agent.err &
   AGENT_PID=$!
   i=0
-  while [ "$(bpftool link show 2>/dev/null | grep -c '^[0-9]')" -le "$links_before" ]; do
-    kill -0 $AGENT_PID 2>/dev/null || break
-    i=$((i + 1)); [ $i -gt 600 ] && break
+  until grep -q 'watching for' /out/agent.err 2>/dev/null; do
+    kill -0 $AGENT_PID 2>/dev/null || { echo "TS-INFO agent exited before watching: $(head -c 300 /out/agent.err)"; return 0; }
+    i=$((i + 1)); [ $i -gt 600 ] && { echo "TS-CHECK fail agent did not start watching within 60 s"; FAILED=1; return 0; }
     sleep 0.1
   done
-  sleep 1 # the rest of its programs
-  echo "TS-INFO agent attached after $(($(date +%s) - t0)) s ($(bpftool link show 2>/dev/null | grep -c '^[0-9]') links)"
+  echo "TS-INFO agent watching after $(($(date +%s) - t0)) s ($(bpftool link show 2>/dev/null | grep -c '^[0-9]') BPF links)"
 }
 
 # Waits for the agent started by agent_start and reports its exit status.
