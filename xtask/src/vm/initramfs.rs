@@ -160,7 +160,7 @@ fn trixie_tools(f: &Fetched, stage: &Path) -> Result<()> {
 fn compile_alloc(cache: &Path) -> Result<PathBuf> {
     let src = workspace_root().join("tests/vm/ts-alloc.c");
     let out = cache.join("ts-alloc");
-    cmd::run(Command::new("gcc").args(["-O2", "-static", "-Wall", "-Werror", "-o"]).arg(&out).arg(&src))
+    cmd::run(Command::new("gcc").args(["-O2", "-fno-omit-frame-pointer", "-static", "-Wall", "-Werror", "-o"]).arg(&out).arg(&src))
         .context("gcc failed compiling tests/vm/ts-alloc.c (apt-get install gcc libc6-dev)")?;
     Ok(out)
 }

@@ -211,7 +211,17 @@ fn cxl(r: &Report) -> Vec<Figure> {
     let n = r.node(node);
     let p = r.process();
     let evidence = n.and_then(|n| n.get("tier_evidence")).and_then(Value::as_str).unwrap_or("");
-    let sites = p.and_then(|p| p.get("top_cxl_alloc_sites")).and_then(Value::as_array).map(|a| a.len() as f64);
+    let site_list = p.and_then(|p| p.get("top_cxl_alloc_sites")).and_then(Value::as_array);
+    let sites = site_list.map(|a| a.len() as f64);
+    // The top site's innermost frames, function names only ("touch+0x1a (ts-alloc)" -> "touch").
+    let top_frames = site_list.and_then(|a| a.first()).and_then(|s| s.get("frames")).and_then(Value::as_array).map(|f| {
+        f.iter()
+            .take(2)
+            .filter_map(Value::as_str)
+            .map(|s| s.split(['+', ' ']).next().unwrap_or(s))
+            .collect::<Vec<_>>()
+            .join(" > ")
+    });
     vec![
         Figure::equals(&format!("node{node} tier"), "cxl", n.and_then(|n| n.get("tier")).and_then(Value::as_str)),
         Figure { name: "tier evidence names the region".into(), kernel: None, agent: None, ok: evidence.contains("region"), rule: format!("agent says {evidence:?}") },
@@ -222,6 +232,8 @@ fn cxl(r: &Report) -> Vec<Figure> {
             0.95,
         ),
         Figure::at_least("top_cxl_alloc_sites", Some(1.0), sites, 1.0),
+        // ts-alloc touches CXL memory only in touch(), called from main (frame pointers kept).
+        Figure::equals("top CXL site", "touch > main", top_frames.as_deref()),
     ]
 }
 
