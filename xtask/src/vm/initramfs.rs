@@ -142,6 +142,8 @@ fn trixie_tools(f: &Fetched, stage: &Path) -> Result<()> {
             copy_tree(&s, &opt.join(d))?;
         }
     }
+    // iconv modules (8 MiB) are never loaded by cxl/daxctl; every MiB costs boot time under TCG.
+    let _ = fs::remove_dir_all(opt.join("usr/lib/x86_64-linux-gnu/gconv"));
     for tool in ["cxl", "daxctl"] {
         let wrapper = format!(
             "#!/bin/sh\nT=/opt/trixie\nexec $T/usr/lib64/ld-linux-x86-64.so.2 --library-path $T/usr/lib/x86_64-linux-gnu:$T/lib/x86_64-linux-gnu $T/usr/bin/{tool} \"$@\"\n"

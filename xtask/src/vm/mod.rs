@@ -115,9 +115,10 @@ pub fn run(args: VmTestArgs) -> Result<()> {
             (false, _) => "FAIL",
         };
         println!(
-            "vm: {verdict} {} ({}, {:.1} s, {checks}/{} guest checks ok){}{}",
+            "vm: {verdict} {} ({}, boot {:.1} s, {:.1} s in all, {checks}/{} guest checks ok){}{}",
             s.name,
             s.shape.name(),
+            outcome.boot.map_or(f64::NAN, |b| b.as_secs_f64()),
             outcome.elapsed.as_secs_f64(),
             report.checks.len(),
             if figs.is_empty() { String::new() } else { format!(": {}", figs.join("; ")) },

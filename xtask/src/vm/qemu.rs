@@ -92,6 +92,8 @@ pub struct Outcome {
     /// Every console line.
     pub lines: Vec<String>,
     pub elapsed: Duration,
+    /// QEMU start to the scenario's start (`TS-START`): the boot under TCG.
+    pub boot: Option<Duration>,
 }
 
 /// The marker `/init` prints after the scenario, with its exit status.
@@ -160,6 +162,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     let mut lines = Vec::new();
     let mut errs = Vec::new();
     let mut status = None;
+    let mut booted = None;
     let mut qmp: Option<Qmp> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -177,6 +180,9 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
                     let tmp = share.join(format!(".qmp-reply.{id}"));
                     fs::write(&tmp, format!("{reply}\n"))?;
                     fs::rename(&tmp, share.join(format!("qmp-reply.{id}")))?;
+                }
+                if booted.is_none() && l.starts_with("TS-START ") {
+                    booted = Some(start.elapsed());
                 }
                 if let Some(s) = find_after(&l, EXIT_MARKER) {
                     status = s.trim().parse::<i32>().ok();
@@ -207,7 +213,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     let exit = wait_until(&mut child, deadline)?;
     let elapsed = start.elapsed();
     match status {
-        Some(status) => Ok(Outcome { status, lines, elapsed }),
+        Some(status) => Ok(Outcome { status, lines, elapsed, boot: booted }),
         None => bail!(
             "QEMU ({}) ended without the guest's exit marker for `{}`: {}; last kernel line {:?} (logs: {}, {})",
             exit,
