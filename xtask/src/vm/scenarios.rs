@@ -144,16 +144,21 @@ fn no_figures(_: &Report) -> Vec<Figure> {
 /// the workload sleeps (nothing moves), for the bound node 1 region and the node 0 region.
 fn residency(r: &Report) -> Vec<Figure> {
     let p = r.process();
-    // This shape has no CXL device: node 1 is slower DRAM known from HMAT and memory tiers.
-    let tier1 = r.node(1).and_then(|n| n.get("tier")).and_then(Value::as_str);
-    let not_cxl = Figure {
-        name: "node1 tier is not cxl (no CXL device in this shape)".into(),
+    // The agent's two tiers: `cxl` also names "a slower tier the kernel demotes into". This shape
+    // has no CXL device, so node 1's evidence must be the kernel's memory tiers, never a region.
+    let n1 = r.node(1);
+    let tier1 = n1.and_then(|n| n.get("tier")).and_then(Value::as_str);
+    let evidence1 = n1.and_then(|n| n.get("tier_evidence")).and_then(Value::as_str).unwrap_or("");
+    let lower_tier = Figure {
+        name: "node1 lower tier from the kernel's memory tiers (no CXL region here)".into(),
         kernel: None,
         agent: None,
-        ok: tier1.is_some_and(|t| t != "cxl"),
-        rule: format!("agent says {:?}", tier1.unwrap_or("<absent>")),
+        ok: tier1 == Some("cxl") && evidence1.contains("memory_tier") && !evidence1.contains("region"),
+        rule: format!("agent says {:?}: {evidence1:?}", tier1.unwrap_or("<absent>")),
     };
-    std::iter::once(not_cxl)
+    let tier0 = r.node(0).and_then(|n| n.get("tier")).and_then(Value::as_str);
+    [lower_tier, Figure::equals("node0 tier", "dram", tier0)]
+        .into_iter()
         .chain(["0", "1"].iter().map(|n| {
             Figure::close(
                 &format!("resident_pages node{n}"),
@@ -343,14 +348,15 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let json = r#"{"nodes":[{"id":1,"tier":"cxl"}],"processes":[{"pid":42,"resident_pages_by_node":{"0":8190,"1":12000}}]}"#;
+        let json = r#"{"nodes":[{"id":0,"tier":"dram"},{"id":1,"tier":"cxl","tier_evidence":"CXL region region0"}],"processes":[{"pid":42,"resident_pages_by_node":{"0":8190,"1":12000}}]}"#;
         let r = Report::parse(&lines, Some(json));
         assert_eq!(r.truth("pid"), Some(42.0));
         assert_eq!(r.checks, vec![(true, "bound".to_string())]);
         let f = residency(&r);
-        assert!(!f[0].ok, "node 1 has no CXL device behind it: {f:?}");
+        assert!(!f[0].ok, "node 1 has no CXL region behind it: {f:?}");
         assert!(f[1].ok, "{f:?}");
-        assert!(!f[2].ok, "12000 vs 12288 is off by more than 1%: {f:?}");
+        assert!(f[2].ok, "{f:?}");
+        assert!(!f[3].ok, "12000 vs 12288 is off by more than 1%: {f:?}");
     }
 
     #[test]
