@@ -3,7 +3,7 @@
 //! Everything here is `#[repr(C)]`, `Copy`, without `bool`, with explicit padding and a size
 //! assertion, so both sides agree on every byte. Map, program and global names are constants here
 //! and nowhere else.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 
 pub mod event;
 pub mod layout;

@@ -87,12 +87,52 @@ impl Default for Log2Hist {
     }
 }
 
-/// The log2 bucket of a value: floor(log2(v)), 0 for 0 and 1.
+/// The log2 bucket of a value: floor(log2(v)), 0 for 0 and 1. Written as a binary search, not
+/// with `leading_zeros`: the verifier can bound each branch's constant sum by 63, while it sees
+/// LLVM's popcount expansion of ctlz as anything up to 255 (and rejects the array index).
 #[inline(always)]
 pub fn log2_bucket(v: u64) -> u32 {
-    if v <= 1 {
-        0
-    } else {
-        63 - v.leading_zeros()
+    let mut v = v;
+    let mut b = 0;
+    if v >= 1 << 32 {
+        b += 32;
+        v >>= 32;
+    }
+    if v >= 1 << 16 {
+        b += 16;
+        v >>= 16;
+    }
+    if v >= 1 << 8 {
+        b += 8;
+        v >>= 8;
+    }
+    if v >= 1 << 4 {
+        b += 4;
+        v >>= 4;
+    }
+    if v >= 1 << 2 {
+        b += 2;
+        v >>= 2;
+    }
+    if v >= 1 << 1 {
+        b += 1;
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_bucket_is_floor_log2() {
+        assert_eq!((log2_bucket(0), log2_bucket(1), log2_bucket(2), log2_bucket(3)), (0, 0, 1, 1));
+        for shift in 0..64 {
+            let v = 1u64 << shift;
+            assert_eq!(log2_bucket(v), shift, "2^{shift}");
+            assert_eq!(log2_bucket(v | (v >> 1)), shift, "just under 2^{}", shift + 1);
+            assert_eq!(log2_bucket(v.wrapping_mul(2).wrapping_sub(1).max(v)), shift);
+        }
+        assert_eq!(log2_bucket(u64::MAX), 63);
     }
 }

@@ -232,6 +232,16 @@ fn classify(spec: &ProgramSpec, e: &ProgramError) -> (Attach, String) {
         _ => None,
     };
     let trampoline = matches!(spec.hook, Hook::FEntry { .. } | Hook::FExit { .. });
+    // The verifier says EACCES when it rejects a program: that is our bug (or this kernel's
+    // verifier being stricter), not a missing permission. Keep its last words.
+    if let ProgramError::LoadError { io_error, verifier_log } = e {
+        let log = verifier_log.to_string();
+        if io_error.raw_os_error() == Some(libc::EACCES) && !log.trim().is_empty() {
+            let last: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("verification time")).collect();
+            let tail = last.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
+            return (Attach::Failed, format!("the kernel's verifier rejected it: {tail}"));
+        }
+    }
     match errno {
         Some(libc::EPERM) if trampoline => (
             Attach::Unsupported,

@@ -139,6 +139,24 @@ impl Session {
         }
     }
 
+    /// Adds to the model the live processes that `wanted` selects from /proc, even when the
+    /// kernel has shown no memory work from them yet: an idle trainer still holds its memory.
+    pub fn discover(&mut self, wanted: impl Fn(u32, &str, &str) -> bool) {
+        for pid in procfs::list_pids(Path::new("/proc")) {
+            if self.model.processes.contains_key(&pid) || pid == std::process::id() {
+                continue;
+            }
+            let Some(st) = procfs::read_stat(pid) else { continue };
+            let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
+            if wanted(pid, &st.comm, &cmdline) {
+                self.model.set_identity(pid, &st.comm, &cmdline, st.ppid);
+                self.classify(pid, &st.comm, &cmdline);
+                self.identified.insert(pid);
+            }
+        }
+        self.model.assign_jobs();
+    }
+
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str) {
         let environ = std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();

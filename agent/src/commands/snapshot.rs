@@ -31,6 +31,12 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     // Let the ring buffer reader deliver what the kernel already wrote.
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.read_counters();
+    // Selected processes that stayed idle during the window are still shown (with residency).
+    if !filter.pids.is_empty() || filter.pattern.is_some() {
+        s.discover(|pid, comm, cmdline| {
+            filter.pids.contains(&pid) || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
+        });
+    }
     let jobs: std::collections::BTreeSet<String> =
         s.model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.clone()).collect();
     let selected: Vec<u32> = s

@@ -125,10 +125,11 @@ pub struct ProcessFilter {
 }
 
 impl ProcessFilter {
-    /// With neither pids nor a pattern, every process the kernel saw doing memory work.
+    /// With neither pids nor a pattern, every process the kernel saw doing memory work, and
+    /// every training process.
     pub fn matches(&self, p: &Process) -> bool {
         if self.pids.is_empty() && self.pattern.is_none() {
-            return p.active();
+            return p.active() || p.tracked();
         }
         self.pids.contains(&p.tgid)
             || self.pattern.as_ref().is_some_and(|re| re.is_match(&p.comm) || re.is_match(&p.cmdline))
