@@ -18,6 +18,7 @@ use crate::{
         cgroup,
         config::{Config, Flags, Protocol},
         instruments::{self, AgentHealth, ExportInput, NodeState, Tracked},
+        logs,
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
     },
@@ -53,6 +54,18 @@ pub struct RunArgs {
 const EXITED_GRACE: Duration = Duration::from_secs(60);
 /// How long the OTLP task may try to send what is queued at shutdown.
 const DRAIN: Duration = Duration::from_secs(3);
+/// Log records kept while the receiver is down (older ones are dropped and counted).
+const LOG_QUEUE_RECORDS: usize = 4096;
+
+/// Places a kernel timestamp (CLOCK_MONOTONIC, `bpf_ktime_get_ns`) on the wall clock.
+fn mono_to_wall() -> impl Fn(u64) -> std::time::SystemTime {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono_now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let wall_now = std::time::SystemTime::now();
+    move |ns| wall_now - Duration::from_nanos(mono_now.saturating_sub(ns))
+}
 
 pub fn run(args: RunArgs) -> Result<i32> {
     let interval_ms = match args.interval {
@@ -197,8 +210,9 @@ async fn agent(cfg: Config) -> Result<i32> {
     let stats = Arc::new(ExportStats::default());
     let host = super::snapshot::hostname();
     let own = std::fs::read_to_string("/proc/self/cgroup").map(|t| cgroup::parse(&t)).unwrap_or_default();
+    let resource = meter::resource(&host, &own, &cfg.resource_attributes);
     let telemetry = meter::build(
-        meter::resource(&host, &own, &cfg.resource_attributes),
+        resource.clone(),
         cfg.otlp.is_some(),
         listener.is_some(),
         latest.clone(),
@@ -217,6 +231,27 @@ async fn agent(cfg: Config) -> Result<i32> {
         };
         otlp_task = Some(tokio::spawn(otlp::run(exporter, reader, settings, stats.clone(), o.endpoint.clone(), stop_rx.clone(), DRAIN)));
     }
+    // Health events as log records: the same bounded-queue rule (records, not batches).
+    let mut log_task = None;
+    let mut log_out = None;
+    if let Some(o) = &cfg.otlp {
+        let endpoint = logs::logs_endpoint(o, std::env::var("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT").ok());
+        let exporter = logs::exporter(o, &endpoint)?;
+        let processor = logs::QueueProcessor::new(LOG_QUEUE_RECORDS, stats.clone());
+        let provider = logs::provider(resource.clone(), processor.clone());
+        log_task = Some(tokio::spawn(logs::run(
+            exporter,
+            resource.clone(),
+            processor,
+            cfg.interval,
+            (cfg.backoff_initial, cfg.backoff_max),
+            o.timeout + Duration::from_secs(1),
+            endpoint,
+            stop_rx.clone(),
+            DRAIN,
+        )));
+        log_out = Some((logs::logger(&provider), provider));
+    }
     let mut prom_task = None;
     if let (Some(l), Some(registry)) = (listener, telemetry.prometheus.clone()) {
         prom_task = Some(tokio::spawn(prometheus::serve(l, registry)));
@@ -234,6 +269,10 @@ async fn agent(cfg: Config) -> Result<i32> {
     if let Some(a) = cfg.prometheus {
         targets.push(format!("Prometheus on http://{a}/metrics"));
     }
+    if let Some((l, _)) = &log_out {
+        logs::emit(l, logs::start_record(attached, s.probes.programs.len(), &s.model.health.status_line()));
+    }
+    let mut cursor = logs::EventCursor::default();
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
 
@@ -268,18 +307,35 @@ async fn agent(cfg: Config) -> Result<i32> {
         health.scans = s.model.residency_scans;
         health.channel_full = s.reader.channel_full.load(Ordering::Relaxed);
         health.undecodable = s.reader.undecodable.load(Ordering::Relaxed);
+        if let Some((l, _)) = &log_out {
+            let (events, missed) = cursor.take(&s.model.health);
+            let wall = mono_to_wall();
+            for e in events {
+                logs::emit(l, logs::event_record(e, Some(&wall)));
+            }
+            if missed > 0 {
+                stats.logs_dropped.fetch_add(missed, Ordering::Relaxed);
+            }
+        }
         let nodes = node_states(&s);
+        let system_vmstat = std::fs::read_to_string("/proc/vmstat")
+            .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
+            .unwrap_or_default();
         let points = instruments::points(&ExportInput {
             model: &s.model,
             nodes: &nodes,
             tracked: &tracking.tracked,
             page_size: s.page_size,
             health: &health,
+            system_vmstat: &system_vmstat,
         });
         latest.publish(points);
     }
     let _ = stop_tx.send(true);
     if let Some(t) = otlp_task {
+        let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), t).await;
+    }
+    if let Some(t) = log_task {
         let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), t).await;
     }
     if let Some(t) = prom_task {

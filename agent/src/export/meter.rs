@@ -47,6 +47,9 @@ pub struct ExportStats {
     pub queued: AtomicU64,
     /// Batches the receiver accepted.
     pub sent: AtomicU64,
+    /// OTLP log records dropped (queue full, or rejected) and accepted.
+    pub logs_dropped: AtomicU64,
+    pub logs_sent: AtomicU64,
 }
 
 /// A manual reader shared between the provider and the OTLP task.
@@ -117,6 +120,16 @@ fn observe_f64(latest: &Latest, name: &str, o: &dyn opentelemetry::metrics::Asyn
     }
 }
 
+fn observe_i64(latest: &Latest, name: &str, o: &dyn opentelemetry::metrics::AsyncInstrument<i64>) {
+    if let Some(pts) = latest.get().get(name) {
+        for p in pts {
+            if let Value::I64(v) = p.value {
+                o.observe(v, &p.attributes);
+            }
+        }
+    }
+}
+
 /// The export counters are read live (not from the model).
 fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
     let a = match def.name {
@@ -124,6 +137,8 @@ fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
         n if n == instruments::EXPORT_DROPPED.name => &stats.dropped,
         n if n == instruments::EXPORT_FAILURES.name => &stats.failures,
         n if n == instruments::EXPORT_QUEUED.name => &stats.queued,
+        n if n == instruments::EXPORT_LOGS_DROPPED.name => &stats.logs_dropped,
+        n if n == instruments::EXPORT_LOGS_SENT.name => &stats.logs_sent,
         _ => return None,
     };
     Some(a.load(Ordering::Relaxed))
@@ -173,6 +188,11 @@ pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Lates
                         Some(v) => o.observe(v, &[]),
                         None => observe_u64(&l, d.name, o),
                     })
+                    .build();
+            }
+            (Kind::UpDownCounter, _) => {
+                meter.i64_observable_up_down_counter(def.name).with_unit(def.unit).with_description(def.description)
+                    .with_callback(move |o| observe_i64(&l, d.name, o))
                     .build();
             }
             (Kind::Gauge, true) => {

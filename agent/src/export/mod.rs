@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod config;
 pub mod instruments;
+pub mod logs;
 pub mod meter;
 pub mod otlp;
 pub mod prometheus;
