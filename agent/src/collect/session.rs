@@ -124,7 +124,7 @@ impl Session {
             if let Some(st) = procfs::read_stat(tgid) {
                 let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
                 self.model.set_identity(tgid, &st.comm, &cmdline, st.ppid);
-                self.classify(tgid, &st.comm, &cmdline);
+                self.classify(tgid, &st.comm, &cmdline, st.start_time);
             }
         }
         self.model.assign_jobs();
@@ -150,7 +150,7 @@ impl Session {
             let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
             if wanted(pid, &st.comm, &cmdline) {
                 self.model.set_identity(pid, &st.comm, &cmdline, st.ppid);
-                self.classify(pid, &st.comm, &cmdline);
+                self.classify(pid, &st.comm, &cmdline, st.start_time);
                 self.identified.insert(pid);
             }
         }
@@ -158,7 +158,10 @@ impl Session {
     }
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.
-    fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str) {
+    fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
+        // The cgroup path names the pod and container (the same parser the exporter uses).
+        let origin = std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).map(|t| crate::export::cgroup::parse(&t)).unwrap_or_default();
+        self.model.set_origin(tgid, origin.pod_uid, origin.container_id, start_time);
         let environ = std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
         // Only python-like processes need the (longer) maps read to find libtorch.
         let maps = (comm.starts_with("python") || comm.starts_with("pt_") || cmdline.contains("python"))

@@ -77,19 +77,20 @@ fn parse_field(line: &str) -> Option<Field> {
             signed = s.trim() == "1";
         }
     }
-    let decl = decl?;
-    // The name is the last identifier, before any array brackets: `char comm[16]`.
-    let (head, array) = match decl.find('[') {
-        Some(i) => (&decl[..i], &decl[i..]),
-        None => (decl, ""),
+    let decl = decl?.trim();
+    // The name is the last token, without an array suffix or pointer stars: `char comm[16]`,
+    // `const char * name`, and `__data_loc char[] memdev` (where the brackets precede the name).
+    let split = decl.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let (head, last) = decl.split_at(split);
+    let (name, array) = match last.find('[') {
+        Some(i) => (&last[..i], &last[i..]),
+        None => (last, ""),
     };
-    let head = head.trim_end();
-    let split = head.rfind(|c: char| c.is_whitespace() || c == '*')?;
-    let name = head[split + 1..].trim();
-    if name.is_empty() {
+    let name = name.trim_start_matches('*');
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return None;
     }
-    let c_type = format!("{}{}", head[..=split].trim(), array);
+    let c_type = format!("{}{}", head.trim(), array);
     Some(Field { name: name.to_string(), c_type, offset: offset?, size: size?, signed })
 }
 
@@ -220,6 +221,8 @@ mod tests {
         assert_eq!(f.id, Some(7));
         assert_eq!(f.field("comm").map(|x| (x.offset, x.c_type.as_str())), Some((12, "char[16]")));
         assert_eq!(f.field("name").map(|x| x.offset), Some(28));
+        let dl = EventFormat::parse("field:__data_loc char[] memdev;\toffset:8;\tsize:4;\tsigned:0;\n").unwrap();
+        assert_eq!(dl.field("memdev").map(|x| (x.offset, x.c_type.as_str())), Some((8, "__data_loc char[]")));
         assert_eq!(f.symbols["reason"].get(&1).map(String::as_str), Some("one"));
         assert_eq!(f.symbols["reason"].get(&2).map(String::as_str), Some("t,wo)"));
     }

@@ -178,6 +178,14 @@ impl Model {
         gone
     }
 
+    /// Records where a process runs (pod, container) and when it started.
+    pub fn set_origin(&mut self, tgid: u32, pod_uid: Option<String>, container_id: Option<String>, start_time: u64) {
+        let p = self.process(tgid);
+        p.pod_uid = pod_uid;
+        p.container_id = container_id;
+        p.start_time = start_time;
+    }
+
     /// Records what classification decided for a process.
     pub fn set_training(&mut self, tgid: u32, role: Option<job::TrainingRole>, rank: job::Rank, run_id: Option<String>) {
         let p = self.process(tgid);

@@ -36,6 +36,12 @@ pub struct Process {
     pub rank: Rank,
     /// The job this process belongs to (its launcher's name, or its own for a lone worker).
     pub job: Option<String>,
+    /// Kubernetes pod uid and container id, when its cgroup path names them.
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    /// Start time in clock ticks after boot (`/proc/PID/stat` field 22): with the pid, a
+    /// process's identity across pid reuse.
+    pub start_time: u64,
     /// `TORCHELASTIC_RUN_ID` from its environment, when it names a run.
     pub run_id: Option<String>,
     /// CXL-tier allocation sites: user stack id -> sampled pages (cumulative).

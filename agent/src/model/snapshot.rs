@@ -56,6 +56,10 @@ pub struct ProcessSnapshot {
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
     pub world_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
     pub faults: u64,
     pub faults_per_s: f64,
     pub alloc_pages_by_node: BTreeMap<String, u64>,
@@ -201,6 +205,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 rank: p.rank.rank,
                 local_rank: p.rank.local_rank,
                 world_size: p.rank.world_size,
+                pod_uid: p.pod_uid.clone(),
+                container_id: p.container_id.clone(),
                 alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 top_cxl_alloc_sites: sites,
                 faults: p.faults,
