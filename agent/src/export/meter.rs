@@ -238,4 +238,34 @@ mod tests {
         assert!(text.lines().any(|l| l.starts_with("tierscope_agent_scan_duration_seconds_total") && l.ends_with(" 0.5")), "{text}");
         assert!(text.lines().any(|l| l.starts_with("tierscope_agent_export_dropped_total") && l.ends_with(" 3")), "{text}");
     }
+
+    /// The Prometheus names of the series that exist only with CXL or EDAC hardware (absent on a
+    /// machine without it, so tests/dashboards.rs allow-lists exactly these names).
+    #[test]
+    fn hardware_only_series_have_these_prometheus_names() {
+        use instruments::*;
+        let latest = Arc::new(Latest::default());
+        let hw = || vec![KeyValue::new(HW_ID, "0x1"), KeyValue::new(HW_NAME, "mem0"), KeyValue::new(HW_TYPE, "memory")];
+        let mut p = Points::new();
+        p.insert(HW_STATUS.name, vec![Point { attributes: hw(), value: Value::I64(1) }]);
+        p.insert(HW_ERRORS.name, vec![Point { attributes: hw(), value: Value::U64(2) }]);
+        p.insert(CXL_TEMPERATURE.name, vec![Point { attributes: hw(), value: Value::F64(41.0) }]);
+        p.insert(CXL_LIFE_USED.name, vec![Point { attributes: hw(), value: Value::U64(7) }]);
+        p.insert(CXL_CORRECTED.name, vec![Point { attributes: hw(), value: Value::U64(5) }]);
+        p.insert(CXL_HEALTH_INFO.name, vec![Point { attributes: hw(), value: Value::U64(1) }]);
+        latest.publish(p);
+        let t = build(Resource::builder_empty().build(), false, true, latest, Arc::new(ExportStats::default())).unwrap();
+        let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
+        for (name, kind, v) in [
+            ("hw_status_ratio", "gauge", " 1"),
+            ("hw_errors_total", "counter", " 2"),
+            ("tierscope_cxl_device_temperature_celsius", "gauge", " 41"),
+            ("tierscope_cxl_device_life_used_percent", "gauge", " 7"),
+            ("tierscope_cxl_device_corrected_errors", "gauge", " 5"),
+            ("tierscope_cxl_device_health_info_ratio", "gauge", " 1"),
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} {kind}")), "{name}: {text}");
+            assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.contains("hw_id=\"0x1\"") && l.ends_with(v)), "{name}: {text}");
+        }
+    }
 }
