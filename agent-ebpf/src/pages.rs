@@ -58,6 +58,18 @@ pub fn mm_page_free(ctx: TracePointContext) -> i32 {
 /// (pfn, pages) of the record, or `None` for a failed allocation (pfn = -1).
 #[inline(always)]
 fn read_page(ctx: &TracePointContext, layout: &PageLayout) -> Option<(u64, u64)> {
+    // Every kernel since 4.x puts pfn at 8 and order at 16: then load them straight from the
+    // record (constant offsets, which the verifier allows) instead of two helper calls.
+    if layout.pfn == 8 && layout.order == 16 {
+        let rec = aya_ebpf::EbpfContext::as_ptr(ctx) as *const u8;
+        // SAFETY: constant offsets inside this tracepoint's record, checked by the verifier;
+        // the format file confirmed the fields are there.
+        let (pfn, order) = unsafe { (*(rec.add(8) as *const u64), *(rec.add(16) as *const u32)) };
+        if pfn == u64::MAX {
+            return None;
+        }
+        return Some((pfn, 1u64 << (order & 31)));
+    }
     // SAFETY: offsets come from this kernel's format file; reads are bounds-checked helpers.
     let pfn: u64 = match unsafe { ctx.read_at(layout.pfn as usize) } {
         Ok(p) => p,
