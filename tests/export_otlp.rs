@@ -21,6 +21,10 @@ use opentelemetry_proto::tonic::{
         metrics_service_server::{MetricsService, MetricsServiceServer},
         ExportMetricsServiceRequest, ExportMetricsServiceResponse,
     },
+    collector::logs::v1::{
+        logs_service_server::{LogsService, LogsServiceServer},
+        ExportLogsServiceRequest, ExportLogsServiceResponse,
+    },
     common::v1::{any_value, AnyValue},
     metrics::v1::{metric, number_data_point, AggregationTemporality},
 };
@@ -104,13 +108,54 @@ impl MetricsService for Grpc {
     }
 }
 
+type ReceivedLogs = Arc<Mutex<Vec<ExportLogsServiceRequest>>>;
+
+/// The same receiver's logs service: health events and the agent's start record.
+struct GrpcLogs(ReceivedLogs);
+
+#[tonic::async_trait]
+impl LogsService for GrpcLogs {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportLogsServiceResponse { partial_success: None }))
+    }
+}
+
+/// (event name, severity number, severity text, body, attributes, resource) of every record.
+type Rec = (String, i32, String, String, BTreeMap<String, String>, BTreeMap<String, String>);
+
+fn log_records(logs: &ReceivedLogs) -> Vec<Rec> {
+    let mut out = Vec::new();
+    for req in logs.lock().unwrap().iter() {
+        for rl in &req.resource_logs {
+            let resource: BTreeMap<String, String> =
+                rl.resource.iter().flat_map(|r| &r.attributes).map(|kv| (kv.key.clone(), any(&kv.value))).collect();
+            for sl in &rl.scope_logs {
+                for r in &sl.log_records {
+                    let attrs = r.attributes.iter().map(|kv| (kv.key.clone(), any(&kv.value))).collect();
+                    out.push((r.event_name.clone(), r.severity_number, r.severity_text.clone(), any(&r.body), attrs, resource.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Starts the gRPC receiver on `addr`; dropping the sender stops it (listener closed).
 fn start_grpc(rt: &tokio::runtime::Runtime, addr: SocketAddr, received: Received) -> tokio::sync::oneshot::Sender<()> {
+    start_grpc_with_logs(rt, addr, received, Arc::default())
+}
+
+fn start_grpc_with_logs(rt: &tokio::runtime::Runtime, addr: SocketAddr, received: Received, logs: ReceivedLogs) -> tokio::sync::oneshot::Sender<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).expect("binding the gRPC receiver");
     rt.spawn(async move {
         tonic::transport::Server::builder()
             .add_service(MetricsServiceServer::new(Grpc(received)))
+            .add_service(LogsServiceServer::new(GrpcLogs(logs)))
             .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), async {
                 let _ = rx.await;
             })
@@ -134,7 +179,8 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let received: Received = Arc::default();
-    let stop = start_grpc(&rt, addr, received.clone());
+    let logs: ReceivedLogs = Arc::default();
+    let stop = start_grpc_with_logs(&rt, addr, received.clone(), logs.clone());
 
     let marker = format!("tierscope-otlp-test-{}", std::process::id());
     let dir = std::env::temp_dir().join(&marker);
@@ -212,6 +258,34 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
         assert!(batch.iter().any(|p| p.name == name), "{name} missing");
     }
     assert_eq!(find(&batch, "tierscope.agent.export.dropped", &[])[0].value, 0.0, "nothing dropped yet");
+
+    // Logs go through the same receiver: the agent's start record (a real record, the one every
+    // start sends), then one record per health event. No CXL or EDAC hardware here: no health
+    // event may arrive, and the event counters must agree with that.
+    let recs = wait_for(Duration::from_secs(10), || {
+        let r = log_records(&logs);
+        r.iter().any(|x| x.0 == "tierscope.agent.start").then_some(r)
+    })
+    .unwrap_or_else(|| panic!("no tierscope.agent.start log record; agent stderr:\n{}", agent.stderr.lock().unwrap()));
+    let start: Vec<&Rec> = recs.iter().filter(|x| x.0 == "tierscope.agent.start").collect();
+    assert_eq!(start.len(), 1, "{start:?}");
+    let (_, sev, sev_text, body, attrs, resource) = start[0];
+    assert_eq!((*sev, sev_text.as_str()), (9, "INFO"), "severity INFO");
+    assert!(body.starts_with("tierscope started: ") && body.contains("memory health: "), "{body}");
+    let attached = find(&batch, "tierscope.agent.programs", &[("tierscope.program.status", "attached")])[0].value;
+    assert_eq!(attrs.get("tierscope.agent.programs.attached").map(String::as_str), Some(attached.to_string().as_str()), "{attrs:?}");
+    assert_eq!(resource.get("host.name").map(String::as_str), Some(host.trim()));
+    let health_events: f64 = find(&batch, "tierscope.health.events", &[]).iter().map(|p| p.value).sum();
+    let event_records = recs.iter().filter(|x| x.0 == "tierscope.health.event").count();
+    let has_hw = std::path::Path::new("/sys/bus/cxl/devices").read_dir().is_ok_and(|mut d| d.next().is_some())
+        || std::path::Path::new("/sys/devices/system/edac/mc").exists();
+    if !has_hw {
+        assert_eq!((health_events, event_records), (0.0, 0), "health events without health hardware");
+    } else {
+        assert!(event_records as f64 <= health_events, "more event records ({event_records}) than events ({health_events})");
+    }
+    let logs_sent = find(&batch, "tierscope.agent.export.logs.sent", &[]);
+    assert_eq!(logs_sent.len(), 1, "tierscope.agent.export.logs.sent missing");
 
     // 2. Receiver down for 4 s (8 intervals, queue of 4): the agent keeps going, memory bounded.
     let rss_before = agent.rss_kib();
@@ -292,8 +366,19 @@ fn start_http(received: Received, paths: Arc<Mutex<Vec<(String, String)>>>) -> u
                 buf.extend_from_slice(&chunk[..n]);
             }
             let path = head.lines().next().unwrap_or("").split_whitespace().nth(1).unwrap_or("").to_string();
-            paths.lock().unwrap().push((path, header("content-type").unwrap_or_default()));
+            paths.lock().unwrap().push((path.clone(), header("content-type").unwrap_or_default()));
             let body = &buf[body_start..(body_start + len).min(buf.len())];
+            if path == "/v1/logs" {
+                // Log records: decoded as the logs request, answered, not mixed with metrics.
+                let reply = ExportLogsServiceResponse { partial_success: None }.encode_to_vec();
+                if ExportLogsServiceRequest::decode(body).is_ok_and(|r| !r.resource_logs.is_empty()) {
+                    let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", reply.len());
+                    let _ = c.write_all(&reply);
+                } else {
+                    let _ = write!(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                }
+                continue;
+            }
             let reply = ExportMetricsServiceResponse { partial_success: None }.encode_to_vec();
             match ExportMetricsServiceRequest::decode(body) {
                 Ok(req) => {
@@ -333,9 +418,12 @@ fn http_protobuf_through_the_environment(bin: &std::path::PathBuf) {
         all(&received).into_iter().rev().find(|b| find(b, "tierscope.process.faults", &[("process.pid", &pid)]).iter().any(|p| p.value >= PAGES as f64))
     })
     .unwrap_or_else(|| panic!("no HTTP batch with the workload's faults; paths {:?}; stderr:\n{}", paths.lock().unwrap(), agent.stderr.lock().unwrap()));
-    let (path, ctype) = paths.lock().unwrap()[0].clone();
-    assert_eq!(path, "/v1/metrics");
-    assert_eq!(ctype, "application/x-protobuf");
+    let all_paths = paths.lock().unwrap().clone();
+    for (path, ctype) in &all_paths {
+        assert!(path == "/v1/metrics" || path == "/v1/logs", "{all_paths:?}");
+        assert_eq!(ctype, "application/x-protobuf");
+    }
+    assert!(all_paths.iter().any(|(p, _)| p == "/v1/logs"), "the start log record went to /v1/logs: {all_paths:?}");
     let f = find(&batch, "tierscope.process.faults", &[("process.pid", &pid)])[0];
     assert_eq!(f.unit, "{fault}");
     assert_eq!(f.resource.get("deployment.environment").map(String::as_str), Some("test"), "{:?}", f.resource);
