@@ -58,8 +58,19 @@ pub struct Select {
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
     /// Only processes whose comm or command line matches this regex.
-    #[arg(long = "match")]
+    #[arg(long = "match", value_parser = valid_regex)]
     pub pattern: Option<String>,
+}
+
+/// Checks a `--match` value while parsing, so a bad one is a usage error (exit 2) in one line.
+fn valid_regex(s: &str) -> Result<String, String> {
+    match regex::Regex::new(s) {
+        Ok(_) => Ok(s.to_string()),
+        Err(e) => {
+            let why = e.to_string().lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("invalid").trim().to_string();
+            Err(format!("not a valid regular expression ({why})"))
+        }
+    }
 }
 
 impl Select {
