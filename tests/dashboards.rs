@@ -70,7 +70,9 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
             '}' => in_braces -= 1,
             _ if (c.is_ascii_alphabetic() || c == '_') && in_braces == 0 => {
                 let start = i;
-                while i < bytes.len() && ((bytes[i] as char).is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b':') {
+                while i < bytes.len()
+                    && ((bytes[i] as char).is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b':')
+                {
                     i += 1;
                 }
                 let word = &expr[start..i];
@@ -110,14 +112,19 @@ fn static_checks() -> BTreeSet<String> {
     for (path, d) in dashboards() {
         let p = path.display();
         assert!(d["uid"].as_str().is_some_and(|u| !u.is_empty()), "{p}: no uid");
-        let vars: Vec<&str> = d["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+        let vars: Vec<&str> =
+            d["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
         for want in ["datasource", "host"] {
             assert!(vars.contains(&want), "{p}: no ${want} variable ({vars:?})");
         }
         let panels = d["panels"].as_array().unwrap();
         let mut targets = 0;
         for panel in panels.iter().filter(|x| x["type"] != "row") {
-            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{p}: panel {} not on ${{datasource}}", panel["title"]);
+            assert_eq!(
+                panel["datasource"]["uid"], "${datasource}",
+                "{p}: panel {} not on ${{datasource}}",
+                panel["title"]
+            );
             for t in panel["targets"].as_array().unwrap() {
                 targets += 1;
                 let e = t["expr"].as_str().unwrap();
@@ -134,7 +141,10 @@ fn static_checks() -> BTreeSet<String> {
     }
     // The job view filters on the job.
     let job = dashboards().into_iter().find(|(p, _)| p.ends_with("training-job.json")).expect("training-job.json");
-    let ignoring: Vec<String> = expressions(&job.1).into_iter().filter(|e| e.contains("tierscope_process_") && !e.starts_with("label_values(") && !e.contains("$job")).collect();
+    let ignoring: Vec<String> = expressions(&job.1)
+        .into_iter()
+        .filter(|e| e.contains("tierscope_process_") && !e.starts_with("label_values(") && !e.contains("$job"))
+        .collect();
     assert!(ignoring.is_empty(), "job panels ignore $job: {ignoring:?}");
     all
 }
@@ -157,7 +167,11 @@ const HARDWARE_ONLY: &[(&str, &str)] = &[
 /// Whether this machine has the hardware behind [`HARDWARE_ONLY`].
 fn has_health_hardware() -> bool {
     let any = |dir: &str, prefix: &str| {
-        std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
     };
     any("/sys/bus/cxl/devices", "mem") || any("/sys/devices/system/edac/mc", "mc")
 }
@@ -168,7 +182,9 @@ fn main() {
     }
     // The name extraction itself.
     assert_eq!(
-        metric_names(r#"sum by (tierscope_memory_tier) (rate(tierscope_node_page_allocations_total{instance=~"$host", tierscope_memory_tier="cxl"}[5m]))"#),
+        metric_names(
+            r#"sum by (tierscope_memory_tier) (rate(tierscope_node_page_allocations_total{instance=~"$host", tierscope_memory_tier="cxl"}[5m]))"#
+        ),
         BTreeSet::from(["tierscope_node_page_allocations_total".to_string()])
     );
     assert_eq!(
@@ -188,7 +204,10 @@ fn main() {
     let mut missing: BTreeSet<String> =
         queried.iter().filter(|m| hardware || !HARDWARE_ONLY.iter().any(|(n, _)| n == m)).cloned().collect();
     for (name, why) in HARDWARE_ONLY {
-        assert!(queried.contains(*name), "{name} is allow-listed but no dashboard queries it: drop it from HARDWARE_ONLY");
+        assert!(
+            queried.contains(*name),
+            "{name} is allow-listed but no dashboard queries it: drop it from HARDWARE_ONLY"
+        );
         if !hardware {
             println!("dashboards: {name} not required in the scrape on this machine ({why})");
         }

@@ -17,13 +17,13 @@ use std::{
 
 use export_support::*;
 use opentelemetry_proto::tonic::{
-    collector::metrics::v1::{
-        metrics_service_server::{MetricsService, MetricsServiceServer},
-        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-    },
     collector::logs::v1::{
         logs_service_server::{LogsService, LogsServiceServer},
         ExportLogsServiceRequest, ExportLogsServiceResponse,
+    },
+    collector::metrics::v1::{
+        metrics_service_server::{MetricsService, MetricsServiceServer},
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
     },
     common::v1::{any_value, AnyValue},
     metrics::v1::{metric, number_data_point, AggregationTemporality},
@@ -64,9 +64,12 @@ fn flatten(req: &ExportMetricsServiceRequest) -> Vec<Pt> {
         for sm in &rm.scope_metrics {
             for m in &sm.metrics {
                 let (kind, monotonic, cumulative, dps) = match &m.data {
-                    Some(metric::Data::Sum(s)) => {
-                        ("sum", s.is_monotonic, s.aggregation_temporality == AggregationTemporality::Cumulative as i32, &s.data_points)
-                    }
+                    Some(metric::Data::Sum(s)) => (
+                        "sum",
+                        s.is_monotonic,
+                        s.aggregation_temporality == AggregationTemporality::Cumulative as i32,
+                        &s.data_points,
+                    ),
                     Some(metric::Data::Gauge(g)) => ("gauge", false, false, &g.data_points),
                     other => panic!("{}: unexpected data {other:?}", m.name),
                 };
@@ -136,7 +139,14 @@ fn log_records(logs: &ReceivedLogs) -> Vec<Rec> {
             for sl in &rl.scope_logs {
                 for r in &sl.log_records {
                     let attrs = r.attributes.iter().map(|kv| (kv.key.clone(), any(&kv.value))).collect();
-                    out.push((r.event_name.clone(), r.severity_number, r.severity_text.clone(), any(&r.body), attrs, resource.clone()));
+                    out.push((
+                        r.event_name.clone(),
+                        r.severity_number,
+                        r.severity_text.clone(),
+                        any(&r.body),
+                        attrs,
+                        resource.clone(),
+                    ));
                 }
             }
         }
@@ -149,7 +159,12 @@ fn start_grpc(rt: &tokio::runtime::Runtime, addr: SocketAddr, received: Received
     start_grpc_with_logs(rt, addr, received, Arc::default())
 }
 
-fn start_grpc_with_logs(rt: &tokio::runtime::Runtime, addr: SocketAddr, received: Received, logs: ReceivedLogs) -> tokio::sync::oneshot::Sender<()> {
+fn start_grpc_with_logs(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    received: Received,
+    logs: ReceivedLogs,
+) -> tokio::sync::oneshot::Sender<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).expect("binding the gRPC receiver");
     rt.spawn(async move {
@@ -171,7 +186,10 @@ fn all(received: &Received) -> Vec<Vec<Pt>> {
 }
 
 fn find<'a>(batch: &'a [Pt], name: &str, attrs: &[(&str, &str)]) -> Vec<&'a Pt> {
-    batch.iter().filter(|p| p.name == name && attrs.iter().all(|(k, v)| p.attrs.get(*k).map(String::as_str) == Some(*v))).collect()
+    batch
+        .iter()
+        .filter(|p| p.name == name && attrs.iter().all(|(k, v)| p.attrs.get(*k).map(String::as_str) == Some(*v)))
+        .collect()
 }
 
 fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
@@ -204,7 +222,9 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
 
     // 1. The workload's numbers arrive, with names, units, kinds and attributes. Residency comes
     // from a numa_maps scan every 0.5 s, so wait for a batch whose scan followed the touching.
-    let resident_of = |b: &[Pt]| -> f64 { find(b, "tierscope.process.memory.resident", &[("process.pid", &pid)]).iter().map(|p| p.value).sum() };
+    let resident_of = |b: &[Pt]| -> f64 {
+        find(b, "tierscope.process.memory.resident", &[("process.pid", &pid)]).iter().map(|p| p.value).sum()
+    };
     let expected = expected_resident as f64;
     let batch = wait_for(Duration::from_secs(30), || {
         all(&received).into_iter().rev().find(|b| {
@@ -253,8 +273,14 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     assert_eq!(other.len(), 1);
     assert!(!other[0].attrs.contains_key("process.pid"));
     // Agent health and per-node series are there.
-    for name in ["tierscope.agent.export.collections", "tierscope.agent.export.dropped", "tierscope.agent.programs",
-                 "tierscope.agent.ringbuf.lost", "tierscope.node.page.allocations", "tierscope.node.memory.capacity"] {
+    for name in [
+        "tierscope.agent.export.collections",
+        "tierscope.agent.export.dropped",
+        "tierscope.agent.programs",
+        "tierscope.agent.ringbuf.lost",
+        "tierscope.node.page.allocations",
+        "tierscope.node.memory.capacity",
+    ] {
         assert!(batch.iter().any(|p| p.name == name), "{name} missing");
     }
     assert_eq!(find(&batch, "tierscope.agent.export.dropped", &[])[0].value, 0.0, "nothing dropped yet");
@@ -273,7 +299,11 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     assert_eq!((*sev, sev_text.as_str()), (9, "INFO"), "severity INFO");
     assert!(body.starts_with("tierscope started: ") && body.contains("memory health: "), "{body}");
     let attached = find(&batch, "tierscope.agent.programs", &[("tierscope.program.status", "attached")])[0].value;
-    assert_eq!(attrs.get("tierscope.agent.programs.attached").map(String::as_str), Some(attached.to_string().as_str()), "{attrs:?}");
+    assert_eq!(
+        attrs.get("tierscope.agent.programs.attached").map(String::as_str),
+        Some(attached.to_string().as_str()),
+        "{attrs:?}"
+    );
     assert_eq!(resource.get("host.name").map(String::as_str), Some(host.trim()));
     let health_events: f64 = find(&batch, "tierscope.health.events", &[]).iter().map(|p| p.value).sum();
     let event_records = recs.iter().filter(|x| x.0 == "tierscope.health.event").count();
@@ -282,7 +312,10 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     if !has_hw {
         assert_eq!((health_events, event_records), (0.0, 0), "health events without health hardware");
     } else {
-        assert!(event_records as f64 <= health_events, "more event records ({event_records}) than events ({health_events})");
+        assert!(
+            event_records as f64 <= health_events,
+            "more event records ({event_records}) than events ({health_events})"
+        );
     }
     let logs_sent = find(&batch, "tierscope.agent.export.logs.sent", &[]);
     assert_eq!(logs_sent.len(), 1, "tierscope.agent.export.logs.sent missing");
@@ -295,12 +328,16 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     std::thread::sleep(Duration::from_secs(4));
     agent.assert_alive();
     let rss_during = agent.rss_kib();
-    assert!(rss_during < rss_before + 32 * 1024, "agent RSS grew from {rss_before} KiB to {rss_during} KiB while the receiver was down");
+    assert!(
+        rss_during < rss_before + 32 * 1024,
+        "agent RSS grew from {rss_before} KiB to {rss_during} KiB while the receiver was down"
+    );
     assert!(received.lock().unwrap().len() <= before_outage + 1, "requests arrived while the receiver was down");
 
     // 3. Receiver back on the same address: export resumes.
     let _stop2 = start_grpc(&rt, addr, received.clone());
-    let resumed = wait_for(Duration::from_secs(15), || (received.lock().unwrap().len() > before_outage + 2).then_some(()));
+    let resumed =
+        wait_for(Duration::from_secs(15), || (received.lock().unwrap().len() > before_outage + 2).then_some(()));
     assert!(resumed.is_some(), "export did not resume; agent stderr:\n{}", agent.stderr.lock().unwrap());
     // Let the queue drain and a few fresh batches arrive.
     std::thread::sleep(Duration::from_secs(3));
@@ -388,7 +425,11 @@ fn start_http(received: Received, paths: Arc<Mutex<Vec<(String, String)>>>) -> u
                 }
                 Err(e) => {
                     let msg = format!("undecodable body: {e}");
-                    let _ = write!(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}", msg.len());
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{msg}",
+                        msg.len()
+                    );
                 }
             }
         }
@@ -415,9 +456,17 @@ fn http_protobuf_through_the_environment(bin: &std::path::PathBuf) {
     let work = Workload::start(PAGES, &marker);
     let pid = work.pid().to_string();
     let batch = wait_for(Duration::from_secs(30), || {
-        all(&received).into_iter().rev().find(|b| find(b, "tierscope.process.faults", &[("process.pid", &pid)]).iter().any(|p| p.value >= PAGES as f64))
+        all(&received).into_iter().rev().find(|b| {
+            find(b, "tierscope.process.faults", &[("process.pid", &pid)]).iter().any(|p| p.value >= PAGES as f64)
+        })
     })
-    .unwrap_or_else(|| panic!("no HTTP batch with the workload's faults; paths {:?}; stderr:\n{}", paths.lock().unwrap(), agent.stderr.lock().unwrap()));
+    .unwrap_or_else(|| {
+        panic!(
+            "no HTTP batch with the workload's faults; paths {:?}; stderr:\n{}",
+            paths.lock().unwrap(),
+            agent.stderr.lock().unwrap()
+        )
+    });
     let all_paths = paths.lock().unwrap().clone();
     for (path, ctype) in &all_paths {
         assert!(path == "/v1/metrics" || path == "/v1/logs", "{all_paths:?}");
@@ -443,7 +492,10 @@ fn bad_config_is_one_line_and_exit_1(bin: &std::path::PathBuf) {
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{err}");
-    assert!(lines[0].contains(p.to_str().unwrap()) && lines[0].contains("line 3") && lines[0].contains("protocl"), "{err}");
+    assert!(
+        lines[0].contains(p.to_str().unwrap()) && lines[0].contains("line 3") && lines[0].contains("protocl"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     println!("export_otlp bad config: ok");
 }

@@ -96,11 +96,16 @@ fn main() {
     assert!(body.contains("# TYPE tierscope_node_memory_capacity_bytes gauge"));
     let allocated: f64 = body
         .lines()
-        .filter(|l| l.starts_with("tierscope_process_page_allocations_total{") && l.contains(&format!("process_pid=\"{pid}\"")))
+        .filter(|l| {
+            l.starts_with("tierscope_process_page_allocations_total{") && l.contains(&format!("process_pid=\"{pid}\""))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
     assert!(allocated >= PAGES as f64, "allocated {allocated} < {PAGES}");
-    assert!(sample(&body, "target_info", &[("service_name", "tierscope")]).is_some(), "no target_info with the resource");
+    assert!(
+        sample(&body, "target_info", &[("service_name", "tierscope")]).is_some(),
+        "no target_info with the resource"
+    );
     assert_eq!(http_get(&listen, "/nope").unwrap().0, 404);
 
     // promtool's linter on the scrape body.

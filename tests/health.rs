@@ -26,10 +26,12 @@ fn tracefs() -> &'static Path {
 #[ignore = "requires root"]
 fn health_programs_are_unsupported_exactly_where_the_kernel_lacks_the_tracepoint() {
     require_root_and_agent!();
-    let out = std::process::Command::new(tierscope_bin().expect("bin")).args(["check", "--json"]).output().expect("check");
+    let out =
+        std::process::Command::new(tierscope_bin().expect("bin")).args(["check", "--json"]).output().expect("check");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check JSON");
     let programs = v["programs"].as_array().expect("programs");
-    let find = |name: &str| programs.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} missing from check"));
+    let find =
+        |name: &str| programs.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} missing from check"));
     let events = tracefs().join("events");
     for name in CXL_EVENTS {
         let p = find(name);
@@ -64,9 +66,17 @@ fn a_machine_without_cxl_devices_says_so_and_lists_its_edac_controllers() {
     if memdevs == 0 {
         assert_eq!(h["status"], "no CXL memory devices");
     } else {
-        assert!(devices.iter().all(|d| ["ok", "degraded", "failed"].contains(&d["state"].as_str().unwrap_or(""))), "{h}");
+        assert!(
+            devices.iter().all(|d| ["ok", "degraded", "failed"].contains(&d["state"].as_str().unwrap_or(""))),
+            "{h}"
+        );
     }
-    let mcs = h["edac"].as_array().expect("health.edac").iter().filter(|e| !e["name"].as_str().unwrap_or("/").contains('/')).count();
+    let mcs = h["edac"]
+        .as_array()
+        .expect("health.edac")
+        .iter()
+        .filter(|e| !e["name"].as_str().unwrap_or("/").contains('/'))
+        .count();
     assert_eq!(mcs, controllers, "{h}");
     assert!(h["events"].is_array() && h["events_by_kind"].is_object(), "{h}");
 }

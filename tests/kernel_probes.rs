@@ -29,10 +29,14 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     let resident = sum_nodes(&p["resident_pages_by_node"]);
     assert!(resident >= pages, "numa_maps residency {resident} < touched {pages}");
     // The kernel's own answers, read independently of the agent's parser.
-    let by_move_pages: u64 = done.get("move_pages_n0").and_then(|v| v.parse().ok()).expect("move_pages answer for node 0");
+    let by_move_pages: u64 =
+        done.get("move_pages_n0").and_then(|v| v.parse().ok()).expect("move_pages answer for node 0");
     assert_eq!(by_move_pages, pages, "move_pages says the region is on node 0");
     let agent_node0 = p["resident_pages_by_node"]["0"].as_u64().unwrap_or(0);
-    assert!(agent_node0 >= by_move_pages, "agent says {agent_node0} pages on node 0, move_pages {by_move_pages} for the region alone");
+    assert!(
+        agent_node0 >= by_move_pages,
+        "agent says {agent_node0} pages on node 0, move_pages {by_move_pages} for the region alone"
+    );
     let numa_maps_node0 = numa_maps_pages_on(pid.parse().expect("pid"), 0);
     eprintln!("resident on node 0: agent {agent_node0}, numa_maps now {numa_maps_node0}, region by move_pages {by_move_pages}");
     // The workload is idle after `done`: its mappings do not change between the two reads.
@@ -40,7 +44,6 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     w.finish();
     assert_eq!(snap["schema"], "tierscope.snapshot/v1");
 }
-
 
 #[test]
 #[ignore = "requires root"]
@@ -91,7 +94,8 @@ fn check_reports_programs_and_fentry_detection() {
     let out = std::process::Command::new(bin).args(["check", "--json"]).output().expect("check");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check JSON");
     let progs = v["programs"].as_array().expect("programs");
-    let status = |name: &str| progs.iter().find(|p| p["name"] == name).map(|p| p["status"].as_str().unwrap_or("").to_string());
+    let status =
+        |name: &str| progs.iter().find(|p| p["name"] == name).map(|p| p["status"].as_str().unwrap_or("").to_string());
     for must in ["page_fault_user", "mm_page_alloc", "mm_migrate_pages", "sys_enter_mbind", "sched_process_exec"] {
         assert_eq!(status(must).as_deref(), Some("attached"), "{must}: {v}");
     }
@@ -100,7 +104,10 @@ fn check_reports_programs_and_fentry_detection() {
     let fentry = progs.iter().find(|p| p["name"] == "handle_mm_fault_exit").expect("fexit program listed");
     match fentry["status"].as_str() {
         Some("attached") => {}
-        Some("unsupported") => assert!(fentry["reason"].as_str().unwrap_or("").contains("EPERM") || fentry["reason"].as_str().unwrap_or("").contains("not")),
+        Some("unsupported") => assert!(
+            fentry["reason"].as_str().unwrap_or("").contains("EPERM")
+                || fentry["reason"].as_str().unwrap_or("").contains("not")
+        ),
         other => panic!("fexit status {other:?}: {fentry}"),
     }
     assert!(v["btf"].as_bool().is_some());
@@ -115,7 +122,8 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
     // allocation takes the sampled-site path; the QEMU guest tests the real CXL node.
     let mut w = Workload::start(WORKLOAD, &["touch", "16"]);
     let pid = w.pid;
-    let agent = Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0", "--site-sample-every", "4"]);
+    let agent =
+        Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0", "--site-sample-every", "4"]);
     let done = w.go();
     let pages: u64 = done["pages"].parse().expect("pages");
     let snap = agent.finish();
@@ -124,7 +132,8 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
     let sites = p["top_cxl_alloc_sites"].as_array().cloned().unwrap_or_default();
     assert!(!sites.is_empty(), "no CXL allocation sites: {p}");
     let top = &sites[0];
-    let frames: Vec<String> = top["frames"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
+    let frames: Vec<String> =
+        top["frames"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
     eprintln!("top site: {} pages, frames {frames:?}", top["pages"]);
     assert!(frames.iter().any(|f| f.contains("touch")), "the workload's `touch` is not among {frames:?}");
     let estimated: u64 = sites.iter().filter_map(|s| s["pages"].as_u64()).sum();
@@ -158,7 +167,8 @@ for p in procs: p.wait()
     let lpid = launcher.id();
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
     assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
-    let mut ranks: Vec<u64> = procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).filter_map(|p| p["rank"].as_u64()).collect();
+    let mut ranks: Vec<u64> =
+        procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).filter_map(|p| p["rank"].as_u64()).collect();
     ranks.sort();
     eprintln!("job {job}: ranks {ranks:?}");
     assert_eq!(ranks, vec![0, 1]);
@@ -171,7 +181,8 @@ fn numa_maps_pages_on(pid: u32, node: u32) -> u64 {
     let key = format!("N{node}=");
     text.lines()
         .map(|l| {
-            let kb: u64 = l.split_whitespace().find_map(|t| t.strip_prefix("kernelpagesize_kB=")?.parse().ok()).unwrap_or(4);
+            let kb: u64 =
+                l.split_whitespace().find_map(|t| t.strip_prefix("kernelpagesize_kB=")?.parse().ok()).unwrap_or(4);
             let n: u64 = l.split_whitespace().find_map(|t| t.strip_prefix(&key)?.parse().ok()).unwrap_or(0);
             n * kb / 4
         })

@@ -9,7 +9,8 @@ fn probe_node0() -> serde_json::Value {
         .output()
         .unwrap_or_else(|e| panic!("running {bin} probe-latency: {e}"));
     assert!(out.status.success(), "probe-latency failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("probe-latency --json gave no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("probe-latency --json gave no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn figure(r: &serde_json::Value, what: &str) -> f64 {
@@ -32,7 +33,10 @@ fn node0_latency_and_bandwidth_are_sane_and_repeat_within_10_percent() {
     for r in [&a, &b] {
         let lat = figure(r, "latency_ns");
         let bw = figure(r, "bandwidth_gbps");
-        eprintln!("node 0: {lat:.1} ns, {bw:.2} GB/s (huge pages {} of {buffer} bytes)", r["nodes"][0]["huge_page_bytes"]);
+        eprintln!(
+            "node 0: {lat:.1} ns, {bw:.2} GB/s (huge pages {} of {buffer} bytes)",
+            r["nodes"][0]["huge_page_bytes"]
+        );
         // A cache hit is a few ns, a load from DRAM (even through nested paging) tens to a few
         // hundred; outside that the chase measured caches or the scheduler.
         assert!((20.0..=400.0).contains(&lat), "latency {lat} ns is not a DRAM load");
@@ -50,7 +54,8 @@ fn node0_latency_and_bandwidth_are_sane_and_repeat_within_10_percent() {
 fn unknown_node_fails_with_the_nodes_there_are() {
     require_root_and_agent!();
     let bin = tierscope_bin().expect("TIERSCOPE_BIN");
-    let out = std::process::Command::new(&bin).args(["probe-latency", "--node", "4095"]).output().expect("run probe-latency");
+    let out =
+        std::process::Command::new(&bin).args(["probe-latency", "--node", "4095"]).output().expect("run probe-latency");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("node 4095 does not exist here") && err.contains("--node"), "{err}");

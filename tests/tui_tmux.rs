@@ -1,6 +1,7 @@
 //! End to end: the real `tierscope top --demo` in a detached tmux session (80x24 and 160x48),
-//! read back with `capture-pane`: the demo workload shows up with faults, Tab switches views,
-//! `q` quits and leaves the terminal as it found it (main screen, cooked mode, echo on).
+//! read back with `capture-pane`: the demo workload shows up with faults, Tab switches views, the
+//! tiering counters and health show, the tier probe runs in the background on `r` and reports
+//! node 0, `q` quits and leaves the terminal as it found it (main screen, cooked mode, echo on).
 use std::{
     process::Command,
     thread::sleep,
@@ -98,7 +99,10 @@ fn run_at(w: u16, h: u16) {
         demo_pid(s).is_some_and(|pid| s.lines().any(|l| l.trim_start().starts_with(&format!("{pid} "))))
     });
     let pid = demo_pid(&screen).expect("demo pid");
-    assert!(screen.contains("1 Overview") && screen.contains("Nodes") && screen.contains("Busiest processes"), "{screen}");
+    assert!(
+        screen.contains("1 Overview") && screen.contains("Nodes") && screen.contains("Busiest processes"),
+        "{screen}"
+    );
     assert_eq!(pane.format("#{alternate_on}"), "1", "the UI runs on the alternate screen");
 
     pane.keys(&["Tab"]);
@@ -123,7 +127,39 @@ fn run_at(w: u16, h: u16) {
     pane.wait_for("the Migrations view after Tab", 10, |s| s.contains("Page migrations by reason"));
     pane.keys(&["BTab", "BTab", "BTab"]);
     pane.wait_for("the Overview after three shift-Tabs", 10, |s| s.contains("Busiest processes"));
-    for (key, marker) in [("5", "tier probe: not available yet"), ("6", "CXL memory devices"), ("?", "Keys")] {
+    let screen =
+        pane.wait_for("the tiering line on the overview", 10, |s| s.contains("Tiering ") && s.contains("Health "));
+    assert!(screen.contains("no CXL memory devices"), "this machine has no CXL: the health line says so:\n{screen}");
+
+    // The Migrations view reads the kernel's tiering counters each tick.
+    pane.keys(&["4"]);
+    pane.wait_for("the tiering counters in Migrations", 10, |s| {
+        s.contains("Kernel tiering counters") && s.lines().any(|l| l.starts_with("machine "))
+    });
+
+    // The tier probe runs in the background: progress shows, the keys still work while it
+    // measures, and the results come with real figures.
+    pane.keys(&["5"]);
+    pane.wait_for("the probe's invitation", 10, |s| s.contains("not run yet: press r"));
+    pane.keys(&["r"]);
+    pane.wait_for("the probe's progress", 10, |s| s.contains("measuring node") || s.contains("measured 0."));
+    pane.keys(&["4"]);
+    pane.wait_for("Migrations while the probe runs", 5, |s| s.contains("Page migrations by reason"));
+    pane.keys(&["5"]);
+    let screen = pane.wait_for("the probe's results", 120, |s| s.contains("measures again"));
+    let row = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with("0 ") && l.contains("ns"))
+        .unwrap_or_else(|| panic!("no node 0 row:\n{screen}"))
+        .to_string();
+    let ns: f64 = row
+        .split_whitespace()
+        .find_map(|w| w.strip_suffix("ns")?.parse().ok())
+        .unwrap_or_else(|| panic!("no latency in {row}"));
+    eprintln!("{w}x{h}: tier probe node 0: {row}");
+    assert!((20.0..2000.0).contains(&ns), "node 0 idle latency {ns} ns is not plausible: {row}");
+
+    for (key, marker) in [("6", "no CXL memory devices"), ("?", "run the tier probe")] {
         pane.keys(&[key]);
         pane.wait_for(marker, 10, |s| s.contains(marker));
     }

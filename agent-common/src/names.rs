@@ -20,8 +20,22 @@ pub mod map {
     pub const CXL_SITES: &str = "CXL_SITES";
     pub const SITE_SAMPLER: &str = "SITE_SAMPLER";
     pub const ALL: &[&str] = &[
-        FAULTS, FAULT_CACHE, ALLOCS, ALLOC_CACHE, FREES, BLOCK_NODE, MIGRATIONS, MIGRATE_START,
-        MIGRATE_LATENCY, FAULT_START, FAULT_LATENCY, EVENTS, STATS, STACKS, CXL_SITES, SITE_SAMPLER,
+        FAULTS,
+        FAULT_CACHE,
+        ALLOCS,
+        ALLOC_CACHE,
+        FREES,
+        BLOCK_NODE,
+        MIGRATIONS,
+        MIGRATE_START,
+        MIGRATE_LATENCY,
+        FAULT_START,
+        FAULT_LATENCY,
+        EVENTS,
+        STATS,
+        STACKS,
+        CXL_SITES,
+        SITE_SAMPLER,
     ];
 }
 

@@ -27,10 +27,7 @@ fn emit(kind: EventKind) -> i32 {
     if kind == EventKind::Exit && tgid != pid {
         return 0;
     }
-    let ev = LifecycleEvent {
-        header: header(kind as u32, tgid, pid),
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
+    let ev = LifecycleEvent { header: header(kind as u32, tgid, pid), comm: bpf_get_current_comm().unwrap_or([0; 16]) };
     if EVENTS.output::<LifecycleEvent>(&ev, 0).is_err() {
         count(Stat::RingbufFull);
     }

@@ -9,8 +9,8 @@
 
 mod common;
 mod cxl_events;
-mod faults;
 mod fault_latency;
+mod faults;
 mod lifecycle;
 mod maps;
 mod migrate;

@@ -37,16 +37,14 @@ pub static FREES: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_NODES, 0)
 #[map]
 pub static BLOCK_NODE: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
-pub static MIGRATIONS: PerCpuHashMap<MigrateKey, MigrateCounts> =
-    PerCpuHashMap::with_max_entries(4096, 0);
+pub static MIGRATIONS: PerCpuHashMap<MigrateKey, MigrateCounts> = PerCpuHashMap::with_max_entries(4096, 0);
 /// Thread id -> `bpf_ktime_get_ns()` at `mm_migrate_pages_start` (migration may sleep and move
 /// CPUs, so the start is keyed by thread, not kept per CPU).
 #[map]
 pub static MIGRATE_START: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 /// Index reason * LOG2_BUCKETS + bucket.
 #[map]
-pub static MIGRATE_LATENCY: PerCpuArray<u64> =
-    PerCpuArray::with_max_entries(MAX_MIGRATE_REASONS * LOG2_BUCKETS, 0);
+pub static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_MIGRATE_REASONS * LOG2_BUCKETS, 0);
 #[map]
 pub static FAULT_START: HashMap<u64, u64> = HashMap::with_max_entries(16384, 0);
 #[map]

@@ -1,7 +1,11 @@
 //! Pages allocated per tgid per node (`kmem:mm_page_alloc`) and freed per node
 //! (`kmem:mm_page_free`). The records carry the pfn; the node comes from the memory-block table
 //! the agent wrote into `BLOCK_NODE`.
-use aya_ebpf::{bindings::BPF_F_USER_STACK, macros::tracepoint, programs::{tracing::StackIdContext, TracePointContext}};
+use aya_ebpf::{
+    bindings::BPF_F_USER_STACK,
+    macros::tracepoint,
+    programs::{tracing::StackIdContext, TracePointContext},
+};
 use tierscope_common::{
     layout::PageLayout,
     maps::{SiteKey, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN},

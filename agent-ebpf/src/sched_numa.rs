@@ -39,9 +39,7 @@ fn copy_raw(ctx: &TracePointContext, source: RawSource) -> i32 {
         (*ev).header = header(EventKind::RawTrace as u32, tgid, pid);
         (*ev).source = source as u32;
         (*ev).len = RAW_TRACE_BYTES as u32;
-        if aya_ebpf::helpers::bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut (*ev).data)
-            .is_err()
-        {
+        if aya_ebpf::helpers::bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut (*ev).data).is_err() {
             count(Stat::ReadFailed);
             entry.discard(0);
             return 0;

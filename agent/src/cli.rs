@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use crate::{commands, model::snapshot::ProcessFilter};
 
 #[derive(Parser)]
-#[command(name = "tierscope", version, about = "Where AI training memory lives across DRAM and CXL tiers, live, with eBPF")]
+#[command(
+    name = "tierscope",
+    version,
+    about = "Where AI training memory lives across DRAM and CXL tiers, live, with eBPF"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -67,7 +71,8 @@ fn valid_regex(s: &str) -> Result<String, String> {
     match regex::Regex::new(s) {
         Ok(_) => Ok(s.to_string()),
         Err(e) => {
-            let why = e.to_string().lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("invalid").trim().to_string();
+            let why =
+                e.to_string().lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("invalid").trim().to_string();
             Err(format!("not a valid regular expression ({why})"))
         }
     }
@@ -129,5 +134,9 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }

@@ -51,7 +51,9 @@ pub fn slowest_node(nodes: &[NodeCandidate]) -> Option<(u32, String)> {
     if nodes.len() < 2 {
         return None;
     }
-    let n = nodes.iter().max_by_key(|n| (n.tier == Tier::Cxl, n.memory_tier, n.read_latency_ns, n.distance, std::cmp::Reverse(n.id)))?;
+    let n = nodes
+        .iter()
+        .max_by_key(|n| (n.tier == Tier::Cxl, n.memory_tier, n.read_latency_ns, n.distance, std::cmp::Reverse(n.id)))?;
     let why = if n.tier == Tier::Cxl {
         "cxl tier"
     } else if n.memory_tier.is_some() && nodes.iter().any(|o| o.memory_tier < n.memory_tier) {
@@ -150,7 +152,14 @@ impl Region {
         let len = mib.max(1) << 20;
         // SAFETY: a fresh anonymous private mapping; no existing memory is touched.
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if ptr == libc::MAP_FAILED {
             bail!("mmap of {mib} MiB failed: {}", std::io::Error::last_os_error());
@@ -165,7 +174,17 @@ impl Region {
         }
         let mask: u64 = 1 << node;
         // SAFETY: mbind on our own mapping with a one-word node mask that outlives the call.
-        let rc = unsafe { libc::syscall(libc::SYS_mbind, self.ptr, self.len, 2 /* MPOL_BIND */, &mask as *const u64, 64u64, 2u32 /* MPOL_MF_MOVE */) };
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.ptr,
+                self.len,
+                2, /* MPOL_BIND */
+                &mask as *const u64,
+                64u64,
+                2u32, /* MPOL_MF_MOVE */
+            )
+        };
         if rc != 0 {
             bail!("mbind to node {node} failed: {}", std::io::Error::last_os_error());
         }
@@ -250,7 +269,11 @@ mod tests {
 
     #[test]
     fn cxl_wins_then_kernel_tier_then_latency_then_distance() {
-        let nodes = [c(0, Tier::Dram, Some(4), Some(90), Some(10)), c(1, Tier::Dram, Some(4), Some(140), Some(21)), c(2, Tier::Cxl, Some(22), Some(250), Some(40))];
+        let nodes = [
+            c(0, Tier::Dram, Some(4), Some(90), Some(10)),
+            c(1, Tier::Dram, Some(4), Some(140), Some(21)),
+            c(2, Tier::Cxl, Some(22), Some(250), Some(40)),
+        ];
         assert_eq!(slowest_node(&nodes), Some((2, "cxl tier".into())));
         let nodes = [c(0, Tier::Dram, Some(4), None, Some(10)), c(3, Tier::Unknown, Some(22), None, Some(20))];
         assert_eq!(slowest_node(&nodes), Some((3, "slowest kernel memory tier".into())));

@@ -4,7 +4,8 @@ use tracing_subscriber::EnvFilter;
 /// Warnings and errors to stderr (`RUST_LOG` overrides).
 pub fn init_stderr() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
     let _ = tracing_log_bridge();
 }
 

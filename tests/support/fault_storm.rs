@@ -26,7 +26,14 @@ fn main() {
     for _ in 0..rounds {
         // SAFETY: a fresh anonymous mapping, written inside its bounds, then unmapped.
         unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
             if p == libc::MAP_FAILED {
                 eprintln!("tierscope-fault-storm: mmap {mib} MiB: {}; try fewer MiB", std::io::Error::last_os_error());
                 std::process::exit(1);

@@ -58,7 +58,11 @@ impl Workload {
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("workload ready line");
-        let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("bad ready line {line:?}"));
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("bad ready line {line:?}"));
         Workload { child, pid, stdin, stdout }
     }
 
@@ -70,7 +74,10 @@ impl Workload {
         let mut line = String::new();
         self.stdout.read_line(&mut line).expect("workload done line");
         let rest = line.trim().strip_prefix("done ").unwrap_or_else(|| panic!("bad done line {line:?}"));
-        rest.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        rest.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     /// Its minflt now, from /proc/PID/stat.
@@ -116,7 +123,11 @@ impl Agent {
             eprint!("agent: {line}");
         }
         // Keep draining stderr so the agent never blocks on it.
-        std::thread::spawn(move || for l in err.lines().map_while(Result::ok) { eprintln!("agent: {l}") });
+        std::thread::spawn(move || {
+            for l in err.lines().map_while(Result::ok) {
+                eprintln!("agent: {l}")
+            }
+        });
         Agent { child }
     }
 
@@ -124,16 +135,16 @@ impl Agent {
     pub fn finish(self) -> serde_json::Value {
         let out = self.child.wait_with_output().expect("agent output");
         assert!(out.status.success(), "snapshot failed: {}", out.status);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("snapshot JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("snapshot JSON: {e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
 }
 
 /// The snapshot's entry for `pid`.
 pub fn process(snap: &serde_json::Value, pid: u32) -> &serde_json::Value {
-    snap["processes"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["pid"] == pid))
-        .unwrap_or_else(|| panic!("pid {pid} not in snapshot: {}", serde_json::to_string_pretty(&snap["processes"]).unwrap_or_default()))
+    snap["processes"].as_array().and_then(|ps| ps.iter().find(|p| p["pid"] == pid)).unwrap_or_else(|| {
+        panic!("pid {pid} not in snapshot: {}", serde_json::to_string_pretty(&snap["processes"]).unwrap_or_default())
+    })
 }
 
 /// Sum of a `{ "node": pages }` object.

@@ -20,7 +20,14 @@ fn minflt() -> u64 {
 fn map(bytes: usize) -> *mut u8 {
     // SAFETY: anonymous private mapping; checked for failure.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert!(p != libc::MAP_FAILED, "mmap {bytes} bytes: {}", std::io::Error::last_os_error());
     p.cast()
@@ -29,7 +36,9 @@ fn map(bytes: usize) -> *mut u8 {
 fn mbind(p: *mut u8, bytes: usize, node: u32, flags: u32) -> i64 {
     let mask: u64 = 1 << node;
     // SAFETY: mbind on our own mapping; the mask outlives the call.
-    unsafe { libc::syscall(libc::SYS_mbind, p, bytes, 2 /* MPOL_BIND */, &mask as *const u64, 64u64, flags) }
+    unsafe {
+        libc::syscall(libc::SYS_mbind, p, bytes, 2 /* MPOL_BIND */, &mask as *const u64, 64u64, flags)
+    }
 }
 
 /// Not inlined: tests look for this name in the agent's CXL allocation sites.
@@ -51,7 +60,15 @@ fn where_are(p: *mut u8, pages: usize) -> Vec<(i32, usize)> {
     let mut status = vec![-1i32; pages];
     // SAFETY: arrays of `pages` entries; NULL nodes means query only.
     let rc = unsafe {
-        libc::syscall(libc::SYS_move_pages, 0, pages as libc::c_ulong, addrs.as_ptr(), std::ptr::null::<i32>(), status.as_mut_ptr(), 0)
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            pages as libc::c_ulong,
+            addrs.as_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
     };
     if rc != 0 {
         return vec![];
@@ -84,7 +101,12 @@ fn main() {
             let pages = touch(p, bytes);
             let on = where_are(p, pages);
             let nodes: Vec<String> = on.iter().map(|(n, c)| format!("move_pages_n{n}={c}")).collect();
-            format!("pages={pages} minflt_go={go} mbind_rc={} addr={:#x} {}", bound.unwrap_or(0), p as usize, nodes.join(" "))
+            format!(
+                "pages={pages} minflt_go={go} mbind_rc={} addr={:#x} {}",
+                bound.unwrap_or(0),
+                p as usize,
+                nodes.join(" ")
+            )
         }
         Some("mbind") => {
             let node: u32 = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);

@@ -76,7 +76,8 @@ fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
 /// `VmHWM` (peak RSS) in KiB and utime+stime in clock ticks of a live process.
 fn agent_usage(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let hwm =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
@@ -168,15 +169,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 agent_ticks += ticks.saturating_sub(before);
             }
         }
-        println!("bench: pair {}: without {:.1} ns/fault, with {:.1} ns/fault", i + 1, without[without.len() - 1], with[with.len() - 1]);
+        println!(
+            "bench: pair {}: without {:.1} ns/fault, with {:.1} ns/fault",
+            i + 1,
+            without[without.len() - 1],
+            with[with.len() - 1]
+        );
     }
     let (a, b) = (median(&without), median(&with));
     let (ns, pct) = overhead(a, b);
-    println!("bench: fault storm per fault: without agent {a:.1} ns, with agent {b:.1} ns (medians of {} runs each)", args.pairs);
+    println!(
+        "bench: fault storm per fault: without agent {a:.1} ns, with agent {b:.1} ns (medians of {} runs each)",
+        args.pairs
+    );
     println!("bench: agent overhead per fault: {ns:+.1} ns ({pct:+.1}%), ratio with/without {:.3}", b / a);
     // USER_HZ is 100 on every Linux the agent targets.
     let cpu_ns_per_fault = agent_ticks as f64 * 1e7 / faults_with.max(1) as f64;
-    println!("bench: agent CPU while the storm ran: {:.0} ms total, {cpu_ns_per_fault:.1} ns per workload fault", agent_ticks as f64 * 10.0);
+    println!(
+        "bench: agent CPU while the storm ran: {:.0} ms total, {cpu_ns_per_fault:.1} ns per workload fault",
+        agent_ticks as f64 * 10.0
+    );
     println!("bench: agent peak RSS (VmHWM): {:.1} MiB", hwm_kib as f64 / 1024.0);
     Ok(())
 }

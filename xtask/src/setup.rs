@@ -64,8 +64,9 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
         return Ok(());
     }
     println!("setup: installing apt packages: {}", missing.join(" "));
-    cmd::run(Command::new("apt-get").args(["update", "-q"]))
-        .context("cannot reach Debian's package mirrors (apt-get update failed): check the network and /etc/apt/sources.list")?;
+    cmd::run(Command::new("apt-get").args(["update", "-q"])).context(
+        "cannot reach Debian's package mirrors (apt-get update failed): check the network and /etc/apt/sources.list",
+    )?;
     cmd::run(
         Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")

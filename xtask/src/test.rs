@@ -11,8 +11,16 @@ pub fn run(with_vm: bool) -> Result<()> {
     let bin = build::agent_release()?;
     // Not the eBPF crate (it does not build for the host); the root tests run next, with root.
     println!("xtask: unit tests");
-    cmd::run(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args(["test", "--release", "--workspace", "--exclude", "tierscope-ebpf", "--exclude", "tierscope-tests"]))
-        .context("unit tests failed")?;
+    cmd::run(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "tierscope-ebpf",
+        "--exclude",
+        "tierscope-tests",
+    ]))
+    .context("unit tests failed")?;
     println!("xtask: root integration tests (real kernel)");
     cmd::run(
         Command::new(build::cargo())

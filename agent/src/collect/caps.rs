@@ -18,7 +18,10 @@ pub fn parse_cap_eff(status: &str) -> Option<u64> {
 /// (held, missing) names among [`RELEVANT`].
 pub fn split(mask: u64) -> (Vec<&'static str>, Vec<&'static str>) {
     let (held, missing): (Vec<_>, Vec<_>) = RELEVANT.iter().partition(|(bit, _, _)| mask & (1 << bit) != 0);
-    (held.iter().map(|c: &&(u32, &str, &str)| c.1).collect(), missing.iter().map(|c: &&(u32, &str, &str)| c.1).collect())
+    (
+        held.iter().map(|c: &&(u32, &str, &str)| c.1).collect(),
+        missing.iter().map(|c: &&(u32, &str, &str)| c.1).collect(),
+    )
 }
 
 /// Whether eBPF tracing can work with `mask`.

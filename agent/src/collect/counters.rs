@@ -5,7 +5,10 @@ use aya::{
     Ebpf,
 };
 use tierscope_common::{
-    maps::{Log2Hist, MigrateCounts, MigrateKey, SiteKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS, MAX_MIGRATE_REASONS},
+    maps::{
+        Log2Hist, MigrateCounts, MigrateKey, SiteKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS,
+        MAX_MIGRATE_REASONS,
+    },
     names::map,
     stats::Stat,
 };

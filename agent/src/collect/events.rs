@@ -214,7 +214,8 @@ mod tests {
 
     #[test]
     fn decodes_sched_swap_numa_with_the_format_files_offsets() {
-        let fmt = EventFormat::parse(include_str!("../../fixtures/tracefs/host-6.18/sched/sched_swap_numa/format")).unwrap();
+        let fmt =
+            EventFormat::parse(include_str!("../../fixtures/tracefs/host-6.18/sched/sched_swap_numa/format")).unwrap();
         let mut data = [0u8; 64];
         let mut put = |name: &str, v: i32| {
             let f = fmt.field(name).unwrap();
@@ -224,7 +225,12 @@ mod tests {
         put("src_tgid", 4000);
         put("src_nid", 0);
         put("dst_nid", 1);
-        let e = RawTraceEvent { header: header(EventKind::RawTrace), source: RawSource::SchedSwapNuma as u32, len: 64, data };
+        let e = RawTraceEvent {
+            header: header(EventKind::RawTrace),
+            source: RawSource::SchedSwapNuma as u32,
+            len: 64,
+            data,
+        };
         let d = Decoder { raw_formats: vec![(RawSource::SchedSwapNuma, fmt)], ..Default::default() };
         let Event::NumaMove(m) = d.decode(&bytes(&e)).unwrap() else { panic!() };
         assert_eq!((m.kind, m.tgid, m.pid, m.src_nid, m.dst_nid), (NumaMoveKind::Swap, 4000, 4001, 0, 1));

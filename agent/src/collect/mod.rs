@@ -7,6 +7,6 @@ pub mod probes;
 pub mod procfs;
 pub mod programs;
 pub mod ringbuf;
-pub mod tracefs;
 pub mod session;
 pub mod symbols;
+pub mod tracefs;

@@ -173,7 +173,13 @@ fn migrate_layout(end: Option<&EventFormat>, start: Option<&EventFormat>) -> Mig
 
 fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: Result<&Btf, &String>, tracefs: Option<&PathBuf>) -> ProgramStatus {
     let hook = spec.hook.describe();
-    let status = |status, reason: Option<String>| ProgramStatus { name: spec.name, hook: hook.clone(), feature: spec.feature, status, reason };
+    let status = |status, reason: Option<String>| ProgramStatus {
+        name: spec.name,
+        hook: hook.clone(),
+        feature: spec.feature,
+        status,
+        reason,
+    };
     // Check for the hook first so a missing one reads as "unsupported", not as a load error.
     if let Hook::Tracepoint { group, name } | Hook::TpBtf { group, name } = spec.hook {
         match tracefs {
@@ -181,7 +187,10 @@ fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: Result<&Btf, &String>, trace
                 return status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}")));
             }
             None if matches!(spec.hook, Hook::Tracepoint { .. }) => {
-                return status(Attach::Failed, Some("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing`".into()));
+                return status(
+                    Attach::Failed,
+                    Some("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing`".into()),
+                );
             }
             _ => {}
         }
@@ -237,7 +246,8 @@ fn classify(spec: &ProgramSpec, e: &ProgramError) -> (Attach, String) {
     if let ProgramError::LoadError { io_error, verifier_log } = e {
         let log = verifier_log.to_string();
         if io_error.raw_os_error() == Some(libc::EACCES) && !log.trim().is_empty() {
-            let last: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("verification time")).collect();
+            let last: Vec<&str> =
+                log.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("verification time")).collect();
             let tail = last.iter().rev().take(3).rev().copied().collect::<Vec<_>>().join(" | ");
             return (Attach::Failed, format!("the kernel's verifier rejected it: {tail}"));
         }
@@ -247,10 +257,9 @@ fn classify(spec: &ProgramSpec, e: &ProgramError) -> (Attach, String) {
             Attach::Unsupported,
             "the kernel refused a BPF trampoline program (EPERM): fentry/fexit are not allowed on this kernel".into(),
         ),
-        Some(libc::EPERM) | Some(libc::EACCES) => (
-            Attach::Failed,
-            format!("permission denied ({e}): run as root or with CAP_BPF+CAP_PERFMON"),
-        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            (Attach::Failed, format!("permission denied ({e}): run as root or with CAP_BPF+CAP_PERFMON"))
+        }
         Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if trampoline => {
             (Attach::Unsupported, format!("the kernel does not support this program type here: {e}"))
         }

@@ -107,9 +107,7 @@ pub fn parse_cmdline(raw: &[u8]) -> String {
 /// tables: callers budget how often they do it.
 pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaResidency, String> {
     let path = format!("/proc/{pid}/numa_maps");
-    std::fs::read_to_string(&path)
-        .map(|t| parse_numa_maps(&t, base_page_size))
-        .map_err(|e| format!("{path}: {e}"))
+    std::fs::read_to_string(&path).map(|t| parse_numa_maps(&t, base_page_size)).map_err(|e| format!("{path}: {e}"))
 }
 
 pub fn read_stat(pid: u32) -> Option<ProcStat> {
@@ -131,7 +129,11 @@ pub fn list_pids(proc: &Path) -> Vec<u32> {
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 { v as u64 } else { 4096 }
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
 }
 
 #[cfg(test)]

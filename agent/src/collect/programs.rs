@@ -5,11 +5,21 @@ use tierscope_common::names::program as p;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hook {
     /// BTF-enabled raw tracepoint (`tp_btf/<name>`); `group` is the tracefs group, for display.
-    TpBtf { group: &'static str, name: &'static str },
+    TpBtf {
+        group: &'static str,
+        name: &'static str,
+    },
     /// Classic tracepoint.
-    Tracepoint { group: &'static str, name: &'static str },
-    FEntry { function: &'static str },
-    FExit { function: &'static str },
+    Tracepoint {
+        group: &'static str,
+        name: &'static str,
+    },
+    FEntry {
+        function: &'static str,
+    },
+    FExit {
+        function: &'static str,
+    },
 }
 
 impl Hook {
@@ -37,8 +47,16 @@ const fn tp(name: &'static str, group: &'static str, tp_name: &'static str, feat
 
 /// Every program, in attach order.
 pub const PROGRAMS: &[ProgramSpec] = &[
-    ProgramSpec { name: p::PAGE_FAULT_USER, hook: Hook::TpBtf { group: "exceptions", name: "page_fault_user" }, feature: "faults" },
-    ProgramSpec { name: p::PAGE_FAULT_KERNEL, hook: Hook::TpBtf { group: "exceptions", name: "page_fault_kernel" }, feature: "faults" },
+    ProgramSpec {
+        name: p::PAGE_FAULT_USER,
+        hook: Hook::TpBtf { group: "exceptions", name: "page_fault_user" },
+        feature: "faults",
+    },
+    ProgramSpec {
+        name: p::PAGE_FAULT_KERNEL,
+        hook: Hook::TpBtf { group: "exceptions", name: "page_fault_kernel" },
+        feature: "faults",
+    },
     tp(p::MM_PAGE_ALLOC, "kmem", "mm_page_alloc", "page allocations per node"),
     tp(p::MM_PAGE_FREE, "kmem", "mm_page_free", "page frees per node"),
     tp(p::MM_MIGRATE_PAGES_START, "migrate", "mm_migrate_pages_start", "migration latency"),
@@ -61,6 +79,14 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     tp(p::CXL_AER_UNCORRECTABLE_ERROR, "cxl", "cxl_aer_uncorrectable_error", "CXL health"),
     tp(p::CXL_OVERFLOW, "cxl", "cxl_overflow", "CXL health"),
     tp(p::MC_EVENT, "ras", "mc_event", "memory health (EDAC)"),
-    ProgramSpec { name: p::FAULT_LATENCY_ENTRY, hook: Hook::FEntry { function: "handle_mm_fault" }, feature: "fault latency" },
-    ProgramSpec { name: p::FAULT_LATENCY_EXIT, hook: Hook::FExit { function: "handle_mm_fault" }, feature: "fault latency" },
+    ProgramSpec {
+        name: p::FAULT_LATENCY_ENTRY,
+        hook: Hook::FEntry { function: "handle_mm_fault" },
+        feature: "fault latency",
+    },
+    ProgramSpec {
+        name: p::FAULT_LATENCY_EXIT,
+        hook: Hook::FExit { function: "handle_mm_fault" },
+        feature: "fault latency",
+    },
 ];

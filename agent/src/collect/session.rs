@@ -160,9 +160,12 @@ impl Session {
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
         // The cgroup path names the pod and container (the same parser the exporter uses).
-        let origin = std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).map(|t| crate::export::cgroup::parse(&t)).unwrap_or_default();
+        let origin = std::fs::read_to_string(format!("/proc/{tgid}/cgroup"))
+            .map(|t| crate::export::cgroup::parse(&t))
+            .unwrap_or_default();
         self.model.set_origin(tgid, origin.pod_uid, origin.container_id, start_time);
-        let environ = std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
+        let environ =
+            std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
         // Only python-like processes need the (longer) maps read to find libtorch.
         let maps = (comm.starts_with("python") || comm.starts_with("pt_") || cmdline.contains("python"))
             && std::fs::read_to_string(format!("/proc/{tgid}/maps")).is_ok_and(|m| job::maps_show_training_runtime(&m));
@@ -183,7 +186,9 @@ impl Session {
             .processes
             .values()
             .filter(|p| p.exited_at_ns.is_none())
-            .flat_map(|p| p.cxl_site_pages.keys().filter(|id| !p.site_frames.contains_key(id)).map(move |&id| (p.tgid, id)))
+            .flat_map(|p| {
+                p.cxl_site_pages.keys().filter(|id| !p.site_frames.contains_key(id)).map(move |&id| (p.tgid, id))
+            })
             .collect();
         if sites.is_empty() {
             return;
@@ -217,7 +222,11 @@ impl Session {
             .iter()
             .filter_map(|t| self.model.processes.get(t))
             .filter(|p| p.exited_at_ns.is_none())
-            .map(|p| ScanState { tgid: p.tgid, last_at_ns: p.residency.as_ref().map(|r| r.1), last_cost_ns: p.residency_cost_ns })
+            .map(|p| ScanState {
+                tgid: p.tgid,
+                last_at_ns: p.residency.as_ref().map(|r| r.1),
+                last_cost_ns: p.residency_cost_ns,
+            })
             .collect();
         let due = budget.due(&states, counters::monotonic_ns());
         self.scan_residency(&due);
@@ -256,6 +265,10 @@ pub fn read_tiering_vmstat(t: &Topology) -> crate::model::tiering::VmstatReading
     tiering::VmstatReading {
         at_ns: counters::monotonic_ns(),
         system: read("/proc/vmstat").unwrap_or_default(),
-        by_node: t.nodes.iter().filter_map(|n| Some((n.id, read(&format!("/sys/devices/system/node/node{}/vmstat", n.id))?))).collect(),
+        by_node: t
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.id, read(&format!("/sys/devices/system/node/node{}/vmstat", n.id))?)))
+            .collect(),
     }
 }

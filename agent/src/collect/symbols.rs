@@ -22,7 +22,11 @@ pub struct SiteSymbolizer {
 
 impl SiteSymbolizer {
     /// Frames for the given sites not resolved before: (tgid, stack id, frames).
-    pub fn resolve(&mut self, ebpf: &Ebpf, sites: impl IntoIterator<Item = (u32, u32)>) -> Vec<(u32, u32, Vec<String>)> {
+    pub fn resolve(
+        &mut self,
+        ebpf: &Ebpf,
+        sites: impl IntoIterator<Item = (u32, u32)>,
+    ) -> Vec<(u32, u32, Vec<String>)> {
         let Some(stacks) = ebpf.map(map::STACKS).and_then(|m| StackTraceMap::try_from(m).ok()) else {
             return vec![];
         };
@@ -60,7 +64,8 @@ impl SiteSymbolizer {
 fn frame_text(addr: u64, s: &Symbolized<'_>) -> String {
     match s.as_sym() {
         Some(sym) => {
-            let module = sym.module.as_deref().and_then(|m| m.to_str()).and_then(|m| m.rsplit('/').next()).unwrap_or("?");
+            let module =
+                sym.module.as_deref().and_then(|m| m.to_str()).and_then(|m| m.rsplit('/').next()).unwrap_or("?");
             format!("{}+{:#x} ({module})", sym.name, sym.offset)
         }
         None => format!("{addr:#x}"),

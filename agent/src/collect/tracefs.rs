@@ -100,7 +100,13 @@ fn parse_symbolic_tables(fmt: &str) -> BTreeMap<String, BTreeMap<i64, String>> {
     let mut rest = fmt;
     while let Some(i) = rest.find("__print_symbolic(") {
         rest = &rest[i + "__print_symbolic(".len()..];
-        let Some(field) = rest.split(',').next().map(|s| s.trim().trim_start_matches("REC->").trim_matches(|c| c == '(' || c == ')').to_string()) else { break };
+        let Some(field) = rest
+            .split(',')
+            .next()
+            .map(|s| s.trim().trim_start_matches("REC->").trim_matches(|c| c == '(' || c == ')').to_string())
+        else {
+            break;
+        };
         // The table ends at the first `)` outside quotes.
         let mut end = rest.len();
         let mut in_str = false;
@@ -161,10 +167,7 @@ pub fn ensure_mounted() -> Result<PathBuf, String> {
 
 /// The mounted tracefs, if any.
 pub fn mounted() -> Option<PathBuf> {
-    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("events").is_dir())
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
 }
 
 /// Reads and parses `events/<group>/<name>/format` under `tracefs`.

@@ -36,7 +36,9 @@ pub fn run(json: bool) -> Result<i32> {
     };
     if !caps::can_trace(mask) {
         report.load_error = Some("not loaded: needs root or CAP_BPF+CAP_PERFMON".into());
-        report.advice.push("run `sudo tierscope check`, or grant CAP_BPF,CAP_PERFMON (setcap cap_bpf,cap_perfmon+ep tierscope)".into());
+        report.advice.push(
+            "run `sudo tierscope check`, or grant CAP_BPF,CAP_PERFMON (setcap cap_bpf,cap_perfmon+ep tierscope)".into(),
+        );
     } else {
         match Probes::load(&crate::collect::probes::LoadOptions::default()) {
             Ok(p) => {
@@ -50,7 +52,10 @@ pub fn run(json: bool) -> Result<i32> {
         report.tracefs = tracefs::mounted().map(|t| t.display().to_string());
     }
     if !report.btf {
-        report.advice.push("no /sys/kernel/btf/vmlinux: tp_btf and fentry programs need a kernel built with CONFIG_DEBUG_INFO_BTF".into());
+        report.advice.push(
+            "no /sys/kernel/btf/vmlinux: tp_btf and fentry programs need a kernel built with CONFIG_DEBUG_INFO_BTF"
+                .into(),
+        );
     }
     for p in &report.programs {
         match p.status {
@@ -74,7 +79,10 @@ pub fn run(json: bool) -> Result<i32> {
 fn print_text(r: &Report, attached: usize) {
     println!("kernel        {} (BTF {})", r.kernel, if r.btf { "present" } else { "missing" });
     println!("tracefs       {}", r.tracefs.as_deref().unwrap_or("not mounted"));
-    println!("capabilities  held: {}", if r.capabilities_held.is_empty() { "none".into() } else { r.capabilities_held.join(" ") });
+    println!(
+        "capabilities  held: {}",
+        if r.capabilities_held.is_empty() { "none".into() } else { r.capabilities_held.join(" ") }
+    );
     if !r.capabilities_missing.is_empty() {
         println!("              missing: {}", r.capabilities_missing.join(" "));
     }
@@ -98,5 +106,7 @@ fn print_text(r: &Report, attached: usize) {
 }
 
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }

@@ -90,19 +90,30 @@ pub fn text(r: &ProbeReport) -> String {
             opt(h.and_then(|h| h.read_bandwidth_gbps).map(|g| format!("{g:.2}"))),
         );
         if n.on_node_pct < 100.0 {
-            s += &format!("     only {:.0}% of node {}'s buffer pages are on it: the figures mix nodes\n", n.on_node_pct, n.node);
+            s += &format!(
+                "     only {:.0}% of node {}'s buffer pages are on it: the figures mix nodes\n",
+                n.on_node_pct, n.node
+            );
         }
     }
     if !r.tiers.is_empty() {
         s += "\ntier     nodes        latency ns   read GB/s\n";
         for t in &r.tiers {
             let nodes: Vec<String> = t.nodes.iter().map(u32::to_string).collect();
-            s += &format!("{:<8} {:<12} {:>10.1} {:>11.2}\n", t.tier.as_str(), nodes.join(","), t.latency_ns, t.bandwidth_gbps);
+            s += &format!(
+                "{:<8} {:<12} {:>10.1} {:>11.2}\n",
+                t.tier.as_str(),
+                nodes.join(","),
+                t.latency_ns,
+                t.bandwidth_gbps
+            );
         }
     }
     match r.ranking.latency_agrees_with_hmat {
         Some(true) => s += "\nmeasured latency ranks the nodes as HMAT does\n",
-        Some(false) => s += &format!("\nmeasured latency order {:?} differs from HMAT's\n", r.ranking.measured_latency_order),
+        Some(false) => {
+            s += &format!("\nmeasured latency order {:?} differs from HMAT's\n", r.ranking.measured_latency_order)
+        }
         None => {}
     }
     for k in &r.skipped {

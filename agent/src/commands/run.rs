@@ -12,7 +12,6 @@ use anyhow::{Context as _, Result};
 use tokio::sync::watch;
 
 use crate::{
-    model::scan_plan::ScanBudget,
     collect::{procfs, session::Session},
     export::{
         cgroup,
@@ -22,6 +21,7 @@ use crate::{
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
     },
+    model::scan_plan::ScanBudget,
     model::{agent::Attach, Model},
 };
 
@@ -136,18 +136,27 @@ impl Tracking {
             }
             let wanted = p.tracked()
                 || cfg.track_pids.contains(&p.tgid)
-                || cfg.track_pattern.as_ref().is_some_and(|re| !p.comm.is_empty() && (re.is_match(&p.comm) || re.is_match(&p.cmdline)));
+                || cfg
+                    .track_pattern
+                    .as_ref()
+                    .is_some_and(|re| !p.comm.is_empty() && (re.is_match(&p.comm) || re.is_match(&p.cmdline)));
             if !wanted {
                 continue;
             }
             if self.tracked.len() >= cfg.max_tracked {
                 if !self.full_warned {
-                    tracing::warn!("{} processes tracked (collect.max_tracked): pid {} and later matches are summed as \"other\"", cfg.max_tracked, p.tgid);
+                    tracing::warn!(
+                        "{} processes tracked (collect.max_tracked): pid {} and later matches are summed as \"other\"",
+                        cfg.max_tracked,
+                        p.tgid
+                    );
                     self.full_warned = true;
                 }
                 continue;
             }
-            let id = std::fs::read_to_string(format!("/proc/{}/cgroup", p.tgid)).map(|t| cgroup::parse(&t)).unwrap_or_default();
+            let id = std::fs::read_to_string(format!("/proc/{}/cgroup", p.tgid))
+                .map(|t| cgroup::parse(&t))
+                .unwrap_or_default();
             self.tracked.insert(
                 p.tgid,
                 Tracked {
@@ -160,7 +169,8 @@ impl Tracking {
                 },
             );
         }
-        let gone: Vec<u32> = self.exited.iter().filter(|(_, t)| now.duration_since(**t) > EXITED_GRACE).map(|(p, _)| *p).collect();
+        let gone: Vec<u32> =
+            self.exited.iter().filter(|(_, t)| now.duration_since(**t) > EXITED_GRACE).map(|(p, _)| *p).collect();
         for pid in gone {
             self.exited.remove(&pid);
             self.tracked.remove(&pid);
@@ -180,8 +190,12 @@ fn node_states(s: &Session) -> Vec<NodeState> {
         .iter()
         .map(|n| {
             let dir = Path::new("/sys/devices/system/node").join(format!("node{}", n.id));
-            let mem = std::fs::read_to_string(dir.join("meminfo")).ok().and_then(|t| crate::topology::parse::node_meminfo(&t).ok());
-            let vmstat = std::fs::read_to_string(dir.join("vmstat")).map(|t| crate::topology::parse::tiering_vmstat(&t)).unwrap_or_default();
+            let mem = std::fs::read_to_string(dir.join("meminfo"))
+                .ok()
+                .and_then(|t| crate::topology::parse::node_meminfo(&t).ok());
+            let vmstat = std::fs::read_to_string(dir.join("vmstat"))
+                .map(|t| crate::topology::parse::tiering_vmstat(&t))
+                .unwrap_or_default();
             NodeState {
                 id: n.id,
                 tier: n.tier.as_str().to_string(),
@@ -211,13 +225,8 @@ async fn agent(cfg: Config) -> Result<i32> {
     let host = super::snapshot::hostname();
     let own = std::fs::read_to_string("/proc/self/cgroup").map(|t| cgroup::parse(&t)).unwrap_or_default();
     let resource = meter::resource(&host, &own, &cfg.resource_attributes);
-    let telemetry = meter::build(
-        resource.clone(),
-        cfg.otlp.is_some(),
-        listener.is_some(),
-        latest.clone(),
-        stats.clone(),
-    )?;
+    let telemetry =
+        meter::build(resource.clone(), cfg.otlp.is_some(), listener.is_some(), latest.clone(), stats.clone())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut otlp_task = None;
     if let (Some(o), Some(reader)) = (&cfg.otlp, telemetry.otlp_reader.clone()) {
@@ -229,7 +238,15 @@ async fn agent(cfg: Config) -> Result<i32> {
             backoff_max: cfg.backoff_max,
             send_timeout: o.timeout + Duration::from_secs(1),
         };
-        otlp_task = Some(tokio::spawn(otlp::run(exporter, reader, settings, stats.clone(), o.endpoint.clone(), stop_rx.clone(), DRAIN)));
+        otlp_task = Some(tokio::spawn(otlp::run(
+            exporter,
+            reader,
+            settings,
+            stats.clone(),
+            o.endpoint.clone(),
+            stop_rx.clone(),
+            DRAIN,
+        )));
     }
     // Health events as log records: the same bounded-queue rule (records, not batches).
     let mut log_task = None;
@@ -281,7 +298,8 @@ async fn agent(cfg: Config) -> Result<i32> {
     let mut next_scan = Instant::now();
     let mut tick = tokio::time::interval(cfg.read_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     loop {
         tokio::select! {
             _ = tick.tick() => {}

@@ -34,7 +34,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     // Selected processes that stayed idle during the window are still shown (with residency).
     if !filter.pids.is_empty() || filter.pattern.is_some() {
         s.discover(|pid, comm, cmdline| {
-            filter.pids.contains(&pid) || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
+            filter.pids.contains(&pid)
+                || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
         });
     }
     let jobs: std::collections::BTreeSet<String> =

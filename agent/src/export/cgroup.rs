@@ -25,7 +25,10 @@ fn pod_uid(segment: &str) -> Option<String> {
     let at = s.rfind("pod")?;
     let uid = s[at + 3..].replace('_', "-");
     let ok = uid.len() == 36
-        && uid.bytes().enumerate().all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() });
+        && uid
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() });
     ok.then_some(uid)
 }
 

@@ -150,8 +150,10 @@ impl Config {
     pub fn load(file: Option<&Path>, flags: &Flags) -> Result<Config, ConfigError> {
         let parsed = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| ConfigError::File { path: p.to_path_buf(), problem: format!("cannot read it: {e}") })?;
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File {
+                    path: p.to_path_buf(),
+                    problem: format!("cannot read it: {e}"),
+                })?;
                 parse_file(&text).map_err(|problem| ConfigError::File { path: p.to_path_buf(), problem })?
             }
             None => FileConfig::default(),
@@ -213,7 +215,10 @@ fn check_url(url: &str, what: &str) -> Result<(), ConfigError> {
         return Err(bad(what, format!("{url:?} is not a URL: give http://host:port")));
     }
     if url.starts_with("https://") {
-        return Err(bad(what, format!("{url:?}: TLS is not built in; send to a local OpenTelemetry Collector over http://")));
+        return Err(bad(
+            what,
+            format!("{url:?}: TLS is not built in; send to a local OpenTelemetry Collector over http://"),
+        ));
     }
     Ok(())
 }
@@ -276,7 +281,9 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
             };
             let timeout = match file.otlp.timeout_ms {
                 Some(v) => ms(v, "otlp.timeout_ms")?,
-                None => match env_ms(env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")?.or(env_ms(env, "OTEL_EXPORTER_OTLP_TIMEOUT")?) {
+                None => match env_ms(env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT")?
+                    .or(env_ms(env, "OTEL_EXPORTER_OTLP_TIMEOUT")?)
+                {
                     Some(v) => ms(v, "OTEL_EXPORTER_OTLP_TIMEOUT")?,
                     None => Duration::from_secs(10),
                 },
@@ -326,8 +333,9 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         (None, Some(p)) => (Some(p), "track.match"),
         (None, None) => (None, ""),
     };
-    let track_pattern =
-        pattern.map(|p| Regex::new(p).map_err(|e| bad(what, format!("not a valid regular expression: {e}")))).transpose()?;
+    let track_pattern = pattern
+        .map(|p| Regex::new(p).map_err(|e| bad(what, format!("not a valid regular expression: {e}"))))
+        .transpose()?;
 
     Ok(Config {
         otlp,
@@ -418,8 +426,14 @@ mod tests {
         assert_eq!(o.headers["x-team"], "ml");
         assert_eq!(c.interval, Duration::from_secs(15));
         // The per-signal variable is used as given.
-        let e = env(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://c:4318/custom"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
-        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), &e).unwrap().otlp.unwrap().endpoint, "http://c:4318/custom");
+        let e = env(&[
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://c:4318/custom"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ]);
+        assert_eq!(
+            resolve(&FileConfig::default(), &Flags::default(), &e).unwrap().otlp.unwrap().endpoint,
+            "http://c:4318/custom"
+        );
     }
 
     #[test]
@@ -428,7 +442,15 @@ mod tests {
             let f = parse_file(file).unwrap();
             resolve(&f, &flags, &env(e)).unwrap_err().to_string()
         };
-        let e = err("", Flags { otlp_protocol: Some("thrift".into()), otlp_endpoint: Some("http://x:1".into()), ..Default::default() }, &[]);
+        let e = err(
+            "",
+            Flags {
+                otlp_protocol: Some("thrift".into()),
+                otlp_endpoint: Some("http://x:1".into()),
+                ..Default::default()
+            },
+            &[],
+        );
         assert!(e.contains("--otlp-protocol") && e.contains("grpc"), "{e}");
         let e = err("", Flags { otlp_endpoint: Some("collector:4317".into()), ..Default::default() }, &[]);
         assert!(e.contains("--otlp-endpoint") && e.contains("http://"), "{e}");

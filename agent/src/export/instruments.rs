@@ -83,90 +83,299 @@ const PROC_MIGRATE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, REAS
 
 macro_rules! def {
     ($id:ident, $name:literal, $unit:literal, $kind:ident, $float:literal, $attrs:expr, $desc:literal) => {
-        pub const $id: MetricDef =
-            MetricDef { name: $name, unit: $unit, kind: Kind::$kind, float: $float, attributes: $attrs, description: $desc };
+        pub const $id: MetricDef = MetricDef {
+            name: $name,
+            unit: $unit,
+            kind: Kind::$kind,
+            float: $float,
+            attributes: $attrs,
+            description: $desc,
+        };
     };
 }
 
 def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
     "User page faults taken by the process (kernel-mode faults on user addresses included); untracked processes are summed under process.executable.name=\"other\"");
-def!(PROCESS_ALLOCATIONS, "tierscope.process.page.allocations", "{page}", Counter, false, PROC_NODE,
-    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages)");
-def!(PROCESS_RESIDENT, "tierscope.process.memory.resident", "By", Gauge, false, PROC_NODE,
-    "Resident memory of a tracked process by NUMA node and tier, from its last numa_maps scan");
+def!(
+    PROCESS_ALLOCATIONS,
+    "tierscope.process.page.allocations",
+    "{page}",
+    Counter,
+    false,
+    PROC_NODE,
+    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages)"
+);
+def!(
+    PROCESS_RESIDENT,
+    "tierscope.process.memory.resident",
+    "By",
+    Gauge,
+    false,
+    PROC_NODE,
+    "Resident memory of a tracked process by NUMA node and tier, from its last numa_maps scan"
+);
 def!(PROCESS_MIGRATIONS, "tierscope.process.migrations", "{page}", Counter, false, PROC_MIGRATE,
     "Base pages migrated in the process's context, by reason (numa_misplaced = promotion, demotion, compaction...) and result");
-def!(PROCESS_NUMA_MOVES, "tierscope.process.numa.moves", "{move}", Counter, false, PROC,
-    "Scheduler NUMA task moves and swaps of the process's threads");
-def!(NODE_CAPACITY, "tierscope.node.memory.capacity", "By", Gauge, false, &[NODE, TIER],
-    "Memory of the NUMA node (nodeN/meminfo MemTotal)");
-def!(NODE_FREE, "tierscope.node.memory.free", "By", Gauge, false, &[NODE, TIER],
-    "Free memory of the NUMA node (nodeN/meminfo MemFree)");
-def!(NODE_ALLOCATIONS, "tierscope.node.page.allocations", "{page}", Counter, false, &[NODE, TIER],
-    "Base pages allocated on the node, every process and the kernel");
-def!(NODE_FREES, "tierscope.node.page.frees", "{page}", Counter, false, &[NODE, TIER],
-    "Base pages freed on the node");
+def!(
+    PROCESS_NUMA_MOVES,
+    "tierscope.process.numa.moves",
+    "{move}",
+    Counter,
+    false,
+    PROC,
+    "Scheduler NUMA task moves and swaps of the process's threads"
+);
+def!(
+    NODE_CAPACITY,
+    "tierscope.node.memory.capacity",
+    "By",
+    Gauge,
+    false,
+    &[NODE, TIER],
+    "Memory of the NUMA node (nodeN/meminfo MemTotal)"
+);
+def!(
+    NODE_FREE,
+    "tierscope.node.memory.free",
+    "By",
+    Gauge,
+    false,
+    &[NODE, TIER],
+    "Free memory of the NUMA node (nodeN/meminfo MemFree)"
+);
+def!(
+    NODE_ALLOCATIONS,
+    "tierscope.node.page.allocations",
+    "{page}",
+    Counter,
+    false,
+    &[NODE, TIER],
+    "Base pages allocated on the node, every process and the kernel"
+);
+def!(NODE_FREES, "tierscope.node.page.frees", "{page}", Counter, false, &[NODE, TIER], "Base pages freed on the node");
 def!(NODE_TIERING, "tierscope.node.tiering.pages", "{page}", Counter, false, &[NODE, TIER, VMSTAT],
     "The kernel's own promotion and demotion counters of the node (nodeN/vmstat pgpromote_success, pgpromote_candidate, pgdemote_kswapd/direct/khugepaged..., numa_pages_migrated where per node), since boot");
 def!(NUMA_HINT_FAULTS, "tierscope.memory.numa.hint_faults", "{fault}", Counter, false, &[VMSTAT],
     "NUMA hinting faults of the host (/proc/vmstat numa_hint_faults, and numa_hint_faults_local: the ones already on the faulting CPU's node), since boot; local share = rate(local) / rate(all)");
-def!(MIGRATIONS, "tierscope.memory.migrations", "{page}", Counter, false, &[REASON, RESULT],
-    "Base pages migrated on the host by reason and result, kernel threads (kswapd demotion) included");
-def!(MIGRATION_CALLS, "tierscope.memory.migration.calls", "{call}", Counter, false, &[REASON],
-    "migrate_pages() calls by reason");
-def!(MIGRATION_DURATION, "tierscope.memory.migration.duration", "s", Gauge, true, &[REASON, QUANTILE],
-    "migrate_pages() duration quantiles (0.5, 0.99, 1 = max) since the agent started; upper bounds of log2 buckets");
-def!(KERNEL_DROPPED, "tierscope.agent.kernel.dropped", "{event}", Counter, false, &[DROP_REASON],
-    "Events the kernel programs could not count (map full, read failed, unmapped pfn...)");
-def!(RINGBUF_LOST, "tierscope.agent.ringbuf.lost", "{event}", Counter, false, &[DROP_REASON],
-    "Discrete events lost between kernel and model: ring buffer full (kernel), agent channel full, undecodable");
-def!(EVENTS_RECEIVED, "tierscope.agent.events.received", "{event}", Counter, false, &[],
-    "Discrete events (exec, exit, policy, NUMA moves) folded into the model");
-def!(PROGRAMS, "tierscope.agent.programs", "{program}", Gauge, false, &[PROGRAM_STATUS],
-    "Kernel programs by status: attached, unsupported (kernel lacks the hook), failed");
-def!(TRACKED, "tierscope.agent.tracked.processes", "{process}", Gauge, false, &[],
-    "Processes exported with their own series (the rest are summed under \"other\")");
-def!(SCAN_DURATION, "tierscope.agent.scan.duration", "s", Counter, true, &[],
-    "Time spent reading numa_maps for residency (a page-table walk per process)");
-def!(SCANS, "tierscope.agent.scans", "{process}", Counter, false, &[],
-    "numa_maps scans done (one per tracked process per residency interval)");
-def!(EXPORT_COLLECTIONS, "tierscope.agent.export.collections", "{batch}", Counter, false, &[],
-    "OTLP batches collected (one per export interval); the batch's own number");
-def!(EXPORT_DROPPED, "tierscope.agent.export.dropped", "{batch}", Counter, false, &[],
-    "OTLP batches dropped: the queue was full while the receiver was down or slow, or the receiver rejected them");
-def!(EXPORT_FAILURES, "tierscope.agent.export.failures", "{attempt}", Counter, false, &[],
-    "OTLP export attempts that failed (each is retried with backoff until its batch is dropped)");
-def!(HW_STATUS, "hw.status", "1", UpDownCounter, false, &[HW_ID, HW_NAME, HW_TYPE, HW_STATE],
-    "Operational state of a CXL memory device: 1 for its current hw.state (ok, degraded, failed), 0 for the others");
+def!(
+    MIGRATIONS,
+    "tierscope.memory.migrations",
+    "{page}",
+    Counter,
+    false,
+    &[REASON, RESULT],
+    "Base pages migrated on the host by reason and result, kernel threads (kswapd demotion) included"
+);
+def!(
+    MIGRATION_CALLS,
+    "tierscope.memory.migration.calls",
+    "{call}",
+    Counter,
+    false,
+    &[REASON],
+    "migrate_pages() calls by reason"
+);
+def!(
+    MIGRATION_DURATION,
+    "tierscope.memory.migration.duration",
+    "s",
+    Gauge,
+    true,
+    &[REASON, QUANTILE],
+    "migrate_pages() duration quantiles (0.5, 0.99, 1 = max) since the agent started; upper bounds of log2 buckets"
+);
+def!(
+    KERNEL_DROPPED,
+    "tierscope.agent.kernel.dropped",
+    "{event}",
+    Counter,
+    false,
+    &[DROP_REASON],
+    "Events the kernel programs could not count (map full, read failed, unmapped pfn...)"
+);
+def!(
+    RINGBUF_LOST,
+    "tierscope.agent.ringbuf.lost",
+    "{event}",
+    Counter,
+    false,
+    &[DROP_REASON],
+    "Discrete events lost between kernel and model: ring buffer full (kernel), agent channel full, undecodable"
+);
+def!(
+    EVENTS_RECEIVED,
+    "tierscope.agent.events.received",
+    "{event}",
+    Counter,
+    false,
+    &[],
+    "Discrete events (exec, exit, policy, NUMA moves) folded into the model"
+);
+def!(
+    PROGRAMS,
+    "tierscope.agent.programs",
+    "{program}",
+    Gauge,
+    false,
+    &[PROGRAM_STATUS],
+    "Kernel programs by status: attached, unsupported (kernel lacks the hook), failed"
+);
+def!(
+    TRACKED,
+    "tierscope.agent.tracked.processes",
+    "{process}",
+    Gauge,
+    false,
+    &[],
+    "Processes exported with their own series (the rest are summed under \"other\")"
+);
+def!(
+    SCAN_DURATION,
+    "tierscope.agent.scan.duration",
+    "s",
+    Counter,
+    true,
+    &[],
+    "Time spent reading numa_maps for residency (a page-table walk per process)"
+);
+def!(
+    SCANS,
+    "tierscope.agent.scans",
+    "{process}",
+    Counter,
+    false,
+    &[],
+    "numa_maps scans done (one per tracked process per residency interval)"
+);
+def!(
+    EXPORT_COLLECTIONS,
+    "tierscope.agent.export.collections",
+    "{batch}",
+    Counter,
+    false,
+    &[],
+    "OTLP batches collected (one per export interval); the batch's own number"
+);
+def!(
+    EXPORT_DROPPED,
+    "tierscope.agent.export.dropped",
+    "{batch}",
+    Counter,
+    false,
+    &[],
+    "OTLP batches dropped: the queue was full while the receiver was down or slow, or the receiver rejected them"
+);
+def!(
+    EXPORT_FAILURES,
+    "tierscope.agent.export.failures",
+    "{attempt}",
+    Counter,
+    false,
+    &[],
+    "OTLP export attempts that failed (each is retried with backoff until its batch is dropped)"
+);
+def!(
+    HW_STATUS,
+    "hw.status",
+    "1",
+    UpDownCounter,
+    false,
+    &[HW_ID, HW_NAME, HW_TYPE, HW_STATE],
+    "Operational state of a CXL memory device: 1 for its current hw.state (ok, degraded, failed), 0 for the others"
+);
 def!(HW_ERRORS, "hw.errors", "{error}", Counter, false, &[HW_ID, HW_NAME, HW_TYPE, ERROR_TYPE],
     "Memory errors: per CXL device (hw.id = serial), error events since the agent started by error.type (general_media, dram, poison, aer_correctable, aer_uncorrectable); per EDAC controller/DIMM (hw.id = mcN[/dimmM]), its ce_count/ue_count (error.type corrected, uncorrected)");
-def!(CXL_TEMPERATURE, "tierscope.cxl.device.temperature", "Cel", Gauge, true, &[HW_ID, HW_NAME, HEALTH_SOURCE],
-    "Device temperature of a CXL memory device, from Get Health Info or else the latest memory module event");
-def!(CXL_LIFE_USED, "tierscope.cxl.device.life_used", "%", Gauge, false, &[HW_ID, HW_NAME, HEALTH_SOURCE],
-    "Life used of a CXL memory device (wear), percent, from Get Health Info or else the latest memory module event");
+def!(
+    CXL_TEMPERATURE,
+    "tierscope.cxl.device.temperature",
+    "Cel",
+    Gauge,
+    true,
+    &[HW_ID, HW_NAME, HEALTH_SOURCE],
+    "Device temperature of a CXL memory device, from Get Health Info or else the latest memory module event"
+);
+def!(
+    CXL_LIFE_USED,
+    "tierscope.cxl.device.life_used",
+    "%",
+    Gauge,
+    false,
+    &[HW_ID, HW_NAME, HEALTH_SOURCE],
+    "Life used of a CXL memory device (wear), percent, from Get Health Info or else the latest memory module event"
+);
 def!(CXL_CORRECTED, "tierscope.cxl.device.corrected_errors", "{error}", Gauge, false, &[HW_ID, HW_NAME, HEALTH_SOURCE, CXL_ERROR_PERSISTENCE],
     "The device's own corrected error counters (volatile, persistent), as Get Health Info or the latest memory module event reports them");
 def!(CXL_HEALTH_INFO, "tierscope.cxl.device.health_info", "1", Gauge, false, &[HW_ID, HW_NAME, HEALTH_INFO_STATUS],
     "Whether Get Health Info works on the device: 1 for its status (supported, not_supported, failed), 0 for the others; absent before the first ask");
 def!(HEALTH_EVENTS, "tierscope.health.events", "{event}", Counter, false, &[HEALTH_KIND],
     "CXL and EDAC (ras:mc_event) health events decoded since the agent started, by kind (each also goes out as an OTLP log record)");
-def!(HEALTH_EVENT_SEVERITIES, "tierscope.health.event.severities", "{event}", Counter, false, &[HEALTH_SEVERITY],
-    "The same events by severity (informational, warning, failure, fatal)");
+def!(
+    HEALTH_EVENT_SEVERITIES,
+    "tierscope.health.event.severities",
+    "{event}",
+    Counter,
+    false,
+    &[HEALTH_SEVERITY],
+    "The same events by severity (informational, warning, failure, fatal)"
+);
 def!(EXPORT_LOGS_DROPPED, "tierscope.agent.export.logs.dropped", "{log_record}", Counter, false, &[],
     "OTLP log records dropped: the log queue was full while the receiver was down or slow, or the receiver rejected them");
-def!(EXPORT_LOGS_SENT, "tierscope.agent.export.logs.sent", "{log_record}", Counter, false, &[],
-    "OTLP log records the receiver accepted");
-def!(EXPORT_QUEUED, "tierscope.agent.export.queue.size", "{batch}", Gauge, false, &[],
-    "OTLP batches waiting in the export queue");
+def!(
+    EXPORT_LOGS_SENT,
+    "tierscope.agent.export.logs.sent",
+    "{log_record}",
+    Counter,
+    false,
+    &[],
+    "OTLP log records the receiver accepted"
+);
+def!(
+    EXPORT_QUEUED,
+    "tierscope.agent.export.queue.size",
+    "{batch}",
+    Gauge,
+    false,
+    &[],
+    "OTLP batches waiting in the export queue"
+);
 
 /// Every instrument, in documentation order.
 pub const CATALOG: &[MetricDef] = &[
-    PROCESS_FAULTS, PROCESS_ALLOCATIONS, PROCESS_RESIDENT, PROCESS_MIGRATIONS, PROCESS_NUMA_MOVES,
-    NODE_CAPACITY, NODE_FREE, NODE_ALLOCATIONS, NODE_FREES, NODE_TIERING, NUMA_HINT_FAULTS,
-    HW_STATUS, HW_ERRORS, CXL_TEMPERATURE, CXL_LIFE_USED, CXL_CORRECTED, CXL_HEALTH_INFO, HEALTH_EVENTS, HEALTH_EVENT_SEVERITIES,
-    MIGRATIONS, MIGRATION_CALLS, MIGRATION_DURATION,
-    KERNEL_DROPPED, RINGBUF_LOST, EVENTS_RECEIVED, PROGRAMS, TRACKED, SCAN_DURATION, SCANS,
-    EXPORT_COLLECTIONS, EXPORT_DROPPED, EXPORT_FAILURES, EXPORT_QUEUED, EXPORT_LOGS_DROPPED, EXPORT_LOGS_SENT,
+    PROCESS_FAULTS,
+    PROCESS_ALLOCATIONS,
+    PROCESS_RESIDENT,
+    PROCESS_MIGRATIONS,
+    PROCESS_NUMA_MOVES,
+    NODE_CAPACITY,
+    NODE_FREE,
+    NODE_ALLOCATIONS,
+    NODE_FREES,
+    NODE_TIERING,
+    NUMA_HINT_FAULTS,
+    HW_STATUS,
+    HW_ERRORS,
+    CXL_TEMPERATURE,
+    CXL_LIFE_USED,
+    CXL_CORRECTED,
+    CXL_HEALTH_INFO,
+    HEALTH_EVENTS,
+    HEALTH_EVENT_SEVERITIES,
+    MIGRATIONS,
+    MIGRATION_CALLS,
+    MIGRATION_DURATION,
+    KERNEL_DROPPED,
+    RINGBUF_LOST,
+    EVENTS_RECEIVED,
+    PROGRAMS,
+    TRACKED,
+    SCAN_DURATION,
+    SCANS,
+    EXPORT_COLLECTIONS,
+    EXPORT_DROPPED,
+    EXPORT_FAILURES,
+    EXPORT_QUEUED,
+    EXPORT_LOGS_DROPPED,
+    EXPORT_LOGS_SENT,
 ];
 
 /// A value of one data point.
@@ -268,9 +477,8 @@ fn push(points: &mut Points, def: &MetricDef, attributes: Vec<KeyValue>, value: 
 pub fn points(input: &ExportInput<'_>) -> Points {
     let m = input.model;
     let mut out = Points::new();
-    let tier_of = |node: u32| -> &str {
-        input.nodes.iter().find(|n| n.id == node).map_or("unknown", |n| n.tier.as_str())
-    };
+    let tier_of =
+        |node: u32| -> &str { input.nodes.iter().find(|n| n.id == node).map_or("unknown", |n| n.tier.as_str()) };
 
     // Per process; untracked summed into `other`.
     let other = vec![KeyValue::new(EXE, OTHER)];
@@ -329,7 +537,12 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     node_ids.extend(m.freed_pages_by_node.keys());
     for id in node_ids {
         let na = node_attrs(id, tier_of(id));
-        push(&mut out, &NODE_ALLOCATIONS, na.to_vec(), Value::U64(m.alloc_pages_by_node.get(&id).copied().unwrap_or(0)));
+        push(
+            &mut out,
+            &NODE_ALLOCATIONS,
+            na.to_vec(),
+            Value::U64(m.alloc_pages_by_node.get(&id).copied().unwrap_or(0)),
+        );
         push(&mut out, &NODE_FREES, na.to_vec(), Value::U64(m.freed_pages_by_node.get(&id).copied().unwrap_or(0)));
         let Some(n) = input.nodes.iter().find(|n| n.id == id) else { continue };
         if let Some(b) = n.total_bytes {
@@ -354,7 +567,12 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     // Host-wide migrations (kswapd's demotions included).
     for (reason, t) in &m.migrations {
         for (result, v) in [("succeeded", t.succeeded), ("failed", t.failed)] {
-            push(&mut out, &MIGRATIONS, vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)], Value::U64(v));
+            push(
+                &mut out,
+                &MIGRATIONS,
+                vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)],
+                Value::U64(v),
+            );
         }
         push(&mut out, &MIGRATION_CALLS, vec![KeyValue::new(REASON, reason.clone())], Value::U64(t.calls));
     }
@@ -372,8 +590,12 @@ pub fn points(input: &ExportInput<'_>) -> Points {
         match *name {
             // Not a loss: the kernel programs skip the agent's own tgid on purpose.
             "agent_filtered" => {}
-            "ringbuf_full" => push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v)),
-            other => push(&mut out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
+            "ringbuf_full" => {
+                push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v))
+            }
+            other => {
+                push(&mut out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v))
+            }
         }
     }
     push(&mut out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "channel_full")], Value::U64(h.channel_full));
@@ -411,16 +633,31 @@ pub fn hw_id(d: &DeviceHealth) -> String {
 }
 
 fn hw_attrs(id: &str, name: &str) -> Vec<KeyValue> {
-    vec![KeyValue::new(HW_ID, id.to_string()), KeyValue::new(HW_NAME, name.to_string()), KeyValue::new(HW_TYPE, HW_TYPE_MEMORY)]
+    vec![
+        KeyValue::new(HW_ID, id.to_string()),
+        KeyValue::new(HW_NAME, name.to_string()),
+        KeyValue::new(HW_TYPE, HW_TYPE_MEMORY),
+    ]
 }
 
 /// Event kinds that are errors of the device (`hw.errors`); memory module records (status
 /// reports) and log overflows are not.
-const ERROR_KINDS: &[HealthKind] =
-    &[HealthKind::GeneralMedia, HealthKind::Dram, HealthKind::Poison, HealthKind::AerCorrectable, HealthKind::AerUncorrectable];
+const ERROR_KINDS: &[HealthKind] = &[
+    HealthKind::GeneralMedia,
+    HealthKind::Dram,
+    HealthKind::Poison,
+    HealthKind::AerCorrectable,
+    HealthKind::AerUncorrectable,
+];
 const ALL_KINDS: &[HealthKind] = &[
-    HealthKind::GeneralMedia, HealthKind::Dram, HealthKind::MemoryModule, HealthKind::Poison,
-    HealthKind::AerCorrectable, HealthKind::AerUncorrectable, HealthKind::Overflow, HealthKind::McEvent,
+    HealthKind::GeneralMedia,
+    HealthKind::Dram,
+    HealthKind::MemoryModule,
+    HealthKind::Poison,
+    HealthKind::AerCorrectable,
+    HealthKind::AerUncorrectable,
+    HealthKind::Overflow,
+    HealthKind::McEvent,
 ];
 const ALL_SEVERITIES: &[Severity] = &[Severity::Informational, Severity::Warning, Severity::Failure, Severity::Fatal];
 
@@ -464,7 +701,12 @@ fn health_points(h: &HealthModel, out: &mut Points) {
         let a = hw_attrs(&id, name);
         let (state, _) = d.assess();
         for s in [DeviceState::Ok, DeviceState::Degraded, DeviceState::Failed] {
-            push(out, &HW_STATUS, with(a.clone(), [KeyValue::new(HW_STATE, state_word(s))]), Value::I64(i64::from(s == state)));
+            push(
+                out,
+                &HW_STATUS,
+                with(a.clone(), [KeyValue::new(HW_STATE, state_word(s))]),
+                Value::I64(i64::from(s == state)),
+            );
         }
         for k in ERROR_KINDS {
             let n = d.events_by_kind.get(k).copied().unwrap_or(0);
@@ -481,7 +723,12 @@ fn health_points(h: &HealthModel, out: &mut Points) {
             }
             for (p, v) in [("volatile", r.corrected_volatile), ("persistent", r.corrected_persistent)] {
                 if let Some(v) = v {
-                    push(out, &CXL_CORRECTED, with(ident(), [src.clone(), KeyValue::new(CXL_ERROR_PERSISTENCE, p)]), Value::U64(v));
+                    push(
+                        out,
+                        &CXL_CORRECTED,
+                        with(ident(), [src.clone(), KeyValue::new(CXL_ERROR_PERSISTENCE, p)]),
+                        Value::U64(v),
+                    );
                 }
             }
         }
@@ -492,7 +739,12 @@ fn health_points(h: &HealthModel, out: &mut Points) {
                 HealthInfoResult::Failed { .. } => "failed",
             };
             for s in ["supported", "not_supported", "failed"] {
-                push(out, &CXL_HEALTH_INFO, with(ident(), [KeyValue::new(HEALTH_INFO_STATUS, s)]), Value::U64(u64::from(s == now)));
+                push(
+                    out,
+                    &CXL_HEALTH_INFO,
+                    with(ident(), [KeyValue::new(HEALTH_INFO_STATUS, s)]),
+                    Value::U64(u64::from(s == now)),
+                );
             }
         }
     }
@@ -527,7 +779,9 @@ mod tests {
             .map(|v| {
                 v.iter()
                     .filter(|pt| {
-                        want.iter().all(|(k, val)| pt.attributes.iter().any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *val))
+                        want.iter().all(|(k, val)| {
+                            pt.attributes.iter().any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *val)
+                        })
                     })
                     .collect()
             })
@@ -573,9 +827,21 @@ mod tests {
                 tier: "dram".into(),
                 total_bytes: Some(1 << 30),
                 free_bytes: Some(1 << 29),
-                vmstat: [("pgdemote_kswapd".into(), 77), ("numa_hit".into(), 5), ("pgpromote_candidate".into(), 12), ("numa_pages_migrated".into(), 4)].into(),
+                vmstat: [
+                    ("pgdemote_kswapd".into(), 77),
+                    ("numa_hit".into(), 5),
+                    ("pgpromote_candidate".into(), 12),
+                    ("numa_pages_migrated".into(), 4),
+                ]
+                .into(),
             },
-            NodeState { id: 2, tier: "cxl".into(), total_bytes: Some(1 << 31), free_bytes: None, vmstat: BTreeMap::new() },
+            NodeState {
+                id: 2,
+                tier: "cxl".into(),
+                total_bytes: Some(1 << 31),
+                free_bytes: None,
+                vmstat: BTreeMap::new(),
+            },
         ]
     }
 
@@ -583,32 +849,60 @@ mod tests {
         let m = model();
         let n = nodes();
         let h = AgentHealth {
-            programs: vec![ProgramStatus { name: "a", hook: "h".into(), feature: "f", status: Attach::Unsupported, reason: None }],
+            programs: vec![ProgramStatus {
+                name: "a",
+                hook: "h".into(),
+                feature: "f",
+                status: Attach::Unsupported,
+                reason: None,
+            }],
             channel_full: 4,
             undecodable: 1,
             scan_seconds: 0.25,
             scans: 3,
         };
-        let sys: BTreeMap<String, u64> = [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
+        let sys: BTreeMap<String, u64> =
+            [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
         points(&ExportInput { model: &m, nodes: &n, tracked, page_size: 4096, health: &h, system_vmstat: &sys })
     }
 
     #[test]
     fn tracked_processes_get_series_and_the_rest_fold_into_other() {
-        let tracked = BTreeMap::from([(10, Tracked { pid: 10, executable: "python3".into(), rank: Some(3), ..Default::default() })]);
+        let tracked = BTreeMap::from([(
+            10,
+            Tracked { pid: 10, executable: "python3".into(), rank: Some(3), ..Default::default() },
+        )]);
         let p = run(&tracked);
         assert_eq!(one(&p, "tierscope.process.faults", &[(PID, "10"), (RANK, "3")]), Value::U64(500));
         assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(10));
         assert_eq!(p["tierscope.process.faults"].len(), 2);
-        assert_eq!(one(&p, "tierscope.process.page.allocations", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]), Value::U64(40));
+        assert_eq!(
+            one(&p, "tierscope.process.page.allocations", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]),
+            Value::U64(40)
+        );
         assert_eq!(one(&p, "tierscope.process.page.allocations", &[(EXE, OTHER), (NODE, "2")]), Value::U64(6));
-        assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "cxl")]), Value::U64(1024 * 4096));
-        assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "dram")]), Value::U64(256 * 4096));
-        assert_eq!(one(&p, "tierscope.process.migrations", &[(PID, "10"), (REASON, "demotion"), (RESULT, "succeeded")]), Value::U64(64));
-        assert_eq!(one(&p, "tierscope.process.migrations", &[(EXE, OTHER), (REASON, "numa_misplaced"), (RESULT, "succeeded")]), Value::U64(9));
+        assert_eq!(
+            one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "cxl")]),
+            Value::U64(1024 * 4096)
+        );
+        assert_eq!(
+            one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "dram")]),
+            Value::U64(256 * 4096)
+        );
+        assert_eq!(
+            one(&p, "tierscope.process.migrations", &[(PID, "10"), (REASON, "demotion"), (RESULT, "succeeded")]),
+            Value::U64(64)
+        );
+        assert_eq!(
+            one(&p, "tierscope.process.migrations", &[(EXE, OTHER), (REASON, "numa_misplaced"), (RESULT, "succeeded")]),
+            Value::U64(9)
+        );
         assert_eq!(one(&p, "tierscope.agent.tracked.processes", &[]), Value::U64(1));
         // No pid on the folded series.
-        assert!(find(&p, "tierscope.process.faults", &[(EXE, OTHER)])[0].attributes.iter().all(|kv| kv.key.as_str() != PID));
+        assert!(find(&p, "tierscope.process.faults", &[(EXE, OTHER)])[0]
+            .attributes
+            .iter()
+            .all(|kv| kv.key.as_str() != PID));
     }
 
     #[test]
@@ -629,10 +923,19 @@ mod tests {
         assert_eq!(one(&p, "tierscope.node.page.frees", &[(NODE, "2")]), Value::U64(0));
         assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "pgdemote_kswapd")]), Value::U64(77));
         assert!(find(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "numa_hit")]).is_empty());
-        assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "pgpromote_candidate")]), Value::U64(12));
-        assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "numa_pages_migrated")]), Value::U64(4));
+        assert_eq!(
+            one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "pgpromote_candidate")]),
+            Value::U64(12)
+        );
+        assert_eq!(
+            one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "numa_pages_migrated")]),
+            Value::U64(4)
+        );
         assert_eq!(one(&p, "tierscope.memory.numa.hint_faults", &[(VMSTAT, "numa_hint_faults")]), Value::U64(1000));
-        assert_eq!(one(&p, "tierscope.memory.numa.hint_faults", &[(VMSTAT, "numa_hint_faults_local")]), Value::U64(900));
+        assert_eq!(
+            one(&p, "tierscope.memory.numa.hint_faults", &[(VMSTAT, "numa_hint_faults_local")]),
+            Value::U64(900)
+        );
         assert_eq!(p["tierscope.memory.numa.hint_faults"].len(), 2, "only the hint fault counters");
         // No devices, no EDAC: no hw.* series, but the event counters exist (at 0).
         assert!(!p.contains_key("hw.status") && !p.contains_key("hw.errors"));
@@ -640,7 +943,8 @@ mod tests {
         assert_eq!(one(&p, "tierscope.health.event.severities", &[(HEALTH_SEVERITY, "fatal")]), Value::U64(0));
         assert_eq!(one(&p, "tierscope.memory.migrations", &[(REASON, "demotion"), (RESULT, "failed")]), Value::U64(1));
         assert_eq!(one(&p, "tierscope.memory.migration.calls", &[(REASON, "demotion")]), Value::U64(2));
-        let Value::F64(max) = one(&p, "tierscope.memory.migration.duration", &[(REASON, "demotion"), (QUANTILE, "1")]) else {
+        let Value::F64(max) = one(&p, "tierscope.memory.migration.duration", &[(REASON, "demotion"), (QUANTILE, "1")])
+        else {
             panic!("duration is not f64")
         };
         assert!((0.001..0.0022).contains(&max), "max {max}");
@@ -655,7 +959,17 @@ mod tests {
 
     #[test]
     fn every_point_belongs_to_a_cataloged_metric_with_its_declared_attributes() {
-        let tracked = BTreeMap::from([(10, Tracked { pid: 10, executable: "python3".into(), job: Some("j".into()), rank: Some(0), pod_uid: Some("u".into()), container_id: Some("c".into()) })]);
+        let tracked = BTreeMap::from([(
+            10,
+            Tracked {
+                pid: 10,
+                executable: "python3".into(),
+                job: Some("j".into()),
+                rank: Some(0),
+                pod_uid: Some("u".into()),
+                container_id: Some("c".into()),
+            },
+        )]);
         let p = run(&tracked);
         for (name, pts) in &p {
             let def = CATALOG.iter().find(|d| d.name == *name).unwrap_or_else(|| panic!("{name} not in the catalog"));
@@ -669,7 +983,10 @@ mod tests {
     }
 
     fn device(name: &str, serial: Option<u64>) -> DeviceHealth {
-        DeviceHealth { inventory: crate::topology::CxlMemdev { name: name.into(), serial, ..Default::default() }, ..Default::default() }
+        DeviceHealth {
+            inventory: crate::topology::CxlMemdev { name: name.into(), serial, ..Default::default() },
+            ..Default::default()
+        }
     }
 
     fn module_event(temp: i64, life: u64, fatal: bool) -> crate::health::HealthEvent {
@@ -719,7 +1036,12 @@ mod tests {
         d1.health_info = Some(HealthInfoResult::NotSupported { reason: "no".into() });
         h.devices.insert("mem1".into(), d1);
         h.apply(module_event(41, 30, true));
-        h.edac.push(crate::health::edac::EdacCounts { name: "mc0/dimm2".into(), label: Some("DIMM_A1".into()), ce_count: Some(12), ue_count: None });
+        h.edac.push(crate::health::edac::EdacCounts {
+            name: "mc0/dimm2".into(),
+            label: Some("DIMM_A1".into()),
+            ce_count: Some(12),
+            ue_count: None,
+        });
         h
     }
 
@@ -731,25 +1053,63 @@ mod tests {
         // mem0: Get Health Info answered; hw.id is the serial.
         assert_eq!(one(p, "hw.status", &[(HW_ID, "0x1234"), (HW_STATE, "ok")]), Value::I64(1));
         assert_eq!(one(p, "hw.status", &[(HW_ID, "0x1234"), (HW_STATE, "failed")]), Value::I64(0));
-        assert!(p["hw.status"].iter().all(|pt| pt.attributes.iter().any(|kv| kv.key.as_str() == HW_TYPE && kv.value.as_str() == "memory")));
+        assert!(p["hw.status"]
+            .iter()
+            .all(|pt| pt.attributes.iter().any(|kv| kv.key.as_str() == HW_TYPE && kv.value.as_str() == "memory")));
         assert_eq!(one(p, "hw.errors", &[(HW_ID, "0x1234"), (ERROR_TYPE, "poison")]), Value::U64(2));
         assert_eq!(one(p, "hw.errors", &[(HW_ID, "0x1234"), (ERROR_TYPE, "dram")]), Value::U64(0));
         assert!(find(p, "hw.errors", &[(ERROR_TYPE, "memory_module")]).is_empty(), "status reports are not errors");
-        assert_eq!(one(p, "tierscope.cxl.device.temperature", &[(HW_ID, "0x1234"), (HEALTH_SOURCE, "health_info")]), Value::F64(-5.0));
+        assert_eq!(
+            one(p, "tierscope.cxl.device.temperature", &[(HW_ID, "0x1234"), (HEALTH_SOURCE, "health_info")]),
+            Value::F64(-5.0)
+        );
         assert_eq!(one(p, "tierscope.cxl.device.life_used", &[(HW_ID, "0x1234")]), Value::U64(7));
-        assert_eq!(one(p, "tierscope.cxl.device.corrected_errors", &[(HW_ID, "0x1234"), (CXL_ERROR_PERSISTENCE, "persistent")]), Value::U64(2));
-        assert_eq!(one(p, "tierscope.cxl.device.health_info", &[(HW_ID, "0x1234"), (HEALTH_INFO_STATUS, "supported")]), Value::U64(1));
+        assert_eq!(
+            one(
+                p,
+                "tierscope.cxl.device.corrected_errors",
+                &[(HW_ID, "0x1234"), (CXL_ERROR_PERSISTENCE, "persistent")]
+            ),
+            Value::U64(2)
+        );
+        assert_eq!(
+            one(p, "tierscope.cxl.device.health_info", &[(HW_ID, "0x1234"), (HEALTH_INFO_STATUS, "supported")]),
+            Value::U64(1)
+        );
         // mem1: no Get Health Info; its serial came with the event; a fatal event failed it; its
         // numbers come from the memory module event.
-        assert_eq!(one(p, "tierscope.cxl.device.health_info", &[(HW_NAME, "mem1"), (HEALTH_INFO_STATUS, "not_supported")]), Value::U64(1));
-        assert_eq!(one(p, "tierscope.cxl.device.health_info", &[(HW_NAME, "mem1"), (HEALTH_INFO_STATUS, "supported")]), Value::U64(0));
+        assert_eq!(
+            one(p, "tierscope.cxl.device.health_info", &[(HW_NAME, "mem1"), (HEALTH_INFO_STATUS, "not_supported")]),
+            Value::U64(1)
+        );
+        assert_eq!(
+            one(p, "tierscope.cxl.device.health_info", &[(HW_NAME, "mem1"), (HEALTH_INFO_STATUS, "supported")]),
+            Value::U64(0)
+        );
         assert_eq!(one(p, "hw.status", &[(HW_ID, "0xbeef"), (HW_NAME, "mem1"), (HW_STATE, "failed")]), Value::I64(1));
-        assert_eq!(one(p, "tierscope.cxl.device.temperature", &[(HW_ID, "0xbeef"), (HEALTH_SOURCE, "memory_module_event")]), Value::F64(41.0));
+        assert_eq!(
+            one(p, "tierscope.cxl.device.temperature", &[(HW_ID, "0xbeef"), (HEALTH_SOURCE, "memory_module_event")]),
+            Value::F64(41.0)
+        );
         assert_eq!(one(p, "tierscope.cxl.device.life_used", &[(HW_ID, "0xbeef")]), Value::U64(30));
-        assert_eq!(one(p, "tierscope.cxl.device.corrected_errors", &[(HW_ID, "0xbeef"), (CXL_ERROR_PERSISTENCE, "volatile")]), Value::U64(3));
-        assert!(find(p, "tierscope.cxl.device.corrected_errors", &[(HW_ID, "0xbeef"), (CXL_ERROR_PERSISTENCE, "persistent")]).is_empty(), "not reported: not 0");
+        assert_eq!(
+            one(p, "tierscope.cxl.device.corrected_errors", &[(HW_ID, "0xbeef"), (CXL_ERROR_PERSISTENCE, "volatile")]),
+            Value::U64(3)
+        );
+        assert!(
+            find(
+                p,
+                "tierscope.cxl.device.corrected_errors",
+                &[(HW_ID, "0xbeef"), (CXL_ERROR_PERSISTENCE, "persistent")]
+            )
+            .is_empty(),
+            "not reported: not 0"
+        );
         // EDAC: the kernel's counters, a missing one absent.
-        assert_eq!(one(p, "hw.errors", &[(HW_ID, "mc0/dimm2"), (HW_NAME, "DIMM_A1"), (ERROR_TYPE, "corrected")]), Value::U64(12));
+        assert_eq!(
+            one(p, "hw.errors", &[(HW_ID, "mc0/dimm2"), (HW_NAME, "DIMM_A1"), (ERROR_TYPE, "corrected")]),
+            Value::U64(12)
+        );
         assert!(find(p, "hw.errors", &[(HW_ID, "mc0/dimm2"), (ERROR_TYPE, "uncorrected")]).is_empty());
         // Event counts.
         assert_eq!(one(p, "tierscope.health.events", &[(HEALTH_KIND, "memory_module")]), Value::U64(1));
@@ -773,8 +1133,17 @@ mod tests {
             let semconv = [("hw.status", Kind::UpDownCounter, "1"), ("hw.errors", Kind::Counter, "{error}")];
             match semconv.iter().find(|(n, _, _)| *n == d.name) {
                 Some((_, kind, unit)) => {
-                    assert_eq!((d.kind, d.unit), (*kind, *unit), "{}: instrument and unit as the convention says", d.name);
-                    assert!(d.attributes.contains(&HW_ID) && d.attributes.contains(&HW_TYPE), "{}: hw.id and hw.type are required", d.name);
+                    assert_eq!(
+                        (d.kind, d.unit),
+                        (*kind, *unit),
+                        "{}: instrument and unit as the convention says",
+                        d.name
+                    );
+                    assert!(
+                        d.attributes.contains(&HW_ID) && d.attributes.contains(&HW_TYPE),
+                        "{}: hw.id and hw.type are required",
+                        d.name
+                    );
                 }
                 None => assert!(d.name.starts_with("tierscope."), "{}", d.name),
             }

@@ -69,7 +69,9 @@ fn json_value(v: &serde_json::Value) -> Option<AnyValue> {
         },
         serde_json::Value::String(s) => AnyValue::String(s.clone().into()),
         serde_json::Value::Array(a) => AnyValue::ListAny(Box::new(a.iter().filter_map(json_value).collect())),
-        serde_json::Value::Object(o) => AnyValue::Map(Box::new(o.iter().filter_map(|(k, v)| Some((Key::new(k.clone()), json_value(v)?))).collect())),
+        serde_json::Value::Object(o) => {
+            AnyValue::Map(Box::new(o.iter().filter_map(|(k, v)| Some((Key::new(k.clone()), json_value(v)?))).collect()))
+        }
     })
 }
 
@@ -135,7 +137,9 @@ pub fn start_record(attached: usize, programs: usize, health_status: &str) -> Re
         event_name: AGENT_START_NAME,
         severity: OtelSeverity::Info,
         severity_text: "INFO",
-        body: format!("tierscope started: {attached} of {programs} kernel programs attached; memory health: {health_status}"),
+        body: format!(
+            "tierscope started: {attached} of {programs} kernel programs attached; memory health: {health_status}"
+        ),
         time: Some(SystemTime::now()),
         attributes: vec![
             ("tierscope.agent.programs.attached".into(), AnyValue::Int(attached as i64)),
@@ -186,7 +190,8 @@ pub fn exporter(c: &OtlpConfig, endpoint: &str) -> Result<LogExporter> {
         Protocol::Grpc => {
             let mut headers = http::HeaderMap::new();
             for (k, v) in &c.headers {
-                let name = http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
+                let name =
+                    http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
                 let value = http::HeaderValue::from_str(v).with_context(|| format!("OTLP header {k} value"))?;
                 headers.insert(name, value);
             }
@@ -361,8 +366,17 @@ mod tests {
             region: None,
             node: Some(1),
             summary: format!("{n} Corrected error(s) on DIMM_A1"),
-            decoded: [("error_type".to_string(), serde_json::json!("Corrected")), ("flags".to_string(), serde_json::json!(["A", "B"]))].into(),
-            fields: [("error_count".to_string(), serde_json::json!(n)), ("address".to_string(), serde_json::json!(u64::MAX)), ("msg".to_string(), serde_json::Value::Null)].into(),
+            decoded: [
+                ("error_type".to_string(), serde_json::json!("Corrected")),
+                ("flags".to_string(), serde_json::json!(["A", "B"])),
+            ]
+            .into(),
+            fields: [
+                ("error_count".to_string(), serde_json::json!(n)),
+                ("address".to_string(), serde_json::json!(u64::MAX)),
+                ("msg".to_string(), serde_json::Value::Null),
+            ]
+            .into(),
         }
     }
 
@@ -383,9 +397,16 @@ mod tests {
         assert_eq!(attr(&f, "tierscope.health.hpa"), Some(&AnyValue::String("0x1234003".into())));
         assert_eq!(attr(&f, "tierscope.numa.node"), Some(&AnyValue::Int(1)));
         assert_eq!(attr(&f, "tierscope.health.decoded.error_type"), Some(&AnyValue::from("Corrected")));
-        assert_eq!(attr(&f, "tierscope.health.decoded.flags"), Some(&AnyValue::ListAny(Box::new(vec![AnyValue::from("A"), AnyValue::from("B")]))));
+        assert_eq!(
+            attr(&f, "tierscope.health.decoded.flags"),
+            Some(&AnyValue::ListAny(Box::new(vec![AnyValue::from("A"), AnyValue::from("B")])))
+        );
         assert_eq!(attr(&f, "tierscope.health.field.error_count"), Some(&AnyValue::Int(3)));
-        assert_eq!(attr(&f, "tierscope.health.field.address"), Some(&AnyValue::String("0xffffffffffffffff".into())), "u64 beyond i64 as hex");
+        assert_eq!(
+            attr(&f, "tierscope.health.field.address"),
+            Some(&AnyValue::String("0xffffffffffffffff".into())),
+            "u64 beyond i64 as hex"
+        );
         assert_eq!(attr(&f, "tierscope.health.field.msg"), None, "null fields are left out");
         assert_eq!(severity(Severity::Fatal), (OtelSeverity::Fatal, "FATAL"));
         assert_eq!(severity(Severity::Failure).0, OtelSeverity::Error);
@@ -414,10 +435,21 @@ mod tests {
 
     #[test]
     fn logs_go_next_to_metrics() {
-        let c = |p, e: &str| OtlpConfig { endpoint: e.into(), protocol: p, timeout: Duration::from_secs(1), headers: Default::default() };
-        assert_eq!(logs_endpoint(&c(Protocol::HttpProtobuf, "http://h:4318/v1/metrics"), None), "http://h:4318/v1/logs");
+        let c = |p, e: &str| OtlpConfig {
+            endpoint: e.into(),
+            protocol: p,
+            timeout: Duration::from_secs(1),
+            headers: Default::default(),
+        };
+        assert_eq!(
+            logs_endpoint(&c(Protocol::HttpProtobuf, "http://h:4318/v1/metrics"), None),
+            "http://h:4318/v1/logs"
+        );
         assert_eq!(logs_endpoint(&c(Protocol::Grpc, "http://h:4317"), None), "http://h:4317");
-        assert_eq!(logs_endpoint(&c(Protocol::HttpProtobuf, "http://h:4318/v1/metrics"), Some("http://l:1/x".into())), "http://l:1/x");
+        assert_eq!(
+            logs_endpoint(&c(Protocol::HttpProtobuf, "http://h:4318/v1/metrics"), Some("http://l:1/x".into())),
+            "http://l:1/x"
+        );
     }
 
     #[test]

@@ -145,10 +145,17 @@ fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
 }
 
 /// Builds the provider with the requested readers and registers every instrument.
-pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Latest>, stats: Arc<ExportStats>) -> anyhow::Result<Telemetry> {
+pub fn build(
+    resource: Resource,
+    otlp: bool,
+    prometheus: bool,
+    latest: Arc<Latest>,
+    stats: Arc<ExportStats>,
+) -> anyhow::Result<Telemetry> {
     use anyhow::Context as _;
     let mut b = SdkMeterProvider::builder().with_resource(resource);
-    let otlp_reader = otlp.then(|| SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build())));
+    let otlp_reader =
+        otlp.then(|| SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build())));
     if let Some(r) = &otlp_reader {
         b = b.with_reader(r.clone());
     }
@@ -170,7 +177,10 @@ pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Lates
         // The SDK keeps registered callbacks for the provider's life; the handles can go.
         match (def.kind, def.float) {
             (Kind::Counter, false) => {
-                meter.u64_observable_counter(def.name).with_unit(def.unit).with_description(def.description)
+                meter
+                    .u64_observable_counter(def.name)
+                    .with_unit(def.unit)
+                    .with_description(def.description)
                     .with_callback(move |o| match export_stat(&s, &d) {
                         Some(v) => o.observe(v, &[]),
                         None => observe_u64(&l, d.name, o),
@@ -178,12 +188,18 @@ pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Lates
                     .build();
             }
             (Kind::Counter, true) => {
-                meter.f64_observable_counter(def.name).with_unit(def.unit).with_description(def.description)
+                meter
+                    .f64_observable_counter(def.name)
+                    .with_unit(def.unit)
+                    .with_description(def.description)
                     .with_callback(move |o| observe_f64(&l, d.name, o))
                     .build();
             }
             (Kind::Gauge, false) => {
-                meter.u64_observable_gauge(def.name).with_unit(def.unit).with_description(def.description)
+                meter
+                    .u64_observable_gauge(def.name)
+                    .with_unit(def.unit)
+                    .with_description(def.description)
                     .with_callback(move |o| match export_stat(&s, &d) {
                         Some(v) => o.observe(v, &[]),
                         None => observe_u64(&l, d.name, o),
@@ -191,12 +207,18 @@ pub fn build(resource: Resource, otlp: bool, prometheus: bool, latest: Arc<Lates
                     .build();
             }
             (Kind::UpDownCounter, _) => {
-                meter.i64_observable_up_down_counter(def.name).with_unit(def.unit).with_description(def.description)
+                meter
+                    .i64_observable_up_down_counter(def.name)
+                    .with_unit(def.unit)
+                    .with_description(def.description)
                     .with_callback(move |o| observe_i64(&l, d.name, o))
                     .build();
             }
             (Kind::Gauge, true) => {
-                meter.f64_observable_gauge(def.name).with_unit(def.unit).with_description(def.description)
+                meter
+                    .f64_observable_gauge(def.name)
+                    .with_unit(def.unit)
+                    .with_description(def.description)
                     .with_callback(move |o| observe_f64(&l, d.name, o))
                     .build();
             }
@@ -226,17 +248,31 @@ mod tests {
         let mut p = Points::new();
         p.insert(
             instruments::PROCESS_RESIDENT.name,
-            vec![Point { attributes: vec![KeyValue::new(instruments::PID, 42i64), KeyValue::new(instruments::TIER, "cxl")], value: Value::U64(8192) }],
+            vec![Point {
+                attributes: vec![KeyValue::new(instruments::PID, 42i64), KeyValue::new(instruments::TIER, "cxl")],
+                value: Value::U64(8192),
+            }],
         );
         p.insert(instruments::SCAN_DURATION.name, vec![Point { attributes: vec![], value: Value::F64(0.5) }]);
         latest.publish(p);
         let t = build(Resource::builder_empty().build(), false, true, latest, stats).unwrap();
         let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
         assert!(text.contains("# TYPE tierscope_process_memory_resident_bytes gauge"), "{text}");
-        assert!(text.lines().any(|l| l.starts_with("tierscope_process_memory_resident_bytes{")
-            && l.contains("process_pid=\"42\"") && l.contains("tierscope_memory_tier=\"cxl\"") && l.ends_with(" 8192")), "{text}");
-        assert!(text.lines().any(|l| l.starts_with("tierscope_agent_scan_duration_seconds_total") && l.ends_with(" 0.5")), "{text}");
-        assert!(text.lines().any(|l| l.starts_with("tierscope_agent_export_dropped_total") && l.ends_with(" 3")), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("tierscope_process_memory_resident_bytes{")
+                && l.contains("process_pid=\"42\"")
+                && l.contains("tierscope_memory_tier=\"cxl\"")
+                && l.ends_with(" 8192")),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("tierscope_agent_scan_duration_seconds_total") && l.ends_with(" 0.5")),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("tierscope_agent_export_dropped_total") && l.ends_with(" 3")),
+            "{text}"
+        );
     }
 
     /// The Prometheus names of the series that exist only with CXL or EDAC hardware (absent on a
@@ -254,7 +290,8 @@ mod tests {
         p.insert(CXL_CORRECTED.name, vec![Point { attributes: hw(), value: Value::U64(5) }]);
         p.insert(CXL_HEALTH_INFO.name, vec![Point { attributes: hw(), value: Value::U64(1) }]);
         latest.publish(p);
-        let t = build(Resource::builder_empty().build(), false, true, latest, Arc::new(ExportStats::default())).unwrap();
+        let t =
+            build(Resource::builder_empty().build(), false, true, latest, Arc::new(ExportStats::default())).unwrap();
         let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
         for (name, kind, v) in [
             ("hw_status_ratio", "gauge", " 1"),
@@ -265,7 +302,11 @@ mod tests {
             ("tierscope_cxl_device_health_info_ratio", "gauge", " 1"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}")), "{name}: {text}");
-            assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.contains("hw_id=\"0x1\"") && l.ends_with(v)), "{name}: {text}");
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("{name}{{")) && l.contains("hw_id=\"0x1\"") && l.ends_with(v)),
+                "{name}: {text}"
+            );
         }
     }
 }

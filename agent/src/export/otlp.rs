@@ -9,8 +9,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use opentelemetry_otlp::{MetricExporter, RetryPolicy, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
-use opentelemetry_sdk::metrics::{data::ResourceMetrics, exporter::PushMetricExporter as _, reader::MetricReader as _, Temporality};
+use opentelemetry_otlp::{
+    MetricExporter, RetryPolicy, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
+};
+use opentelemetry_sdk::metrics::{
+    data::ResourceMetrics, exporter::PushMetricExporter as _, reader::MetricReader as _, Temporality,
+};
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 use super::{
@@ -28,7 +32,8 @@ pub fn exporter(c: &OtlpConfig) -> Result<MetricExporter> {
         Protocol::Grpc => {
             let mut headers = http::HeaderMap::new();
             for (k, v) in &c.headers {
-                let name = http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
+                let name =
+                    http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
                 let value = http::HeaderValue::from_str(v).with_context(|| format!("OTLP header {k} value"))?;
                 headers.insert(name, value);
             }

@@ -77,7 +77,16 @@ async fn answer(mut conn: TcpStream, registry: &prometheus::Registry) -> std::io
     if what == "metrics" {
         let body = match super::meter::prometheus_text(registry) {
             Ok(t) => t,
-            Err(e) => return write(&mut conn, 500, "text/plain", format!("encoding metrics failed: {e}\n").as_bytes(), head_only).await,
+            Err(e) => {
+                return write(
+                    &mut conn,
+                    500,
+                    "text/plain",
+                    format!("encoding metrics failed: {e}\n").as_bytes(),
+                    head_only,
+                )
+                .await
+            }
         };
         return write(&mut conn, 200, CONTENT_TYPE, body.as_bytes(), head_only).await;
     }
@@ -85,7 +94,13 @@ async fn answer(mut conn: TcpStream, registry: &prometheus::Registry) -> std::io
     write(&mut conn, status, "text/plain", body.as_bytes(), head_only).await
 }
 
-async fn write(conn: &mut TcpStream, status: u16, content_type: &str, body: &[u8], head_only: bool) -> std::io::Result<()> {
+async fn write(
+    conn: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         404 => "Not Found",

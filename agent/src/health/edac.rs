@@ -91,7 +91,10 @@ mod tests {
         let r = read(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(r.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["mc0", "mc0/dimm2", "mc0/dimm10"]);
-        assert_eq!((r[0].ce_count, r[0].ue_count, r[0].label.as_deref()), (Some(12), Some(0), Some("Skylake Socket#0 IMC#0")));
+        assert_eq!(
+            (r[0].ce_count, r[0].ue_count, r[0].label.as_deref()),
+            (Some(12), Some(0), Some("Skylake Socket#0 IMC#0"))
+        );
         assert_eq!((r[1].ce_count, r[1].ue_count), (Some(12), None));
         assert!(read(Path::new("/nonexistent")).is_empty());
     }

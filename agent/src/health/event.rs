@@ -104,7 +104,8 @@ pub fn decode(source: HealthSource, fmt: &HealthFormat, data: &[u8], ts_ns: u64,
     let i = |n: &str| fields.get(n).and_then(|v| v.as_i64().or_else(|| v.as_u64().map(|x| x as i64)));
     let s = |n: &str| fields.get(n).and_then(Value::as_str).map(str::to_string).filter(|x| !x.is_empty());
     let sym = |n: &str, builtin: &[(i64, &str)]| i(n).map(|v| m::symbol(fmt.symbols.get(n), builtin, v));
-    let flg = |n: &str, builtin: &[(u64, &str)], ignore: u64| u(n).map(|v| m::flags(fmt.flags.get(n), builtin, v & !ignore));
+    let flg =
+        |n: &str, builtin: &[(u64, &str)], ignore: u64| u(n).map(|v| m::flags(fmt.flags.get(n), builtin, v & !ignore));
     let mut d: BTreeMap<String, Value> = BTreeMap::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
@@ -156,7 +157,8 @@ pub fn decode(source: HealthSource, fmt: &HealthFormat, data: &[u8], ts_ns: u64,
             put("health_status", words(health.clone()));
             put("media_status", text(sym("media_status", m::MEDIA_STATUS)));
             if let Some(a) = u("add_status") {
-                let split: serde_json::Map<String, Value> = m::additional_status(a).iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+                let split: serde_json::Map<String, Value> =
+                    m::additional_status(a).iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
                 put("additional_status", Some(Value::Object(split)));
             }
             put("life_used_percent", u("life_used").map(Value::from));
@@ -228,7 +230,11 @@ pub fn decode(source: HealthSource, fmt: &HealthFormat, data: &[u8], ts_ns: u64,
         }
     }
     put("severity", Some(Value::from(severity.as_str())));
-    let device = if kind == HealthKind::McEvent { s("label").or_else(|| u("mc_index").map(|i| format!("mc{i}"))) } else { device };
+    let device = if kind == HealthKind::McEvent {
+        s("label").or_else(|| u("mc_index").map(|i| format!("mc{i}")))
+    } else {
+        device
+    };
     HealthEvent {
         kind,
         tracepoint: format!("{group}:{}", fmt.event.name),

@@ -26,8 +26,14 @@ impl HealthFormat {
         let print = text.lines().find_map(|l| l.trim().strip_prefix("print fmt:")).unwrap_or("");
         Ok(HealthFormat {
             event,
-            flags: tables(print, "__print_flags(").into_iter().map(|(k, v)| (k, v.into_iter().map(|(m, n)| (m as u64, n)).collect())).collect(),
-            symbols: tables(print, "__print_symbolic(").into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect(),
+            flags: tables(print, "__print_flags(")
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().map(|(m, n)| (m as u64, n)).collect()))
+                .collect(),
+            symbols: tables(print, "__print_symbolic(")
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().collect()))
+                .collect(),
         })
     }
 
@@ -48,8 +54,11 @@ impl HealthFormat {
 fn fix_data_loc_names(event: &mut EventFormat, text: &str) {
     for line in text.lines().map(str::trim).filter(|l| l.starts_with("field:__data_loc")) {
         let decl = line.trim_start_matches("field:").split(';').next().unwrap_or("");
-        let Some(name) = decl.rsplit(|c: char| c.is_whitespace() || c == ']').next().filter(|n| !n.is_empty()) else { continue };
-        let offset = line.split(';').find_map(|p| p.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse::<usize>().ok());
+        let Some(name) = decl.rsplit(|c: char| c.is_whitespace() || c == ']').next().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let offset =
+            line.split(';').find_map(|p| p.trim().strip_prefix("offset:")).and_then(|o| o.trim().parse::<usize>().ok());
         if let Some(f) = event.fields.iter_mut().find(|f| Some(f.offset) == offset) {
             f.name = name.to_string();
             f.c_type = decl[..decl.len() - name.len()].trim().to_string();
@@ -154,7 +163,11 @@ fn field_value(f: &Field, data: &[u8]) -> Option<Value> {
 }
 
 fn mask(size: usize) -> u64 {
-    if size >= 8 { u64::MAX } else { (1u64 << (size * 8)) - 1 }
+    if size >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (size * 8)) - 1
+    }
 }
 
 /// A little-endian-or-native integer of 1, 2, 4 or 8 bytes, sign-extended when signed.
@@ -185,13 +198,21 @@ fn uuid(b: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    pub(crate) const MEMORY_MODULE: &str = include_str!("../../fixtures/tracefs/guest-6.12/cxl/cxl_memory_module/format");
+    pub(crate) const MEMORY_MODULE: &str =
+        include_str!("../../fixtures/tracefs/guest-6.12/cxl/cxl_memory_module/format");
     const GENERAL_MEDIA: &str = include_str!("../../fixtures/tracefs/guest-6.12/cxl/cxl_general_media/format");
 
     #[test]
     fn reads_flag_and_symbol_tables_from_the_print_fmt() {
         let f = HealthFormat::parse(MEMORY_MODULE).unwrap();
-        assert_eq!(f.flags["health_status"], vec![(1, "MAINTENANCE_NEEDED".into()), (2, "PERFORMANCE_DEGRADED".into()), (4, "REPLACEMENT_NEEDED".into())]);
+        assert_eq!(
+            f.flags["health_status"],
+            vec![
+                (1, "MAINTENANCE_NEEDED".into()),
+                (2, "PERFORMANCE_DEGRADED".into()),
+                (4, "REPLACEMENT_NEEDED".into())
+            ]
+        );
         assert_eq!(f.flags["hdr_flags"][0], (4, "PERMANENT_CONDITION".into()));
         assert_eq!(f.symbols["media_status"][&3], "All Data Lost");
         assert_eq!(f.symbols["event_type"][&3], "Temperature Change");

@@ -85,7 +85,10 @@ pub fn parse_health_info(p: &[u8]) -> Option<HealthInfo> {
         health_status_bits: p[0],
         media_status: m::symbol(None, m::MEDIA_STATUS, i64::from(p[1])),
         media_status_code: p[1],
-        additional_status: m::additional_status(u64::from(p[2])).iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        additional_status: m::additional_status(u64::from(p[2]))
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         life_used_percent: life,
         temperature_c: (temp != 0xffff).then_some(temp as i16),
         dirty_shutdowns: u32_at(6),
@@ -105,20 +108,28 @@ pub fn advertises_health_info(cmds: &[CommandInfo]) -> bool {
 pub enum HealthInfoResult {
     Ok(HealthInfo),
     /// The device did not advertise the command.
-    NotSupported { reason: String },
+    NotSupported {
+        reason: String,
+    },
     /// The command could not be run (no device node, permission, mailbox error).
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 /// Asks `/dev/cxl/<memdev>` (under `dev_root`, normally `/dev`) for its health.
 pub fn read_health_info(dev_root: &Path, memdev: &str) -> HealthInfoResult {
     let path = dev_root.join("cxl").join(memdev);
-    let fail = |what: &str, e: std::io::Error| HealthInfoResult::Failed { reason: format!("{}: {what}: {e}", path.display()) };
+    let fail =
+        |what: &str, e: std::io::Error| HealthInfoResult::Failed { reason: format!("{}: {what}: {e}", path.display()) };
     let file = match File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return HealthInfoResult::Failed {
-                reason: format!("{} does not exist: is the cxl_mem driver bound to {memdev}? (modprobe cxl_mem)", path.display()),
+                reason: format!(
+                    "{} does not exist: is the cxl_mem driver bound to {memdev}? (modprobe cxl_mem)",
+                    path.display()
+                ),
             }
         }
         Err(e) => return fail("cannot open it (the mailbox needs root)", e),
@@ -128,7 +139,9 @@ pub fn read_health_info(dev_root: &Path, memdev: &str) -> HealthInfoResult {
         Err(e) => return fail("CXL_MEM_QUERY_COMMANDS failed", e),
     };
     if !advertises_health_info(&cmds) {
-        return HealthInfoResult::NotSupported { reason: "not supported by this device (Get Health Info is not in its command list)".into() };
+        return HealthInfoResult::NotSupported {
+            reason: "not supported by this device (Get Health Info is not in its command list)".into(),
+        };
     }
     let mut out = [0u8; HEALTH_INFO_LEN];
     let mut cmd = SendCommand {
@@ -144,11 +157,19 @@ pub fn read_health_info(dev_root: &Path, memdev: &str) -> HealthInfoResult {
         return fail("CXL_MEM_SEND_COMMAND (Get Health Info) failed", std::io::Error::last_os_error());
     }
     if cmd.retval != 0 {
-        return HealthInfoResult::Failed { reason: format!("{}: Get Health Info returned mailbox status {:#x}", path.display(), cmd.retval) };
+        return HealthInfoResult::Failed {
+            reason: format!("{}: Get Health Info returned mailbox status {:#x}", path.display(), cmd.retval),
+        };
     }
     match parse_health_info(&out[..(cmd.out_size as usize).min(HEALTH_INFO_LEN)]) {
         Some(h) => HealthInfoResult::Ok(h),
-        None => HealthInfoResult::Failed { reason: format!("{}: Get Health Info returned {} bytes, expected {HEALTH_INFO_LEN}", path.display(), cmd.out_size) },
+        None => HealthInfoResult::Failed {
+            reason: format!(
+                "{}: Get Health Info returned {} bytes, expected {HEALTH_INFO_LEN}",
+                path.display(),
+                cmd.out_size
+            ),
+        },
     }
 }
 

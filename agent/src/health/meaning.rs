@@ -56,7 +56,8 @@ pub const HDR_FLAGS: &[(u64, &str)] = &[
 ];
 
 /// General media / DRAM event descriptor bits.
-pub const DESCRIPTOR: &[(u64, &str)] = &[(1, "UNCORRECTABLE_EVENT"), (2, "THRESHOLD_EVENT"), (4, "POISON_LIST_OVERFLOW")];
+pub const DESCRIPTOR: &[(u64, &str)] =
+    &[(1, "UNCORRECTABLE_EVENT"), (2, "THRESHOLD_EVENT"), (4, "POISON_LIST_OVERFLOW")];
 pub const DPA_FLAGS: &[(u64, &str)] = &[(1, "VOLATILE"), (2, "NOT_REPAIRABLE")];
 
 pub const TRANSACTION_TYPE: &[(i64, &str)] = &[
@@ -69,7 +70,8 @@ pub const TRANSACTION_TYPE: &[(i64, &str)] = &[
     (6, "Internal Media Management"),
 ];
 pub const GENERAL_MEDIA_TYPE: &[(i64, &str)] = &[(0, "ECC Error"), (1, "Invalid Address"), (2, "Data Path Error")];
-pub const DRAM_TYPE: &[(i64, &str)] = &[(0, "ECC Error"), (1, "Scrub Media ECC Error"), (2, "Invalid Address"), (3, "Data Path Error")];
+pub const DRAM_TYPE: &[(i64, &str)] =
+    &[(0, "ECC Error"), (1, "Scrub Media ECC Error"), (2, "Invalid Address"), (3, "Data Path Error")];
 
 pub const MEMORY_MODULE_EVENT: &[(i64, &str)] = &[
     (0, "Health Status Change"),
@@ -80,7 +82,8 @@ pub const MEMORY_MODULE_EVENT: &[(i64, &str)] = &[
     (5, "LSA Error"),
 ];
 /// Health status bits (memory module events and Get Health Info).
-pub const HEALTH_STATUS: &[(u64, &str)] = &[(1, "MAINTENANCE_NEEDED"), (2, "PERFORMANCE_DEGRADED"), (4, "REPLACEMENT_NEEDED")];
+pub const HEALTH_STATUS: &[(u64, &str)] =
+    &[(1, "MAINTENANCE_NEEDED"), (2, "PERFORMANCE_DEGRADED"), (4, "REPLACEMENT_NEEDED")];
 pub const MEDIA_STATUS: &[(i64, &str)] = &[
     (0, "Normal"),
     (1, "Not Ready"),
@@ -97,11 +100,13 @@ pub const MEDIA_STATUS: &[(i64, &str)] = &[
 pub const MEDIA_FAILED: &[i64] = &[1, 3];
 
 pub const POISON_TRACE_TYPE: &[(i64, &str)] = &[(0, "List"), (1, "Inject"), (2, "Clear")];
-pub const POISON_SOURCE: &[(i64, &str)] = &[(0, "Unknown"), (1, "External"), (2, "Internal"), (3, "Injected"), (7, "Vendor")];
+pub const POISON_SOURCE: &[(i64, &str)] =
+    &[(0, "Unknown"), (1, "External"), (2, "Internal"), (3, "Injected"), (7, "Vendor")];
 pub const POISON_FLAGS: &[(u64, &str)] = &[(1, "More"), (2, "Overflow"), (4, "Scanning")];
 
 /// `enum hw_event_mc_err_type`.
-pub const MC_ERROR_TYPE: &[(i64, &str)] = &[(0, "Corrected"), (1, "Uncorrected"), (2, "Deferred"), (3, "Fatal"), (4, "Info")];
+pub const MC_ERROR_TYPE: &[(i64, &str)] =
+    &[(0, "Corrected"), (1, "Uncorrected"), (2, "Deferred"), (3, "Fatal"), (4, "Info")];
 
 pub fn mc_severity(error_type: i64) -> Severity {
     match error_type {

@@ -45,7 +45,12 @@ pub fn set_inventory(model: &mut HealthModel, t: &Topology) {
         .cxl_memdevs
         .iter()
         .map(|md| {
-            let mut nodes: Vec<u32> = t.cxl_regions.iter().filter(|r| r.memdevs.contains(&md.name)).flat_map(|r| r.nodes.iter().copied()).collect();
+            let mut nodes: Vec<u32> = t
+                .cxl_regions
+                .iter()
+                .filter(|r| r.memdevs.contains(&md.name))
+                .flat_map(|r| r.nodes.iter().copied())
+                .collect();
             nodes.sort_unstable();
             nodes.dedup();
             (md.clone(), nodes)
@@ -56,9 +61,6 @@ pub fn set_inventory(model: &mut HealthModel, t: &Topology) {
         model.address_map.block_bytes = b.block_size_bytes;
         model.address_map.node_of_block = b.node_of_block.clone();
     }
-    model.address_map.regions = t
-        .cxl_regions
-        .iter()
-        .filter_map(|r| Some((r.resource?, r.size_bytes?, *r.nodes.first()?)))
-        .collect();
+    model.address_map.regions =
+        t.cxl_regions.iter().filter_map(|r| Some((r.resource?, r.size_bytes?, *r.nodes.first()?))).collect();
 }

@@ -105,7 +105,12 @@ impl DeviceHealth {
     pub fn assess(&self) -> (DeviceState, Vec<String>) {
         let mut why: Vec<(DeviceState, String)> = self.raised.iter().map(|(w, s)| (*s, w.clone())).collect();
         if let Some(HealthInfoResult::Ok(h)) = &self.health_info {
-            why.extend(status_reasons("health info", u64::from(h.health_status_bits), i64::from(h.media_status_code), &h.additional_status));
+            why.extend(status_reasons(
+                "health info",
+                u64::from(h.health_status_bits),
+                i64::from(h.media_status_code),
+                &h.additional_status,
+            ));
         }
         if let Some(e) = &self.last_module_event {
             let bits = e.fields.get("health_status").and_then(|v| v.as_u64()).unwrap_or(0);
@@ -120,7 +125,10 @@ impl DeviceHealth {
         }
         if !self.poison.is_empty() {
             let bytes: u64 = self.poison.values().map(|p| p.length).sum();
-            why.push((DeviceState::Degraded, format!("{} poisoned range(s) listed ({bytes} bytes)", self.poison.len())));
+            why.push((
+                DeviceState::Degraded,
+                format!("{} poisoned range(s) listed ({bytes} bytes)", self.poison.len()),
+            ));
         }
         why.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         why.dedup();
@@ -287,7 +295,11 @@ pub fn state_word(s: DeviceState) -> &'static str {
 fn raised(e: &HealthEvent) -> Vec<(DeviceState, String)> {
     let mut out = Vec::new();
     let words = |k: &str| -> Vec<String> {
-        e.decoded.get(k).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+        e.decoded
+            .get(k)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
     };
     // Poison is judged from the device's list of ranges instead.
     match e.severity {
@@ -304,7 +316,9 @@ fn raised(e: &HealthEvent) -> Vec<(DeviceState, String)> {
         out.push((DeviceState::Degraded, format!("uncorrectable {} error", e.kind.as_str())));
     }
     match e.kind {
-        HealthKind::AerUncorrectable => out.push((DeviceState::Failed, "uncorrectable CXL protocol (AER) error".into())),
+        HealthKind::AerUncorrectable => {
+            out.push((DeviceState::Failed, "uncorrectable CXL protocol (AER) error".into()))
+        }
         HealthKind::Overflow => out.push((DeviceState::Degraded, "event log overflowed: records were lost".into())),
         _ => {}
     }

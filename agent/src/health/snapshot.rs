@@ -84,7 +84,11 @@ pub fn build(h: &HealthModel, processes: &BTreeMap<u32, Process>) -> HealthSnaps
                 }
             })
             .collect(),
-        events: h.events.iter().map(|e| EventSnapshot { processes_on_node: on_node(e.node), event: e.clone() }).collect(),
+        events: h
+            .events
+            .iter()
+            .map(|e| EventSnapshot { processes_on_node: on_node(e.node), event: e.clone() })
+            .collect(),
         events_by_kind: by_kind(&h.events_by_kind),
         events_by_severity: by_severity(&h.events_by_severity),
         edac: h.edac.clone(),

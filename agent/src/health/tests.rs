@@ -80,7 +80,10 @@ fn general_media_decodes_with_words_and_addresses() {
     let f = fmt(GENERAL_MEDIA);
     let e = decode(HealthSource::CxlGeneralMedia, &f, &general_media(&f), 7, 42);
     assert_eq!((e.kind, e.tracepoint.as_str()), (HealthKind::GeneralMedia, "cxl:cxl_general_media"));
-    assert_eq!((e.device.as_deref(), e.serial, e.dpa, e.hpa), (Some("mem0"), Some(0x1234), Some(0x1000), Some(0x5_d000_1000)));
+    assert_eq!(
+        (e.device.as_deref(), e.serial, e.dpa, e.hpa),
+        (Some("mem0"), Some(0x1234), Some(0x1000), Some(0x5_d000_1000))
+    );
     assert_eq!(e.region.as_deref(), Some("region0"));
     // Logged as informational, but the record's own severity (flags bits 1:0 = 1) is warning.
     assert_eq!(e.severity, Severity::Warning);
@@ -96,7 +99,10 @@ fn general_media_decodes_with_words_and_addresses() {
     assert_eq!(e.fields["hdr_uuid"], "00000000-0000-0000-0000-000000000000");
     assert!(!e.fields.contains_key("common_pid"));
     let j = serde_json::to_value(&e).unwrap();
-    assert_eq!((j["dpa"].as_str(), j["hpa"].as_str(), j["kind"].as_str()), (Some("0x1000"), Some("0x5d0001000"), Some("general_media")));
+    assert_eq!(
+        (j["dpa"].as_str(), j["hpa"].as_str(), j["kind"].as_str()),
+        (Some("0x1000"), Some("0x5d0001000"), Some("general_media"))
+    );
 }
 
 #[test]
@@ -113,7 +119,13 @@ fn fields_moved_added_or_missing_still_decode() {
     assert_ne!(moved, GENERAL_MEDIA);
     let f = fmt(&moved);
     assert_eq!((f.field("dpa").unwrap().offset, f.field("hpa").unwrap().offset), (104, 72));
-    let data = Record::new(&f).text("memdev", "mem1").int("dpa", 0x40).int("hpa", -1).int("cme_count", 9).int("transaction_type", 5).data;
+    let data = Record::new(&f)
+        .text("memdev", "mem1")
+        .int("dpa", 0x40)
+        .int("hpa", -1)
+        .int("cme_count", 9)
+        .int("transaction_type", 5)
+        .data;
     let e = decode(HealthSource::CxlGeneralMedia, &f, &data, 0, 0);
     assert_eq!((e.dpa, e.hpa, e.device.as_deref()), (Some(0x40), None, Some("mem1")), "~0 hpa means untranslated");
     assert_eq!(e.fields["cme_count"], 9, "an unknown field is kept raw");
@@ -137,7 +149,8 @@ fn fields_moved_added_or_missing_still_decode() {
 #[test]
 fn dram_uses_its_own_type_table_and_unknown_codes_stay_visible() {
     let f = fmt(DRAM);
-    let data = Record::new(&f).text("memdev", "mem0").int("type", 1).int("transaction_type", 0xc0).int("dpa", 0x2000).data;
+    let data =
+        Record::new(&f).text("memdev", "mem0").int("type", 1).int("transaction_type", 0xc0).int("dpa", 0x2000).data;
     let e = decode(HealthSource::CxlDram, &f, &data, 0, 0);
     assert_eq!(e.decoded["type"], "Scrub Media ECC Error");
     assert_eq!(e.decoded["transaction_type"], "reserved (0xc0)");
@@ -173,7 +186,10 @@ fn memory_module_decodes_health_media_life_and_temperature() {
     assert_eq!(e.decoded["additional_status"]["corrected_persistent_errors"], "Warning");
     assert_eq!(e.decoded["additional_status"]["device_temperature"], "Normal");
     assert_eq!((e.decoded["life_used_percent"].as_u64(), e.decoded["temperature_c"].as_i64()), (Some(30), Some(45)));
-    assert_eq!((e.decoded["dirty_shutdowns"].as_u64(), e.decoded["corrected_volatile_errors"].as_u64()), (Some(1), Some(5)));
+    assert_eq!(
+        (e.decoded["dirty_shutdowns"].as_u64(), e.decoded["corrected_volatile_errors"].as_u64()),
+        (Some(1), Some(5))
+    );
     // A negative temperature is a signed field.
     let cold = Record::new(&f).int("device_temp", -12).data;
     assert_eq!(decode(HealthSource::CxlMemoryModule, &f, &cold, 0, 0).decoded["temperature_c"], -12);
@@ -196,12 +212,19 @@ fn poison(f: &HealthFormat, dpa: i64, trace_type: i64) -> Vec<u8> {
 fn poison_decodes_and_each_range_counts_once_across_list_reads() {
     let f = fmt(POISON);
     let e = decode(HealthSource::CxlPoison, &f, &poison(&f, 0x2000, 0), 5, 99);
-    assert_eq!((e.dpa, e.hpa, e.length, e.region.as_deref()), (Some(0x2000), Some(0x5_d000_2000), Some(64), Some("region0")));
+    assert_eq!(
+        (e.dpa, e.hpa, e.length, e.region.as_deref()),
+        (Some(0x2000), Some(0x5_d000_2000), Some(64), Some("region0"))
+    );
     assert_eq!((e.decoded["trace_type"].as_str(), e.decoded["source"].as_str()), (Some("List"), Some("Injected")));
     assert_eq!(e.severity, Severity::Failure);
 
     let mut m = HealthModel {
-        address_map: AddressMap { block_bytes: 128 << 20, node_of_block: BTreeMap::from([(0x5_d000_0000 / (128 << 20), 2)]), regions: vec![] },
+        address_map: AddressMap {
+            block_bytes: 128 << 20,
+            node_of_block: BTreeMap::from([(0x5_d000_0000 / (128 << 20), 2)]),
+            regions: vec![],
+        },
         ..Default::default()
     };
     for _ in 0..3 {
@@ -229,14 +252,20 @@ fn device_state_follows_the_latest_module_report_and_keeps_raised_conditions() {
     let (state, why) = m.devices["mem0"].assess();
     assert_eq!(state, DeviceState::Failed);
     assert_eq!(why[0], "memory module event: REPLACEMENT_NEEDED");
-    assert!(why.iter().any(|w| w == "memory module event: media status All Data Loss in Event of Power Loss"), "{why:?}");
+    assert!(
+        why.iter().any(|w| w == "memory module event: media status All Data Loss in Event of Power Loss"),
+        "{why:?}"
+    );
     // A later report with a clean health byte and normal media clears those.
     let clean = Record::new(&mm).text("memdev", "mem0").int("event_type", 0).data;
     m.apply(decode(HealthSource::CxlMemoryModule, &mm, &clean, 2, 0));
     assert_eq!(m.devices["mem0"].assess(), (DeviceState::Ok, vec![]));
     // An uncorrectable media event stays raised.
     m.apply(decode(HealthSource::CxlGeneralMedia, &gm, &general_media(&gm), 3, 0));
-    assert_eq!(m.devices["mem0"].assess(), (DeviceState::Degraded, vec!["uncorrectable general_media error".to_string()]));
+    assert_eq!(
+        m.devices["mem0"].assess(),
+        (DeviceState::Degraded, vec!["uncorrectable general_media error".to_string()])
+    );
     assert_eq!(m.status_line(), "1 CXL memory device(s): 1 degraded");
     assert_eq!(m.events_by_kind[&HealthKind::MemoryModule], 2);
     assert_eq!(m.events_by_severity[&Severity::Warning], 2);
@@ -267,7 +296,13 @@ fn aer_overflow_and_truncated_records() {
     assert_eq!(m.devices["mem0"].assess().0, DeviceState::Failed);
 
     let f = fmt(OVERFLOW);
-    let e = decode(HealthSource::CxlOverflow, &f, &Record::new(&f).text("memdev", "mem0").int("log", 1).int("count", 17).data, 0, 0);
+    let e = decode(
+        HealthSource::CxlOverflow,
+        &f,
+        &Record::new(&f).text("memdev", "mem0").int("log", 1).int("count", 17).data,
+        0,
+        0,
+    );
     assert_eq!(e.summary, "the device's Warning event log overflowed: 17 records lost");
 }
 

@@ -142,8 +142,10 @@ impl NodeBuffer {
             // SAFETY: both lines lie inside the mapping; each line's first word holds its successor.
             unsafe { ptr.add(i * LINE).cast::<usize>().write(ptr.add(n as usize * LINE) as usize) };
         }
-        buf.huge_page_bytes =
-            std::fs::read_to_string("/proc/self/smaps").ok().and_then(|s| anon_huge_bytes(&s, ptr as usize)).unwrap_or(0);
+        buf.huge_page_bytes = std::fs::read_to_string("/proc/self/smaps")
+            .ok()
+            .and_then(|s| anon_huge_bytes(&s, ptr as usize))
+            .unwrap_or(0);
         buf.on_node_fraction = placement(ptr, len, node).map_err(|e| ProbeError::Placement { node, source: e })?;
         Ok(buf)
     }
@@ -181,7 +183,14 @@ fn map_aligned(len: usize) -> io::Result<*mut u8> {
     let over = len + HUGE;
     // SAFETY: a fresh anonymous mapping; the unaligned head and tail are given back below.
     let raw = unsafe {
-        libc::mmap(std::ptr::null_mut(), over, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            over,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
     };
     if raw == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
@@ -209,7 +218,9 @@ fn bind(ptr: *mut u8, len: usize, node: u32) -> io::Result<()> {
     // The kernel reads maxnode - 1 bits (an old off-by-one every caller follows).
     let maxnode = (words * 64 + 1) as libc::c_ulong;
     // SAFETY: the mask outlives the call; the range is our mapping.
-    let r = unsafe { libc::syscall(libc::SYS_mbind, ptr, len, MPOL_BIND, mask.as_ptr(), maxnode, MPOL_MF_STRICT | MPOL_MF_MOVE) };
+    let r = unsafe {
+        libc::syscall(libc::SYS_mbind, ptr, len, MPOL_BIND, mask.as_ptr(), maxnode, MPOL_MF_STRICT | MPOL_MF_MOVE)
+    };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -225,7 +236,15 @@ fn placement(ptr: *mut u8, len: usize, node: u32) -> io::Result<f64> {
     let mut status = vec![-1 as libc::c_int; n];
     // SAFETY: query only (nodes = NULL); the arrays hold n entries.
     let r = unsafe {
-        libc::syscall(libc::SYS_move_pages, 0, n as libc::c_ulong, addrs.as_ptr(), std::ptr::null::<libc::c_int>(), status.as_mut_ptr(), 0)
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            n as libc::c_ulong,
+            addrs.as_ptr(),
+            std::ptr::null::<libc::c_int>(),
+            status.as_mut_ptr(),
+            0,
+        )
     };
     if r < 0 {
         return Err(io::Error::last_os_error());
@@ -246,7 +265,8 @@ mod tests {
         assert_eq!(parse_cache_size(""), None);
         let e = |l, t: &str, s: &str| (l, t.to_string(), s.to_string());
         // This host's cpu0: L1d, L1i, L2, L3.
-        let host = [e(1, "Data", "32K"), e(1, "Instruction", "32K"), e(2, "Unified", "1024K"), e(3, "Unified", "32768K")];
+        let host =
+            [e(1, "Data", "32K"), e(1, "Instruction", "32K"), e(2, "Unified", "1024K"), e(3, "Unified", "32768K")];
         assert_eq!(last_level_cache(&host), Some(32 << 20));
         // An instruction cache never counts, however high its level.
         assert_eq!(last_level_cache(&[e(1, "Data", "48K"), e(2, "Instruction", "2048K")]), Some(48 << 10));

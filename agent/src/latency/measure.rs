@@ -29,7 +29,10 @@ pub fn allowed_cpus() -> Vec<u32> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
-        (0..8 * std::mem::size_of::<libc::cpu_set_t>()).filter(|&c| libc::CPU_ISSET(c, &set)).map(|c| c as u32).collect()
+        (0..8 * std::mem::size_of::<libc::cpu_set_t>())
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .map(|c| c as u32)
+            .collect()
     }
 }
 
@@ -107,7 +110,10 @@ pub fn stream(buf: &NodeBuffer, cpus: &[u32], passes: u32) -> io::Result<f64> {
             })
             .collect();
         start.wait();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("reader thread panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("reader thread panicked"))))
+            .collect()
     });
     per_thread.into_iter().sum()
 }

@@ -208,11 +208,15 @@ pub fn ranking(nodes: &[NodeResult]) -> Ranking {
     fn hmat(n: &NodeResult) -> Option<&HmatFigures> {
         n.hmat.as_ref()
     }
-    let lat: Vec<(u32, f64, Option<f64>)> =
-        nodes.iter().map(|n| (n.node, n.latency_ns.median, hmat(n).and_then(|h| h.read_latency_ns).map(|v| v as f64))).collect();
+    let lat: Vec<(u32, f64, Option<f64>)> = nodes
+        .iter()
+        .map(|n| (n.node, n.latency_ns.median, hmat(n).and_then(|h| h.read_latency_ns).map(|v| v as f64)))
+        .collect();
     // Bandwidth ranks the other way: negate both so "lower is faster" holds.
-    let bw: Vec<(u32, f64, Option<f64>)> =
-        nodes.iter().map(|n| (n.node, -n.bandwidth_gbps.median, hmat(n).and_then(|h| h.read_bandwidth_gbps).map(|v| -v))).collect();
+    let bw: Vec<(u32, f64, Option<f64>)> = nodes
+        .iter()
+        .map(|n| (n.node, -n.bandwidth_gbps.median, hmat(n).and_then(|h| h.read_bandwidth_gbps).map(|v| -v)))
+        .collect();
     Ranking {
         measured_latency_order: order.into_iter().map(|(n, _)| n).collect(),
         latency_agrees_with_hmat: stats::same_rank(&lat),
@@ -226,7 +230,10 @@ fn hmat_figures(n: &Node) -> Option<HmatFigures> {
         return None;
     }
     // The kernel reports MB/s (2^20 bytes); the probe reports 10^9 bytes/s.
-    Some(HmatFigures { read_latency_ns: h.read_latency_ns, read_bandwidth_gbps: h.read_bandwidth_mbps.map(|m| m as f64 * 1_048_576.0 / 1e9) })
+    Some(HmatFigures {
+        read_latency_ns: h.read_latency_ns,
+        read_bandwidth_gbps: h.read_bandwidth_mbps.map(|m| m as f64 * 1_048_576.0 / 1e9),
+    })
 }
 
 /// Measures the selected nodes. A node that cannot be measured (no memory, mbind refused) is
@@ -267,7 +274,14 @@ pub fn probe(t: &Topology, sysfs_root: &Path, opts: &ProbeOptions) -> Result<Pro
     Ok(ProbeReport { schema: SCHEMA, llc_bytes: llc, llc_source, repeats, nodes, tiers, ranking, skipped })
 }
 
-fn probe_node(t: &Topology, node: &Node, llc: u64, repeats: u32, opts: &ProbeOptions, allowed: &[u32]) -> Result<NodeResult, ProbeError> {
+fn probe_node(
+    t: &Topology,
+    node: &Node,
+    llc: u64,
+    repeats: u32,
+    opts: &ProbeOptions,
+    allowed: &[u32],
+) -> Result<NodeResult, ProbeError> {
     let initiator = initiator_of(t, node).ok_or(ProbeError::NoCpu { node: node.id })?;
     let mut cpus = usable_cpus(t, initiator, allowed);
     if cpus.is_empty() {
@@ -288,7 +302,8 @@ fn probe_node(t: &Topology, node: &Node, llc: u64, repeats: u32, opts: &ProbeOpt
             // fills the TLB and settles the CPU's clock.
             let loads = lines.min(8 << 20) / 8 * 8;
             measure::chase(&buf, loads / 2);
-            let lat: Vec<f64> = (0..repeats).filter_map(|_| stats::ns_per_load(measure::chase(&buf, loads), loads)).collect();
+            let lat: Vec<f64> =
+                (0..repeats).filter_map(|_| stats::ns_per_load(measure::chase(&buf, loads), loads)).collect();
             Ok((buf, lat))
         })
         .join()
@@ -303,7 +318,11 @@ fn probe_node(t: &Topology, node: &Node, llc: u64, repeats: u32, opts: &ProbeOpt
     let passes = stream_passes(first, buf.len() as u64);
     let mut bw = Vec::new();
     for _ in 0..repeats {
-        bw.push(measure::stream(&buf, &readers, passes).map_err(|e| ProbeError::Pin { node: node.id, cpu, source: e })?);
+        bw.push(measure::stream(&buf, &readers, passes).map_err(|e| ProbeError::Pin {
+            node: node.id,
+            cpu,
+            source: e,
+        })?);
     }
     let empty = || Repeats { median: 0.0, min: 0.0, max: 0.0, spread_pct: 0.0, samples: vec![] };
     Ok(NodeResult {
@@ -371,20 +390,25 @@ mod tests {
         ];
         let t = by_tier(&n);
         assert_eq!(t.len(), 2);
-        assert_eq!((t[0].tier, t[0].nodes.clone(), t[0].latency_ns, t[0].bandwidth_gbps), (Tier::Dram, vec![0, 1], 100.0, 19.0));
+        assert_eq!(
+            (t[0].tier, t[0].nodes.clone(), t[0].latency_ns, t[0].bandwidth_gbps),
+            (Tier::Dram, vec![0, 1], 100.0, 19.0)
+        );
         assert_eq!((t[1].tier, t[1].latency_ns), (Tier::Cxl, 250.0));
         assert!(by_tier(&[]).is_empty());
     }
 
     #[test]
     fn ranking_against_hmat() {
-        let agree = [result(0, Tier::Dram, 90.0, 20.0, Some((100, 21.0))), result(1, Tier::Cxl, 250.0, 5.0, Some((300, 5.3)))];
+        let agree =
+            [result(0, Tier::Dram, 90.0, 20.0, Some((100, 21.0))), result(1, Tier::Cxl, 250.0, 5.0, Some((300, 5.3)))];
         let r = ranking(&agree);
         assert_eq!(r.measured_latency_order, vec![0, 1]);
         assert_eq!(r.latency_agrees_with_hmat, Some(true));
         assert_eq!(r.bandwidth_agrees_with_hmat, Some(true));
         // Emulated memory: both nodes equally fast, node 1 a hair quicker.
-        let flat = [result(0, Tier::Dram, 90.0, 5.0, Some((100, 21.0))), result(1, Tier::Cxl, 89.0, 5.1, Some((300, 5.3)))];
+        let flat =
+            [result(0, Tier::Dram, 90.0, 5.0, Some((100, 21.0))), result(1, Tier::Cxl, 89.0, 5.1, Some((300, 5.3)))];
         let r = ranking(&flat);
         assert_eq!(r.measured_latency_order, vec![1, 0]);
         assert_eq!(r.latency_agrees_with_hmat, Some(false));
@@ -401,7 +425,11 @@ mod tests {
     fn hmat_megabytes_become_gigabytes() {
         let mut t = Topology::read(Path::new("/nonexistent"));
         assert!(t.nodes.is_empty());
-        let f = crate::topology::Hmat { read_latency_ns: Some(100), read_bandwidth_mbps: Some(20480), ..Default::default() };
+        let f = crate::topology::Hmat {
+            read_latency_ns: Some(100),
+            read_bandwidth_mbps: Some(20480),
+            ..Default::default()
+        };
         t.nodes.push(Node { hmat: Some(f), ..test_node(0) });
         let h = hmat_figures(&t.nodes[0]).unwrap();
         assert_eq!(h.read_latency_ns, Some(100));
@@ -415,7 +443,12 @@ mod tests {
         t.nodes = vec![
             Node { cpus: vec![0, 1], distances: vec![10, 20, 30], ..test_node(0) },
             Node { cpus: vec![], distances: vec![20, 10, 25], ..test_node(1) },
-            Node { cpus: vec![], distances: vec![30, 25, 10], hmat: Some(crate::topology::Hmat { initiators: vec![0], ..Default::default() }), ..test_node(2) },
+            Node {
+                cpus: vec![],
+                distances: vec![30, 25, 10],
+                hmat: Some(crate::topology::Hmat { initiators: vec![0], ..Default::default() }),
+                ..test_node(2)
+            },
         ];
         t.masks.online = Some(vec![0, 1, 2]);
         assert_eq!(initiator_of(&t, &t.nodes[0]), Some(0));
@@ -432,7 +465,8 @@ mod tests {
     fn unknown_node_is_an_error_naming_the_nodes_there_are() {
         let mut t = Topology::read(Path::new("/nonexistent"));
         t.nodes = vec![test_node(0)];
-        let e = probe(&t, Path::new("/nonexistent"), &ProbeOptions { nodes: vec![7], ..Default::default() }).unwrap_err();
+        let e =
+            probe(&t, Path::new("/nonexistent"), &ProbeOptions { nodes: vec![7], ..Default::default() }).unwrap_err();
         assert_eq!(e.to_string(), "node 7 does not exist here (nodes with memory: [0]); pick one of those with --node");
         // A node without memory is skipped with the reason, not measured.
         t.nodes[0].has_memory = false;

@@ -4,8 +4,15 @@ use serde::Serialize;
 /// A discrete event, already decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Exec { tgid: u32, comm: String, ts_ns: u64 },
-    Exit { tgid: u32, ts_ns: u64 },
+    Exec {
+        tgid: u32,
+        comm: String,
+        ts_ns: u64,
+    },
+    Exit {
+        tgid: u32,
+        ts_ns: u64,
+    },
     Policy(PolicyDecision),
     NumaMove(NumaMove),
     /// A CXL/RAS health event.

@@ -64,7 +64,11 @@ impl Log2Histogram {
 }
 
 fn upper(i: usize) -> u64 {
-    if i >= 63 { u64::MAX } else { (2u64 << i) - 1 }
+    if i >= 63 {
+        u64::MAX
+    } else {
+        (2u64 << i) - 1
+    }
 }
 
 #[cfg(test)]

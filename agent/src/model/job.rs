@@ -33,9 +33,18 @@ pub struct Rank {
     pub world_size: Option<u32>,
 }
 
-const LAUNCHER_WORDS: &[&str] = &["torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "accelerate launch", "accelerate-launch"];
-const TRAINING_WORDS: &[&str] = &["torch", "deepspeed", "megatron", "accelerate", "lightning", "transformers", "jax", "train"];
-const TRAINING_ENV: &[&str] = &["RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "DEEPSPEED_RANK", "MEGATRON_", "ACCELERATE_"];
+const LAUNCHER_WORDS: &[&str] = &[
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "deepspeed",
+    "accelerate launch",
+    "accelerate-launch",
+];
+const TRAINING_WORDS: &[&str] =
+    &["torch", "deepspeed", "megatron", "accelerate", "lightning", "transformers", "jax", "train"];
+const TRAINING_ENV: &[&str] =
+    &["RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "DEEPSPEED_RANK", "MEGATRON_", "ACCELERATE_"];
 
 fn env<'a>(environ: &'a [(String, String)], key: &str) -> Option<&'a str> {
     environ.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -46,7 +55,8 @@ fn env<'a>(environ: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// the user's pattern.
 pub fn classify(f: &ProcessFacts<'_>) -> Option<TrainingRole> {
     let cmd = f.cmdline.to_ascii_lowercase();
-    let has_rank_env = f.environ.iter().any(|(k, _)| TRAINING_ENV.iter().any(|t| k == t || (t.ends_with('_') && k.starts_with(t))));
+    let has_rank_env =
+        f.environ.iter().any(|(k, _)| TRAINING_ENV.iter().any(|t| k == t || (t.ends_with('_') && k.starts_with(t))));
     let launcher_cmd = LAUNCHER_WORDS.iter().any(|w| cmd.contains(w)) || f.comm == "torchrun" || f.comm == "deepspeed";
     // A launcher has no rank of its own; its workers do (torchrun sets RANK only in children).
     if launcher_cmd && env(f.environ, "RANK").is_none() && env(f.environ, "LOCAL_RANK").is_none() {
@@ -91,7 +101,12 @@ pub fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
 
 /// Whether a /proc/PID/maps text shows a training runtime loaded.
 pub fn maps_show_training_runtime(maps: &str) -> bool {
-    maps.lines().any(|l| l.contains("libtorch_cpu.so") || l.contains("libtorch_python.so") || l.contains("libjax") || l.contains("libtensorflow"))
+    maps.lines().any(|l| {
+        l.contains("libtorch_cpu.so")
+            || l.contains("libtorch_python.so")
+            || l.contains("libjax")
+            || l.contains("libtensorflow")
+    })
 }
 
 #[cfg(test)]
@@ -107,9 +122,27 @@ mod tests {
         let none = envs(&[]);
         let worker_env = envs(&[("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")]);
         let cases: &[(&str, &str, &[(String, String)], bool, Option<TrainingRole>)] = &[
-            ("torchrun", "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py", &none, false, Some(TrainingRole::Launcher)),
-            ("python3", "python3 -m torch.distributed.run --nproc_per_node=2 train.py", &none, false, Some(TrainingRole::Launcher)),
-            ("deepspeed", "/usr/bin/python3 /usr/local/bin/deepspeed train.py", &none, false, Some(TrainingRole::Launcher)),
+            (
+                "torchrun",
+                "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py",
+                &none,
+                false,
+                Some(TrainingRole::Launcher),
+            ),
+            (
+                "python3",
+                "python3 -m torch.distributed.run --nproc_per_node=2 train.py",
+                &none,
+                false,
+                Some(TrainingRole::Launcher),
+            ),
+            (
+                "deepspeed",
+                "/usr/bin/python3 /usr/local/bin/deepspeed train.py",
+                &none,
+                false,
+                Some(TrainingRole::Launcher),
+            ),
             ("python3", "/usr/bin/python3 -u train.py --local-rank=1", &worker_env, false, Some(TrainingRole::Worker)),
             ("pt_main_thread", "/usr/bin/python3 model.py", &none, true, Some(TrainingRole::Worker)),
             ("python3", "python3 -c import torch; torch.zeros(1)", &none, false, Some(TrainingRole::Worker)),
@@ -138,7 +171,9 @@ mod tests {
 
     #[test]
     fn finds_torch_in_maps() {
-        assert!(maps_show_training_runtime("7f00-7f10 r-xp 0 08:01 1 /usr/lib/python3/dist-packages/torch/lib/libtorch_cpu.so\n"));
+        assert!(maps_show_training_runtime(
+            "7f00-7f10 r-xp 0 08:01 1 /usr/lib/python3/dist-packages/torch/lib/libtorch_cpu.so\n"
+        ));
         assert!(!maps_show_training_runtime("7f00-7f10 r-xp 0 08:01 1 /usr/lib/libc.so.6\n"));
     }
 }

@@ -14,8 +14,16 @@ pub struct MigrationNames {
 impl Default for MigrationNames {
     fn default() -> Self {
         let reasons = [
-            "compaction", "memory_failure", "memory_hotplug", "syscall_or_cpuset", "mempolicy_mbind",
-            "numa_misplaced", "contig_range", "longterm_pin", "demotion", "damon",
+            "compaction",
+            "memory_failure",
+            "memory_hotplug",
+            "syscall_or_cpuset",
+            "mempolicy_mbind",
+            "numa_misplaced",
+            "contig_range",
+            "longterm_pin",
+            "demotion",
+            "damon",
         ];
         let modes = ["MIGRATE_ASYNC", "MIGRATE_SYNC_LIGHT", "MIGRATE_SYNC"];
         MigrationNames {

@@ -187,7 +187,13 @@ impl Model {
     }
 
     /// Records what classification decided for a process.
-    pub fn set_training(&mut self, tgid: u32, role: Option<job::TrainingRole>, rank: job::Rank, run_id: Option<String>) {
+    pub fn set_training(
+        &mut self,
+        tgid: u32,
+        role: Option<job::TrainingRole>,
+        rank: job::Rank,
+        run_id: Option<String>,
+    ) {
         let p = self.process(tgid);
         p.role = role;
         p.rank = rank;
@@ -217,7 +223,8 @@ impl Model {
             }
             let name = match launcher {
                 Some(l) => {
-                    let run_id = self.processes.values().filter(|w| w.ppid == l || w.tgid == l).find_map(|w| w.run_id.clone());
+                    let run_id =
+                        self.processes.values().filter(|w| w.ppid == l || w.tgid == l).find_map(|w| w.run_id.clone());
                     let lp = &self.processes[&l];
                     run_id.unwrap_or_else(|| job::job_name(&lp.comm, l, &[]))
                 }
@@ -330,7 +337,12 @@ mod tests {
         m.set_identity(300, "bash", "bash", 1);
         m.set_training(100, Some(TrainingRole::Launcher), Rank::default(), None);
         for (pid, r) in [(101, 0), (102, 1)] {
-            m.set_training(pid, Some(TrainingRole::Worker), Rank { rank: Some(r), local_rank: Some(r), world_size: Some(2) }, None);
+            m.set_training(
+                pid,
+                Some(TrainingRole::Worker),
+                Rank { rank: Some(r), local_rank: Some(r), world_size: Some(2) },
+                None,
+            );
         }
         m.set_training(200, Some(TrainingRole::Worker), Rank::default(), None);
         m.assign_jobs();
@@ -364,8 +376,16 @@ mod tests {
         m.apply_event(Event::Exec { tgid: 5, comm: "python3".into(), ts_ns: 1 });
         for i in 0..(process::POLICY_HISTORY as u64 + 3) {
             m.apply_event(Event::Policy(event::PolicyDecision {
-                tgid: 5, tid: 5, ts_ns: i, syscall: "mbind", mode: Some("MPOL_BIND".into()),
-                flags: vec![], nodes: vec![1], start: None, len: None, target_pid: None,
+                tgid: 5,
+                tid: 5,
+                ts_ns: i,
+                syscall: "mbind",
+                mode: Some("MPOL_BIND".into()),
+                flags: vec![],
+                nodes: vec![1],
+                start: None,
+                len: None,
+                target_pid: None,
             }));
         }
         m.apply_event(Event::Exit { tgid: 5, ts_ns: 99 });

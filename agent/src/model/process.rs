@@ -105,6 +105,9 @@ impl Process {
 
     /// Whether the kernel saw this process do anything memory-related.
     pub fn active(&self) -> bool {
-        self.faults > 0 || !self.alloc_pages_by_node.is_empty() || !self.migrations.is_empty() || !self.policy_events.is_empty()
+        self.faults > 0
+            || !self.alloc_pages_by_node.is_empty()
+            || !self.migrations.is_empty()
+            || !self.policy_events.is_empty()
     }
 }

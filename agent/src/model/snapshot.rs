@@ -159,9 +159,8 @@ fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
 }
 
 pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) -> Snapshot {
-    let tier_of = |node: u32| {
-        ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone())
-    };
+    let tier_of =
+        |node: u32| ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone());
     // A selected process brings its whole job along (a matched launcher, its ranks).
     let jobs: std::collections::BTreeSet<&str> =
         model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.as_deref()).collect();
@@ -242,8 +241,12 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             (reason.clone(), MigrationSnapshot { totals: *t, latency })
         })
         .collect();
-    let mut drops: BTreeMap<String, u64> =
-        model.kernel_stats.iter().filter(|(k, _)| **k != "agent_filtered").map(|(k, v)| (format!("kernel.{k}"), *v)).collect();
+    let mut drops: BTreeMap<String, u64> = model
+        .kernel_stats
+        .iter()
+        .filter(|(k, _)| **k != "agent_filtered")
+        .map(|(k, v)| (format!("kernel.{k}"), *v))
+        .collect();
     drops.insert("agent.event_channel_full".into(), ctx.channel_dropped);
     Snapshot {
         schema: SCHEMA,
@@ -273,8 +276,15 @@ mod tests {
 
     fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
         SnapshotContext {
-            host: "h".into(), kernel: "k".into(), duration_s: 3.0, nodes, page_size: 4096,
-            programs: vec![], channel_dropped: 2, now_ns: 5_000_000_000, site_sample_every: 4,
+            host: "h".into(),
+            kernel: "k".into(),
+            duration_s: 3.0,
+            nodes,
+            page_size: 4096,
+            programs: vec![],
+            channel_dropped: 2,
+            now_ns: 5_000_000_000,
+            site_sample_every: 4,
         }
     }
 
@@ -293,7 +303,12 @@ mod tests {
         });
         let r = NumaResidency { pages_by_node: [(0, 100), (2, 8192), (5, 1)].into(), ..Default::default() };
         m.set_residency(10, r, 4_000_000_000);
-        let mut rd = CounterReading { at_ns: 2, faults: [(10, 5)].into(), allocs: [((10, 2), 8192)].into(), ..Default::default() };
+        let mut rd = CounterReading {
+            at_ns: 2,
+            faults: [(10, 5)].into(),
+            allocs: [((10, 2), 8192)].into(),
+            ..Default::default()
+        };
         rd.cxl_sites = [((10, 1), 10), ((10, 2), 30)].into();
         m.apply_reading(&rd);
         m.set_site_frames(10, 2, vec!["alloc_optimizer_state+0x1f (train)".into()]);

@@ -65,8 +65,10 @@ pub struct TieringSnapshot {
 }
 
 fn window(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>, dt_s: f64) -> CounterWindow {
-    let delta: BTreeMap<String, u64> = b.iter().map(|(k, &v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(v)))).collect();
-    let per_s = if dt_s > 0.0 { delta.iter().map(|(k, &v)| (k.clone(), v as f64 / dt_s)).collect() } else { BTreeMap::new() };
+    let delta: BTreeMap<String, u64> =
+        b.iter().map(|(k, &v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(v)))).collect();
+    let per_s =
+        if dt_s > 0.0 { delta.iter().map(|(k, &v)| (k.clone(), v as f64 / dt_s)).collect() } else { BTreeMap::new() };
     CounterWindow { delta, per_s }
 }
 
@@ -92,14 +94,14 @@ impl Tiering {
     fn between(a: &VmstatReading, b: &VmstatReading) -> TieringSnapshot {
         let dt = secs(a, b);
         let system = window(&a.system, &b.system, dt);
-        let by_node = b
-            .by_node
-            .iter()
-            .map(|(n, c)| (n.to_string(), window(a.by_node.get(n).unwrap_or(c), c, dt)))
-            .collect();
+        let by_node =
+            b.by_node.iter().map(|(n, c)| (n.to_string(), window(a.by_node.get(n).unwrap_or(c), c, dt))).collect();
         TieringSnapshot {
             window_s: dt,
-            hint_faults_local_pct: pct(system.delta.get("numa_hint_faults_local"), system.delta.get("numa_hint_faults")),
+            hint_faults_local_pct: pct(
+                system.delta.get("numa_hint_faults_local"),
+                system.delta.get("numa_hint_faults"),
+            ),
             promote_success_pct: pct(system.delta.get("pgpromote_success"), system.delta.get("pgpromote_candidate")),
             system,
             by_node,
@@ -139,15 +141,42 @@ mod tests {
     fn deltas_rates_and_ratios_over_the_session_and_the_last_interval() {
         let mut t = Tiering::default();
         assert!(t.since_start().is_none());
-        t.apply(reading(10, &[("numa_hint_faults", 1000), ("numa_hint_faults_local", 900), ("pgpromote_candidate", 50), ("pgpromote_success", 10)], &[("pgdemote_kswapd", 7)]));
+        t.apply(reading(
+            10,
+            &[
+                ("numa_hint_faults", 1000),
+                ("numa_hint_faults_local", 900),
+                ("pgpromote_candidate", 50),
+                ("pgpromote_success", 10),
+            ],
+            &[("pgdemote_kswapd", 7)],
+        ));
         let one = t.since_start().unwrap();
         assert_eq!(one.window_s, 0.0);
         assert_eq!(one.system.delta["numa_hint_faults"], 0);
         assert!(one.system.per_s.is_empty(), "no rate over an empty window");
         assert_eq!(one.hint_faults_local_pct, None);
         assert!(t.last_interval().is_none());
-        t.apply(reading(12, &[("numa_hint_faults", 1400), ("numa_hint_faults_local", 1200), ("pgpromote_candidate", 150), ("pgpromote_success", 70)], &[("pgdemote_kswapd", 207)]));
-        t.apply(reading(14, &[("numa_hint_faults", 1600), ("numa_hint_faults_local", 1250), ("pgpromote_candidate", 150), ("pgpromote_success", 70)], &[("pgdemote_kswapd", 407)]));
+        t.apply(reading(
+            12,
+            &[
+                ("numa_hint_faults", 1400),
+                ("numa_hint_faults_local", 1200),
+                ("pgpromote_candidate", 150),
+                ("pgpromote_success", 70),
+            ],
+            &[("pgdemote_kswapd", 207)],
+        ));
+        t.apply(reading(
+            14,
+            &[
+                ("numa_hint_faults", 1600),
+                ("numa_hint_faults_local", 1250),
+                ("pgpromote_candidate", 150),
+                ("pgpromote_success", 70),
+            ],
+            &[("pgdemote_kswapd", 407)],
+        ));
         let s = t.since_start().unwrap();
         assert_eq!(s.window_s, 4.0);
         assert_eq!(s.system.delta["numa_hint_faults"], 600);
@@ -168,7 +197,11 @@ mod tests {
         let mut t = Tiering::default();
         t.apply(reading(1, &[("numa_hint_faults", 10)], &[]));
         // A node onlined mid-session (CXL region) and a counter that went down (never should).
-        t.apply(VmstatReading { at_ns: 2_000_000_000, system: m(&[("numa_hint_faults", 5), ("pgdemote_direct", 3)]), by_node: [(2, m(&[("pgpromote_success", 9)]))].into() });
+        t.apply(VmstatReading {
+            at_ns: 2_000_000_000,
+            system: m(&[("numa_hint_faults", 5), ("pgdemote_direct", 3)]),
+            by_node: [(2, m(&[("pgpromote_success", 9)]))].into(),
+        });
         let s = t.since_start().unwrap();
         assert_eq!(s.system.delta["numa_hint_faults"], 0);
         assert_eq!(s.system.delta["pgdemote_direct"], 0, "counted from its first sighting");

@@ -79,12 +79,7 @@ fn config_tiers(nodes: &[Node], overrides: &TierOverrides, problems: &mut Vec<St
             out.insert(id, tier);
         }
     }
-    let both: Vec<u32> = overrides
-        .cxl
-        .iter()
-        .copied()
-        .filter(|id| overrides.dram.contains(id))
-        .collect();
+    let both: Vec<u32> = overrides.cxl.iter().copied().filter(|id| overrides.dram.contains(id)).collect();
     if !both.is_empty() {
         problems.push(format!(
             "config [tiers]: node(s) {} listed as both cxl and dram; ignoring those entries. Keep each node in one list",
@@ -94,11 +89,7 @@ fn config_tiers(nodes: &[Node], overrides: &TierOverrides, problems: &mut Vec<St
             out.remove(id);
         }
     }
-    let unknown: Vec<u32> = out
-        .keys()
-        .copied()
-        .filter(|id| !nodes.iter().any(|n| n.id == *id))
-        .collect();
+    let unknown: Vec<u32> = out.keys().copied().filter(|id| !nodes.iter().any(|n| n.id == *id)).collect();
     if !unknown.is_empty() {
         problems.push(format!(
             "config [tiers] names node(s) {} that this machine does not have; check the node ids with `tierscope topology`",
@@ -113,10 +104,7 @@ fn config_tiers(nodes: &[Node], overrides: &TierOverrides, problems: &mut Vec<St
 pub fn cxl_evidence(regions: &[CxlRegion], dax: &[DaxDevice], blocks: Option<&MemoryBlocks>) -> BTreeMap<u32, String> {
     let mut out: BTreeMap<u32, String> = BTreeMap::new();
     for region in regions {
-        for d in dax
-            .iter()
-            .filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str()))
-        {
+        for d in dax.iter().filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str())) {
             if let Some(node) = d.target_node {
                 out.entry(node)
                     .or_insert_with(|| format!("CXL region {} ({} target_node {node})", region.name, d.name));
@@ -126,10 +114,7 @@ pub fn cxl_evidence(regions: &[CxlRegion], dax: &[DaxDevice], blocks: Option<&Me
             for (node, ids) in cxl::nodes_of_range(region, blocks) {
                 let (first, last) = (ids.first().copied().unwrap_or(0), ids.last().copied().unwrap_or(0));
                 out.entry(node).or_insert_with(|| {
-                    format!(
-                        "CXL region {} (memory blocks {first}-{last} on node {node})",
-                        region.name
-                    )
+                    format!("CXL region {} (memory blocks {first}-{last} on node {node})", region.name)
                 });
             }
         }
@@ -154,28 +139,13 @@ fn kernel_tiers(nodes: &[Node], memory_tiers: &[MemoryTier]) -> BTreeMap<u32, (T
     let next_slower = tiers.iter().find(|t| t.id > dram).map(|t| t.id);
     for t in &tiers {
         let (tier, words) = if t.id > dram {
-            (
-                Tier::Cxl,
-                format!("memory_tier{} (kernel) vs faster memory_tier{dram}", t.id),
-            )
+            (Tier::Cxl, format!("memory_tier{} (kernel) vs faster memory_tier{dram}", t.id))
         } else if t.id < dram {
-            (
-                Tier::Dram,
-                format!(
-                    "memory_tier{} (kernel), faster than memory_tier{dram} of the CPU nodes",
-                    t.id
-                ),
-            )
+            (Tier::Dram, format!("memory_tier{} (kernel), faster than memory_tier{dram} of the CPU nodes", t.id))
         } else if let Some(slower) = next_slower {
-            (
-                Tier::Dram,
-                format!("memory_tier{dram} (kernel) vs slower memory_tier{slower}"),
-            )
+            (Tier::Dram, format!("memory_tier{dram} (kernel) vs slower memory_tier{slower}"))
         } else {
-            (
-                Tier::Dram,
-                format!("memory_tier{dram} (kernel), the slowest tier, holds the CPU nodes"),
-            )
+            (Tier::Dram, format!("memory_tier{dram} (kernel), the slowest tier, holds the CPU nodes"))
         };
         for &n in &t.nodes {
             out.entry(n).or_insert_with(|| (tier, words.clone()));
@@ -193,17 +163,11 @@ fn hmat_tiers(nodes: &[Node]) -> BTreeMap<u32, (Tier, String)> {
     let mut out = BTreeMap::new();
     let perf = |n: &Node| {
         let h = n.hmat.as_ref()?;
-        let (lat, bw) = (
-            h.read_latency_ns.filter(|&v| v > 0),
-            h.read_bandwidth_mbps.filter(|&v| v > 0),
-        );
+        let (lat, bw) = (h.read_latency_ns.filter(|&v| v > 0), h.read_bandwidth_mbps.filter(|&v| v > 0));
         (lat.is_some() || bw.is_some()).then_some((lat, bw))
     };
-    let candidates: Vec<(&Node, ReadPerf)> = nodes
-        .iter()
-        .filter(|n| n.online && n.has_memory)
-        .filter_map(|n| Some((n, perf(n)?)))
-        .collect();
+    let candidates: Vec<(&Node, ReadPerf)> =
+        nodes.iter().filter(|n| n.online && n.has_memory).filter_map(|n| Some((n, perf(n)?))).collect();
     if candidates.len() < 2 {
         return out;
     }
@@ -240,18 +204,9 @@ fn hmat_tiers(nodes: &[Node]) -> BTreeMap<u32, (Tier, String)> {
         let words = if node.id == reference.id {
             format!("HMAT {}, fastest node with CPUs", describe(*lat, *bw))
         } else {
-            format!(
-                "HMAT {} vs node {}'s {}",
-                describe(*lat, *bw),
-                reference.id,
-                describe(ref_lat, ref_bw)
-            )
+            format!("HMAT {} vs node {}'s {}", describe(*lat, *bw), reference.id, describe(ref_lat, ref_bw))
         };
-        let tier = if ratio > HMAT_SLOWER_RATIO {
-            Tier::Cxl
-        } else {
-            Tier::Dram
-        };
+        let tier = if ratio > HMAT_SLOWER_RATIO { Tier::Cxl } else { Tier::Dram };
         out.insert(node.id, (tier, words));
     }
     out
@@ -285,21 +240,11 @@ mod tests {
     }
 
     fn hmat(lat: u64, bw: u64) -> Option<Hmat> {
-        Some(Hmat {
-            initiators: vec![0],
-            read_latency_ns: Some(lat),
-            read_bandwidth_mbps: Some(bw),
-            ..Hmat::default()
-        })
+        Some(Hmat { initiators: vec![0], read_latency_ns: Some(lat), read_bandwidth_mbps: Some(bw), ..Hmat::default() })
     }
 
     fn tiers(list: &[(u32, &[u32])]) -> Vec<MemoryTier> {
-        list.iter()
-            .map(|(id, nodes)| MemoryTier {
-                id: *id,
-                nodes: nodes.to_vec(),
-            })
-            .collect()
+        list.iter().map(|(id, nodes)| MemoryTier { id: *id, nodes: nodes.to_vec() }).collect()
     }
 
     fn run(
@@ -311,10 +256,7 @@ mod tests {
         let cxl: BTreeMap<u32, String> = cxl.iter().map(|(n, s)| (*n, s.to_string())).collect();
         let mut problems = Vec::new();
         classify(nodes, mt, &cxl, ov, &mut problems);
-        (
-            nodes.iter().map(|n| (n.id, n.tier, n.tier_evidence.clone())).collect(),
-            problems,
-        )
+        (nodes.iter().map(|n| (n.id, n.tier, n.tier_evidence.clone())).collect(), problems)
     }
 
     #[test]
@@ -327,19 +269,10 @@ mod tests {
             n
         };
         let none = TierOverrides::default();
-        let cfg = TierOverrides {
-            cxl: vec![0],
-            dram: vec![],
-        };
+        let cfg = TierOverrides { cxl: vec![0], dram: vec![] };
         let t2 = tiers(&[(4, &[0]), (54, &[1])]);
-        type Case<'a> = (
-            &'a str,
-            Vec<Node>,
-            Vec<MemoryTier>,
-            Vec<(u32, &'a str)>,
-            &'a TierOverrides,
-            [(Tier, &'a str); 2],
-        );
+        type Case<'a> =
+            (&'a str, Vec<Node>, Vec<MemoryTier>, Vec<(u32, &'a str)>, &'a TierOverrides, [(Tier, &'a str); 2]);
         let cases: Vec<Case> = vec![
             ("config wins", two(), t2.clone(), vec![(1, "CXL region region0 (dax0.0 target_node 1)")], &cfg,
              [(Tier::Cxl, "config [tiers] cxl"), (Tier::Cxl, "CXL region region0 (dax0.0 target_node 1)")]),
@@ -356,12 +289,7 @@ mod tests {
         for (name, mut nodes, mt, cxl, ov, want) in cases {
             let (got, _) = run(&mut nodes, &mt, &cxl, ov);
             for (i, (tier, words)) in want.iter().enumerate() {
-                assert_eq!(
-                    (got[i].1, got[i].2.as_str()),
-                    (*tier, *words),
-                    "{name}: node {}",
-                    got[i].0
-                );
+                assert_eq!((got[i].1, got[i].2.as_str()), (*tier, *words), "{name}: node {}", got[i].0);
             }
         }
     }
@@ -381,12 +309,7 @@ mod tests {
         let mut offline = node(3, &[], false);
         offline.online = false;
         let mut nodes = vec![node(0, &[0], true), node(1, &[2], false), node(2, &[], false), offline];
-        let (got, _) = run(
-            &mut nodes,
-            &tiers(&[(4, &[0]), (54, &[])]),
-            &[],
-            &TierOverrides::default(),
-        );
+        let (got, _) = run(&mut nodes, &tiers(&[(4, &[0]), (54, &[])]), &[], &TierOverrides::default());
         let want = [
             (Tier::Dram, "has CPUs and memory"),
             (Tier::Unknown, "no memory (CPUs only)"),
@@ -400,10 +323,7 @@ mod tests {
         unread[1].cpus_known = false;
         unread[1].memory_known = false;
         let (got, _) = run(&mut unread, &[], &[], &TierOverrides::default());
-        assert_eq!(
-            got[1].2,
-            "cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable"
-        );
+        assert_eq!(got[1].2, "cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable");
         let mut single = vec![node(0, &[0, 1], true)];
         let (got, _) = run(&mut single, &tiers(&[(4, &[0])]), &[], &TierOverrides::default());
         assert_eq!((got[0].1, got[0].2.as_str()), (Tier::Dram, "only node, has CPUs"));
@@ -412,18 +332,12 @@ mod tests {
     #[test]
     fn bad_overrides_are_reported_and_ignored() {
         let mut nodes = vec![node(0, &[0], true), node(1, &[], true)];
-        let ov = TierOverrides {
-            cxl: vec![1, 7],
-            dram: vec![1],
-        };
+        let ov = TierOverrides { cxl: vec![1, 7], dram: vec![1] };
         let (got, problems) = run(&mut nodes, &[], &[], &ov);
         assert_eq!((got[1].1, got[1].2.as_str()), (Tier::Cxl, "CPU-less node with memory"));
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("node(s) 1 listed as both"), "{problems:?}");
-        assert!(
-            problems[1].contains("node(s) 7 that this machine does not have"),
-            "{problems:?}"
-        );
+        assert!(problems[1].contains("node(s) 7 that this machine does not have"), "{problems:?}");
     }
 
     #[test]
@@ -440,19 +354,11 @@ mod tests {
             cxl_region: Some("region0".into()),
             ..DaxDevice::default()
         };
-        let blocks = MemoryBlocks {
-            block_size_bytes: 128 << 20,
-            node_of_block: [(186, 3), (187, 3)].into_iter().collect(),
-        };
+        let blocks =
+            MemoryBlocks { block_size_bytes: 128 << 20, node_of_block: [(186, 3), (187, 3)].into_iter().collect() };
         let got = cxl_evidence(std::slice::from_ref(&region), std::slice::from_ref(&dax), Some(&blocks));
-        assert_eq!(
-            got.get(&2).map(String::as_str),
-            Some("CXL region region0 (dax0.0 target_node 2)")
-        );
-        assert_eq!(
-            got.get(&3).map(String::as_str),
-            Some("CXL region region0 (memory blocks 186-187 on node 3)")
-        );
+        assert_eq!(got.get(&2).map(String::as_str), Some("CXL region region0 (dax0.0 target_node 2)"));
+        assert_eq!(got.get(&3).map(String::as_str), Some("CXL region region0 (memory blocks 186-187 on node 3)"));
         assert_eq!(got.len(), 2);
     }
 }

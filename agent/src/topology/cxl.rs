@@ -112,12 +112,7 @@ pub(super) fn read_cxl(fs: &mut Sysfs<'_>, blocks: Option<&MemoryBlocks>) -> Cxl
         }
     }
     let dax = read_dax(fs);
-    let mut view = CxlView {
-        bus_present,
-        memdevs,
-        regions,
-        dax,
-    };
+    let mut view = CxlView { bus_present, memdevs, regions, dax };
     link(&mut view, blocks);
     view
 }
@@ -134,25 +129,10 @@ fn read_memdev(fs: &mut Sysfs<'_>, name: &str) -> CxlMemdev {
             &lost("firmware version"),
             parse::text_value,
         ),
-        ram_size_bytes: fs.parsed(
-            &dir.join("ram/size"),
-            Need::Optional,
-            &lost("volatile size"),
-            parse::hex,
-        ),
-        pmem_size_bytes: fs.parsed(
-            &dir.join("pmem/size"),
-            Need::Optional,
-            &lost("persistent size"),
-            parse::hex,
-        ),
+        ram_size_bytes: fs.parsed(&dir.join("ram/size"), Need::Optional, &lost("volatile size"), parse::hex),
+        pmem_size_bytes: fs.parsed(&dir.join("pmem/size"), Need::Optional, &lost("persistent size"), parse::hex),
         numa_node: fs
-            .parsed(
-                &dir.join("numa_node"),
-                Need::Optional,
-                &lost("attachment node"),
-                parse::optional_node,
-            )
+            .parsed(&dir.join("numa_node"), Need::Optional, &lost("attachment node"), parse::optional_node)
             .flatten(),
         regions: Vec::new(),
     }
@@ -204,9 +184,7 @@ fn memdev_of_decoder(fs: &mut Sysfs<'_>, decoder: &str) -> Option<String> {
 
 fn read_dax(fs: &mut Sysfs<'_>) -> Vec<DaxDevice> {
     let bus = fs.path("bus/dax/devices");
-    let names = fs
-        .dir_names(&bus, Need::Optional, "dax devices are not shown")
-        .unwrap_or_default();
+    let names = fs.dir_names(&bus, Need::Optional, "dax devices are not shown").unwrap_or_default();
     let mut out = Vec::new();
     for name in names.iter().filter(|n| n.starts_with("dax")) {
         let dir = bus.join(name);
@@ -214,12 +192,7 @@ fn read_dax(fs: &mut Sysfs<'_>) -> Vec<DaxDevice> {
         out.push(DaxDevice {
             name: name.clone(),
             target_node: fs
-                .parsed(
-                    &dir.join("target_node"),
-                    Need::Required,
-                    &lost("target node"),
-                    parse::optional_node,
-                )
+                .parsed(&dir.join("target_node"), Need::Required, &lost("target node"), parse::optional_node)
                 .flatten(),
             // Unlike the CXL attributes, dax prints its size in decimal.
             size_bytes: fs.parsed(&dir.join("size"), Need::Optional, &lost("size"), parse::decimal),
@@ -242,21 +215,13 @@ fn link(view: &mut CxlView, blocks: Option<&MemoryBlocks>) {
     for dax in &mut view.dax {
         if dax.cxl_region.is_none() {
             if let Some(start) = dax.resource {
-                dax.cxl_region = view
-                    .regions
-                    .iter()
-                    .find(|r| region_contains(r, start))
-                    .map(|r| r.name.clone());
+                dax.cxl_region = view.regions.iter().find(|r| region_contains(r, start)).map(|r| r.name.clone());
             }
         }
     }
     for region in &mut view.regions {
         let mut nodes = Vec::new();
-        for dax in view
-            .dax
-            .iter()
-            .filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str()))
-        {
+        for dax in view.dax.iter().filter(|d| d.cxl_region.as_deref() == Some(region.name.as_str())) {
             region.dax_devices.push(dax.name.clone());
             nodes.extend(dax.target_node);
         }
@@ -268,12 +233,8 @@ fn link(view: &mut CxlView, blocks: Option<&MemoryBlocks>) {
         region.nodes = nodes;
     }
     for memdev in &mut view.memdevs {
-        memdev.regions = view
-            .regions
-            .iter()
-            .filter(|r| r.memdevs.contains(&memdev.name))
-            .map(|r| r.name.clone())
-            .collect();
+        memdev.regions =
+            view.regions.iter().filter(|r| r.memdevs.contains(&memdev.name)).map(|r| r.name.clone()).collect();
     }
 }
 
@@ -305,27 +266,15 @@ pub(super) fn nodes_of_range(region: &CxlRegion, blocks: &MemoryBlocks) -> BTree
 /// Reads the EDAC memory controllers; absent on machines without an EDAC driver.
 pub(super) fn read_edac(fs: &mut Sysfs<'_>) -> Vec<EdacMc> {
     let dir = fs.path("devices/system/edac/mc");
-    let names = fs
-        .dir_names(&dir, Need::Optional, "EDAC memory controllers are not shown")
-        .unwrap_or_default();
+    let names = fs.dir_names(&dir, Need::Optional, "EDAC memory controllers are not shown").unwrap_or_default();
     let mut out = Vec::new();
     for name in names.into_iter().filter(|n| parse::numbered(n, "mc").is_some()) {
         let mc = dir.join(&name);
         let lost = |what: &str| format!("the {what} of EDAC controller {name} is not shown");
         out.push(EdacMc {
             mc_name: fs.parsed(&mc.join("mc_name"), Need::Optional, &lost("name"), parse::text_value),
-            ce_count: fs.parsed(
-                &mc.join("ce_count"),
-                Need::Required,
-                &lost("corrected error count"),
-                parse::decimal,
-            ),
-            ue_count: fs.parsed(
-                &mc.join("ue_count"),
-                Need::Required,
-                &lost("uncorrected error count"),
-                parse::decimal,
-            ),
+            ce_count: fs.parsed(&mc.join("ce_count"), Need::Required, &lost("corrected error count"), parse::decimal),
+            ue_count: fs.parsed(&mc.join("ue_count"), Need::Required, &lost("uncorrected error count"), parse::decimal),
             name,
         });
     }
@@ -347,10 +296,7 @@ mod tests {
     }
 
     fn blocks(pairs: &[(u64, u32)]) -> MemoryBlocks {
-        MemoryBlocks {
-            block_size_bytes: 128 << 20,
-            node_of_block: pairs.iter().copied().collect(),
-        }
+        MemoryBlocks { block_size_bytes: 128 << 20, node_of_block: pairs.iter().copied().collect() }
     }
 
     #[test]
@@ -361,22 +307,13 @@ mod tests {
             (None, Some(0x5_d000_0000), None, vec![2], Some("region0")),
             (None, Some(0x1000), None, vec![], None),
             // No dax device on the region, but its blocks 186-187 are online on node 2.
-            (
-                None,
-                None,
-                Some(blocks(&[(0, 0), (186, 2), (187, 2), (188, 1)])),
-                vec![2],
-                None,
-            ),
+            (None, None, Some(blocks(&[(0, 0), (186, 2), (187, 2), (188, 1)])), vec![2], None),
         ];
         for (path_region, resource, blocks, want_nodes, want_region) in cases {
             let has_dax = path_region.is_some() || resource.is_some();
             let mut view = CxlView {
                 bus_present: true,
-                memdevs: vec![CxlMemdev {
-                    name: "mem0".into(),
-                    ..CxlMemdev::default()
-                }],
+                memdevs: vec![CxlMemdev { name: "mem0".into(), ..CxlMemdev::default() }],
                 regions: vec![region("region0", 0x5_d000_0000, 256 << 20)],
                 dax: if has_dax {
                     vec![DaxDevice {

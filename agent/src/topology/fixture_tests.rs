@@ -34,11 +34,7 @@ struct Case {
 use Words::{Exact, Prefix};
 
 const CASES: &[Case] = &[
-    Case {
-        fixture: "this-host",
-        nodes: &[(0, Tier::Dram, Exact("only node, has CPUs"))],
-        problems: 0,
-    },
+    Case { fixture: "this-host", nodes: &[(0, Tier::Dram, Exact("only node, has CPUs"))], problems: 0 },
     Case {
         fixture: "hand-hmat",
         nodes: &[
@@ -58,18 +54,12 @@ const CASES: &[Case] = &[
     },
     Case {
         fixture: "odd-gaps",
-        nodes: &[
-            (0, Tier::Dram, Exact("has CPUs and memory")),
-            (3, Tier::Cxl, Exact("CPU-less node with memory")),
-        ],
+        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (3, Tier::Cxl, Exact("CPU-less node with memory"))],
         problems: 0,
     },
     Case {
         fixture: "odd-memoryless",
-        nodes: &[
-            (0, Tier::Dram, Exact("has CPUs and memory")),
-            (1, Tier::Unknown, Exact("no memory (CPUs only)")),
-        ],
+        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (1, Tier::Unknown, Exact("no memory (CPUs only)"))],
         problems: 0,
     },
     Case {
@@ -84,21 +74,9 @@ const CASES: &[Case] = &[
     Case {
         fixture: "odd-missing",
         nodes: &[
-            (
-                0,
-                Tier::Unknown,
-                Exact("cannot tell: meminfo and has_memory unreadable"),
-            ),
-            (
-                1,
-                Tier::Unknown,
-                Exact("cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable"),
-            ),
-            (
-                2,
-                Tier::Unknown,
-                Exact("cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable"),
-            ),
+            (0, Tier::Unknown, Exact("cannot tell: meminfo and has_memory unreadable")),
+            (1, Tier::Unknown, Exact("cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable")),
+            (2, Tier::Unknown, Exact("cannot tell: cpulist and has_cpu, meminfo and has_memory unreadable")),
         ],
         problems: 12,
     },
@@ -145,12 +123,9 @@ fn check(case: &Case) {
         assert_eq!(t.tier_of(id), tier);
         match words {
             Exact(w) => assert_eq!(node.tier_evidence, w, "{} node {id}", case.fixture),
-            Prefix(w) => assert!(
-                node.tier_evidence.starts_with(w),
-                "{} node {id}: {}",
-                case.fixture,
-                node.tier_evidence
-            ),
+            Prefix(w) => {
+                assert!(node.tier_evidence.starts_with(w), "{} node {id}: {}", case.fixture, node.tier_evidence)
+            }
         }
     }
     assert_eq!(t.problems.len(), case.problems, "{}: {:#?}", case.fixture, t.problems);
@@ -174,15 +149,8 @@ fn real_guest_captures_when_present() {
 fn real_guest_values_when_present() {
     if fixture("guest-hmat").is_dir() {
         let t = Topology::read(&fixture("guest-hmat"));
-        let perf = |id| {
-            t.node(id)
-                .and_then(|n| n.hmat.as_ref().map(|h| (h.read_latency_ns, h.read_bandwidth_mbps)))
-        };
-        assert_eq!(
-            perf(0),
-            Some((Some(100), Some(20480))),
-            "QEMU hmat-lb latency=100 bandwidth=20G"
-        );
+        let perf = |id| t.node(id).and_then(|n| n.hmat.as_ref().map(|h| (h.read_latency_ns, h.read_bandwidth_mbps)));
+        assert_eq!(perf(0), Some((Some(100), Some(20480))), "QEMU hmat-lb latency=100 bandwidth=20G");
         assert_eq!(perf(1), Some((Some(300), Some(5120))));
         assert_eq!(t.node(1).map(|n| n.has_cpu), Some(false));
     }
@@ -191,10 +159,7 @@ fn real_guest_values_when_present() {
         // address and the endpoint's `uport` link (memdev of a target) is not there.
         let t = Topology::read(&fixture("guest-cxl"));
         assert_eq!(
-            t.cxl_memdevs
-                .iter()
-                .map(|m| (m.name.as_str(), m.serial))
-                .collect::<Vec<_>>(),
+            t.cxl_memdevs.iter().map(|m| (m.name.as_str(), m.serial)).collect::<Vec<_>>(),
             vec![("mem0", Some(0x1234))]
         );
         let r = t.cxl_regions.first().expect("region0");
@@ -202,14 +167,8 @@ fn real_guest_values_when_present() {
             (r.name.as_str(), r.nodes.clone(), r.dax_devices.clone()),
             ("region0", vec![2], vec!["dax0.0".to_string()])
         );
-        assert_eq!(
-            t.dax_devices.first().and_then(|d| d.cxl_region.as_deref()),
-            Some("region0")
-        );
-        assert_eq!(
-            t.node(2).map(|n| n.cxl_regions.clone()),
-            Some(vec!["region0".to_string()])
-        );
+        assert_eq!(t.dax_devices.first().and_then(|d| d.cxl_region.as_deref()), Some("region0"));
+        assert_eq!(t.node(2).map(|n| n.cxl_regions.clone()), Some(vec!["region0".to_string()]));
     }
 }
 
@@ -219,10 +178,7 @@ fn every_fixture_tree_has_expectations() {
     let entries = fs::read_dir(fixtures_dir()).unwrap_or_else(|e| panic!("{}: {e}", fixtures_dir().display()));
     for entry in entries.flatten().filter(|e| e.path().is_dir()) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        assert!(
-            known.contains(&name.as_str()),
-            "fixture tree {name} has no row in CASES: add one"
-        );
+        assert!(known.contains(&name.as_str()), "fixture tree {name} has no row in CASES: add one");
     }
 }
 
@@ -231,19 +187,12 @@ fn this_host_reads_real_values() {
     let t = Topology::read(&fixture("this-host"));
     let n = t.node(0).expect("node 0");
     assert_eq!(n.cpus, vec![0, 1]);
-    assert_eq!(
-        (n.online, n.possible, n.has_memory, n.has_cpu),
-        (true, true, true, true)
-    );
+    assert_eq!((n.online, n.possible, n.has_memory, n.has_cpu), (true, true, true, true));
     assert_eq!(n.mem_total_bytes, Some(6_645_964 * 1024));
     assert_eq!(n.distances, vec![10]);
     assert_eq!(n.memory_tier, Some(4));
     assert_eq!(n.hmat, None);
-    assert!(
-        n.vmstat.contains_key("pgpromote_success") && n.vmstat.contains_key("pgdemote_kswapd"),
-        "{:?}",
-        n.vmstat
-    );
+    assert!(n.vmstat.contains_key("pgpromote_success") && n.vmstat.contains_key("pgdemote_kswapd"), "{:?}", n.vmstat);
     assert!(n.vmstat.keys().all(|k| parse::is_tiering_counter(k)), "{:?}", n.vmstat);
     let blocks = t.memory_blocks.as_ref().expect("memory blocks");
     assert_eq!(blocks.block_size_bytes, 128 << 20);
@@ -267,14 +216,8 @@ fn hand_hmat_reads_access_attributes() {
     };
     assert_eq!(hmat(0), Some(want(100, 20480)));
     assert_eq!(hmat(1), Some(want(300, 5120)));
-    assert_eq!(
-        t.node(1).map(|n| (n.cpus.is_empty(), n.has_cpu, n.has_memory)),
-        Some((true, false, true))
-    );
-    assert_eq!(
-        t.node(0).and_then(|n| n.vmstat.get("pgdemote_kswapd").copied()),
-        Some(42113)
-    );
+    assert_eq!(t.node(1).map(|n| (n.cpus.is_empty(), n.has_cpu, n.has_memory)), Some((true, false, true)));
+    assert_eq!(t.node(0).and_then(|n| n.vmstat.get("pgdemote_kswapd").copied()), Some(42113));
 }
 
 #[test]
@@ -311,79 +254,39 @@ fn hand_cxl_links_memdev_region_dax_and_node() {
         ("region0", Some("ram"), Some(256 << 20), Some(0x5_d000_0000))
     );
     assert_eq!(
-        (
-            r.targets.clone(),
-            r.memdevs.clone(),
-            r.dax_devices.clone(),
-            r.nodes.clone()
-        ),
-        (
-            vec!["decoder2.0".to_string()],
-            vec!["mem0".to_string()],
-            vec!["dax0.0".to_string()],
-            vec![2]
-        )
+        (r.targets.clone(), r.memdevs.clone(), r.dax_devices.clone(), r.nodes.clone()),
+        (vec!["decoder2.0".to_string()], vec!["mem0".to_string()], vec!["dax0.0".to_string()], vec![2])
     );
     let d = &t.dax_devices[0];
     assert_eq!(
-        (
-            d.target_node,
-            d.size_bytes,
-            d.driver.as_deref(),
-            d.cxl_region.as_deref()
-        ),
+        (d.target_node, d.size_bytes, d.driver.as_deref(), d.cxl_region.as_deref()),
         (Some(2), Some(256 << 20), Some("kmem"), Some("region0"))
     );
-    assert_eq!(
-        t.node(2).map(|n| n.cxl_regions.clone()),
-        Some(vec!["region0".to_string()])
-    );
+    assert_eq!(t.node(2).map(|n| n.cxl_regions.clone()), Some(vec!["region0".to_string()]));
     assert_eq!(t.node(2).and_then(|n| n.memory_tier), Some(22));
     assert_eq!(t.nodes_in(Tier::Cxl), vec![1, 2]);
 }
 
 #[test]
 fn config_overrides_win_and_bad_ones_are_reported() {
-    let ov = TierOverrides {
-        cxl: vec![0],
-        dram: vec![2],
-    };
+    let ov = TierOverrides { cxl: vec![0], dram: vec![2] };
     let t = Topology::read_with_overrides(&fixture("hand-cxl"), &ov);
     let ev = |id| t.node(id).map(|n| (n.tier, n.tier_evidence.clone()));
     assert_eq!(ev(0), Some((Tier::Cxl, "config [tiers] cxl".to_string())));
     assert_eq!(ev(2), Some((Tier::Dram, "config [tiers] dram".to_string())));
-    assert_eq!(
-        ev(1),
-        Some((Tier::Cxl, "memory_tier54 (kernel) vs faster memory_tier4".to_string()))
-    );
+    assert_eq!(ev(1), Some((Tier::Cxl, "memory_tier54 (kernel) vs faster memory_tier4".to_string())));
     assert!(t.problems.is_empty());
 
-    let t = Topology::read_with_overrides(
-        &fixture("odd-gaps"),
-        &TierOverrides {
-            cxl: vec![1, 2],
-            dram: vec![],
-        },
-    );
+    let t = Topology::read_with_overrides(&fixture("odd-gaps"), &TierOverrides { cxl: vec![1, 2], dram: vec![] });
     assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
-    assert!(
-        t.problems[0].contains("node(s) 1-2 that this machine does not have"),
-        "{:?}",
-        t.problems
-    );
+    assert!(t.problems[0].contains("node(s) 1-2 that this machine does not have"), "{:?}", t.problems);
     assert_eq!(t.tier_of(3), Tier::Cxl);
 }
 
 #[test]
 fn overrides_deserialize_from_config() {
     let ov: TierOverrides = serde_json::from_str(r#"{"cxl": [2, 3]}"#).expect("valid");
-    assert_eq!(
-        ov,
-        TierOverrides {
-            cxl: vec![2, 3],
-            dram: vec![]
-        }
-    );
+    assert_eq!(ov, TierOverrides { cxl: vec![2, 3], dram: vec![] });
     assert!(
         serde_json::from_str::<TierOverrides>(r#"{"cxl": [2], "slow": [3]}"#).is_err(),
         "typos must not pass silently"
@@ -409,24 +312,12 @@ fn problems_name_the_file() {
         "mc0/mc_name:",
         "mc0/ce_count:",
     ] {
-        assert!(
-            t.problems.iter().any(|p| p.contains(file)),
-            "no problem names {file}: {:#?}",
-            t.problems
-        );
+        assert!(t.problems.iter().any(|p| p.contains(file)), "no problem names {file}: {:#?}", t.problems);
     }
     let t = Topology::read(&fixture("odd-missing"));
+    assert!(t.problems.iter().any(|p| p.contains("node2: missing although node 2 is online")), "{:#?}", t.problems);
     assert!(
-        t.problems
-            .iter()
-            .any(|p| p.contains("node2: missing although node 2 is online")),
-        "{:#?}",
-        t.problems
-    );
-    assert!(
-        t.problems
-            .iter()
-            .all(|p| p.contains("--sysfs-root") || p.contains("block_size_bytes")),
+        t.problems.iter().all(|p| p.contains("--sysfs-root") || p.contains("block_size_bytes")),
         "{:#?}",
         t.problems
     );
@@ -435,16 +326,11 @@ fn problems_name_the_file() {
 #[test]
 fn unknown_nodes_and_absent_roots() {
     let t = Topology::read(&fixture("odd-gaps"));
-    assert_eq!(
-        (t.node(1).is_none(), t.tier_of(1), t.tier_of(u32::MAX)),
-        (true, Tier::Unknown, Tier::Unknown)
-    );
+    assert_eq!((t.node(1).is_none(), t.tier_of(1), t.tier_of(u32::MAX)), (true, Tier::Unknown, Tier::Unknown));
     let t = Topology::read(Path::new("/nonexistent/tierscope-sysfs"));
     assert!(t.nodes.is_empty());
     assert!(
-        t.problems
-            .iter()
-            .any(|p| p.contains("/nonexistent/tierscope-sysfs/devices/system/node")),
+        t.problems.iter().any(|p| p.contains("/nonexistent/tierscope-sysfs/devices/system/node")),
         "{:?}",
         t.problems
     );
@@ -465,46 +351,27 @@ fn renders_every_fixture() {
                 .unwrap_or_else(|| panic!("{}: no row for node {}:\n{text}", case.fixture, n.id));
             assert!(row.split_whitespace().nth(1) == Some(n.tier.as_str()), "{row}");
         }
-        assert_eq!(
-            text.contains("\nProblems\n"),
-            !t.problems.is_empty(),
-            "{}",
-            case.fixture
-        );
+        assert_eq!(text.contains("\nProblems\n"), !t.problems.is_empty(), "{}", case.fixture);
 
         let json = render::json(&t);
         assert_eq!(json["schema"], render::JSON_SCHEMA);
-        let nodes = json["nodes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{}: nodes not an array", case.fixture));
+        let nodes = json["nodes"].as_array().unwrap_or_else(|| panic!("{}: nodes not an array", case.fixture));
         assert_eq!(nodes.len(), t.nodes.len());
         for (j, n) in nodes.iter().zip(&t.nodes) {
-            assert_eq!(
-                (j["id"].as_u64(), j["tier"].as_str()),
-                (Some(u64::from(n.id)), Some(n.tier.as_str()))
-            );
+            assert_eq!((j["id"].as_u64(), j["tier"].as_str()), (Some(u64::from(n.id)), Some(n.tier.as_str())));
             assert_eq!(j["tier_evidence"].as_str(), Some(n.tier_evidence.as_str()));
         }
     }
     let json = render::json(&Topology::read(&fixture("hand-cxl")));
     assert_eq!(json["cxl_memdevs"][0]["serial"], "0x1234");
-    assert_eq!(
-        json["memory_blocks"]["block_ranges_by_node"]["2"],
-        serde_json::json!([[186, 187]])
-    );
+    assert_eq!(json["memory_blocks"]["block_ranges_by_node"]["2"], serde_json::json!([[186, 187]]));
 }
 
 #[test]
 fn garbage_in_any_single_file_does_not_panic() {
     // Every file of the richest trees, replaced in turn by each kind of garbage.
-    const GARBAGE: &[&[u8]] = &[
-        b"",
-        b"\x00\xff\xfe",
-        b"-1\n",
-        b"99999999999999999999999\n",
-        b"0-4294967295\n",
-        b"3-1,x\n",
-    ];
+    const GARBAGE: &[&[u8]] =
+        &[b"", b"\x00\xff\xfe", b"-1\n", b"99999999999999999999999\n", b"0-4294967295\n", b"3-1,x\n"];
     for name in ["hand-cxl", "hand-hmat"] {
         let dir = scratch_copy(name, "garbage");
         for file in files_under(&dir) {
@@ -531,10 +398,7 @@ fn scratch_copy(name: &str, purpose: &str) -> PathBuf {
 
 fn copy_tree(src: &Path, dst: &Path) {
     fs::create_dir_all(dst).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
-    for entry in fs::read_dir(src)
-        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
-        .flatten()
-    {
+    for entry in fs::read_dir(src).unwrap_or_else(|e| panic!("{}: {e}", src.display())).flatten() {
         let (from, to) = (entry.path(), dst.join(entry.file_name()));
         let kind = entry.file_type().unwrap_or_else(|e| panic!("{}: {e}", from.display()));
         if kind.is_symlink() {

@@ -185,10 +185,7 @@ fn serialize_memory_blocks<S: serde::Serializer>(blocks: &Option<MemoryBlocks>, 
     }
     blocks
         .as_ref()
-        .map(|b| Summary {
-            block_size_bytes: b.block_size_bytes,
-            block_ranges_by_node: block_ranges_by_node(b),
-        })
+        .map(|b| Summary { block_size_bytes: b.block_size_bytes, block_ranges_by_node: block_ranges_by_node(b) })
         .serialize(s)
 }
 

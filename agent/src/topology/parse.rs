@@ -75,11 +75,7 @@ pub fn format_id_list(ids: &[u32]) -> String {
             i += 1;
             end = sorted[i];
         }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
+        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
         i += 1;
     }
     out.join(",")
@@ -117,10 +113,7 @@ pub fn node_meminfo(text: &str) -> Result<NodeMeminfo, ParseError> {
         }
     }
     if info.total_bytes.is_none() && info.free_bytes.is_none() {
-        return Err(ParseError::Missing {
-            what: "MemTotal or MemFree line",
-            text: first_line(text),
-        });
+        return Err(ParseError::Missing { what: "MemTotal or MemFree line", text: first_line(text) });
     }
     Ok(info)
 }
@@ -131,10 +124,7 @@ pub fn distances(text: &str) -> Result<Vec<u32>, ParseError> {
     if words.is_empty() {
         return Err(ParseError::Empty);
     }
-    words
-        .into_iter()
-        .map(|w| w.parse::<u32>().map_err(|_| ParseError::NotANumber(clip(w))))
-        .collect()
+    words.into_iter().map(|w| w.parse::<u32>().map_err(|_| ParseError::NotANumber(clip(w)))).collect()
 }
 
 /// Keeps only the counters tierscope shows per node: promotion, demotion and NUMA placement.
@@ -219,13 +209,7 @@ fn clip(s: &str) -> String {
     let mut out: String = s
         .chars()
         .take(40)
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
+        .flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] })
         .collect();
     if s.chars().nth(40).is_some() {
         out.push('…');
@@ -264,21 +248,13 @@ mod tests {
 
     #[test]
     fn id_lists_format_back() {
-        for (ids, want) in [
-            (&[][..], ""),
-            (&[0], "0"),
-            (&[0, 1, 2, 3, 8], "0-3,8"),
-            (&[3, 0, 1], "0-1,3"),
-        ] {
+        for (ids, want) in [(&[][..], ""), (&[0], "0"), (&[0, 1, 2, 3, 8], "0-3,8"), (&[3, 0, 1], "0-1,3")] {
             assert_eq!(format_id_list(ids), want);
         }
     }
 
     fn missing(text: &str) -> ParseError {
-        ParseError::Missing {
-            what: "MemTotal or MemFree line",
-            text: text.into(),
-        }
+        ParseError::Missing { what: "MemTotal or MemFree line", text: text.into() }
     }
 
     #[test]
@@ -286,35 +262,17 @@ mod tests {
         let this_host = "Node 0 MemTotal:        6645964 kB\nNode 0 MemFree:         4819780 kB\n\
                          Node 0 MemUsed:         1826184 kB\nNode 0 HugePages_Total:     0\n";
         let cases: &[(&str, Result<NodeMeminfo, ParseError>)] = &[
-            (
-                this_host,
-                Ok(NodeMeminfo {
-                    total_bytes: Some(6645964 * 1024),
-                    free_bytes: Some(4819780 * 1024),
-                }),
-            ),
+            (this_host, Ok(NodeMeminfo { total_bytes: Some(6645964 * 1024), free_bytes: Some(4819780 * 1024) })),
             (
                 "Node 1 MemTotal: 0 kB\nNode 1 MemFree: 0 kB\n",
-                Ok(NodeMeminfo {
-                    total_bytes: Some(0),
-                    free_bytes: Some(0),
-                }),
+                Ok(NodeMeminfo { total_bytes: Some(0), free_bytes: Some(0) }),
             ),
-            (
-                "Node 2 MemFree: 12 kB\n",
-                Ok(NodeMeminfo {
-                    total_bytes: None,
-                    free_bytes: Some(12 * 1024),
-                }),
-            ),
+            ("Node 2 MemFree: 12 kB\n", Ok(NodeMeminfo { total_bytes: None, free_bytes: Some(12 * 1024) })),
             ("Node 0 MemTotal: lots kB\n", Err(missing("Node 0 MemTotal: lots kB"))),
             ("", Err(missing(""))),
             (
                 "Node 0 MemTotal: 18446744073709551615 kB\nNode 0 MemFree: 1 kB",
-                Ok(NodeMeminfo {
-                    total_bytes: None,
-                    free_bytes: Some(1024),
-                }),
+                Ok(NodeMeminfo { total_bytes: None, free_bytes: Some(1024) }),
             ),
         ];
         for (text, want) in cases {
@@ -340,15 +298,11 @@ mod tests {
         let text = "nr_free_pages 100\nnuma_hit 7168123\nnuma_miss 0\npgpromote_success 16384\n\
                     pgdemote_kswapd 42000\npgdemote_direct x\nbroken\n";
         let got = tiering_vmstat(text);
-        let want: BTreeMap<String, u64> = [
-            ("numa_hit", 7168123),
-            ("numa_miss", 0),
-            ("pgpromote_success", 16384),
-            ("pgdemote_kswapd", 42000),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        let want: BTreeMap<String, u64> =
+            [("numa_hit", 7168123), ("numa_miss", 0), ("pgpromote_success", 16384), ("pgdemote_kswapd", 42000)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
         assert_eq!(got, want);
     }
 
@@ -363,10 +317,7 @@ mod tests {
         assert_eq!(decimal("-3"), Err(ParseError::NotANumber("-3".into())));
         assert_eq!(optional_node("2\n"), Ok(Some(2)));
         assert_eq!(optional_node("-1\n"), Ok(None));
-        assert_eq!(
-            optional_node("99999999999"),
-            Err(ParseError::NotANumber("99999999999".into()))
-        );
+        assert_eq!(optional_node("99999999999"), Err(ParseError::NotANumber("99999999999".into())));
         assert_eq!(text_value("2.0\n"), Ok("2.0".into()));
         assert_eq!(text_value("\n"), Err(ParseError::Empty));
     }
@@ -383,19 +334,13 @@ mod tests {
 
     #[test]
     fn clip_escapes_binary_garbage() {
-        assert_eq!(
-            decimal("\u{0}\u{1b}[2J7"),
-            Err(ParseError::NotANumber("\\u{0}\\u{1b}[2J7".into()))
-        );
+        assert_eq!(decimal("\u{0}\u{1b}[2J7"), Err(ParseError::NotANumber("\\u{0}\\u{1b}[2J7".into())));
     }
 
     #[test]
     fn clip_quotes_long_garbage_briefly() {
         let long = "x".repeat(100);
-        assert_eq!(
-            decimal(&long),
-            Err(ParseError::NotANumber(format!("{}…", "x".repeat(40))))
-        );
+        assert_eq!(decimal(&long), Err(ParseError::NotANumber(format!("{}…", "x".repeat(40)))));
     }
 
     proptest! {

@@ -32,28 +32,20 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
     ids.extend(masks.possible.iter().flatten());
 
     let memory_tiers = read_memory_tiers(&mut fs);
-    let mut nodes: Vec<Node> = ids
-        .iter()
-        .map(|&id| read_node(&mut fs, id, node_dirs.contains(&id), &masks, &memory_tiers))
-        .collect();
+    let mut nodes: Vec<Node> =
+        ids.iter().map(|&id| read_node(&mut fs, id, node_dirs.contains(&id), &masks, &memory_tiers)).collect();
 
     let memory_blocks = match MemoryBlocks::read(root) {
         Ok(b) => Some(b),
         Err(e) => {
-            fs.problems
-                .push(format!("{e}; pages cannot be mapped to nodes (pfn -> node)"));
+            fs.problems.push(format!("{e}; pages cannot be mapped to nodes (pfn -> node)"));
             None
         }
     };
     let cxl = cxl::read_cxl(&mut fs, memory_blocks.as_ref());
     let edac = cxl::read_edac(&mut fs);
     for node in &mut nodes {
-        node.cxl_regions = cxl
-            .regions
-            .iter()
-            .filter(|r| r.nodes.contains(&node.id))
-            .map(|r| r.name.clone())
-            .collect();
+        node.cxl_regions = cxl.regions.iter().filter(|r| r.nodes.contains(&node.id)).map(|r| r.name.clone()).collect();
     }
     let evidence = classify::cxl_evidence(&cxl.regions, &cxl.dax, memory_blocks.as_ref());
     let mut problems = fs.problems;
@@ -76,12 +68,7 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
 fn read_masks(fs: &mut Sysfs<'_>) -> NodeMasks {
     let mut mask = |name: &str| {
         let path = fs.path(&format!("{NODE_DIR}/{name}"));
-        fs.parsed(
-            &path,
-            Need::Required,
-            &format!("the `{name}` node mask is not known"),
-            parse::id_list,
-        )
+        fs.parsed(&path, Need::Required, &format!("the `{name}` node mask is not known"), parse::id_list)
     };
     NodeMasks {
         online: mask("online"),
@@ -94,9 +81,7 @@ fn read_masks(fs: &mut Sysfs<'_>) -> NodeMasks {
 fn read_memory_tiers(fs: &mut Sysfs<'_>) -> Vec<MemoryTier> {
     let dir = fs.path("devices/virtual/memory_tiering");
     // Absent before Linux 6.1: not a problem, the other rules decide.
-    let names = fs
-        .dir_names(&dir, Need::Optional, "the kernel's memory tiers are not known")
-        .unwrap_or_default();
+    let names = fs.dir_names(&dir, Need::Optional, "the kernel's memory tiers are not known").unwrap_or_default();
     let mut tiers: Vec<MemoryTier> = names
         .iter()
         .filter_map(|name| {
@@ -128,18 +113,8 @@ fn read_node(fs: &mut Sysfs<'_>, id: u32, has_dir: bool, masks: &NodeMasks, tier
     let (cpus, meminfo, distances, vmstat, hmat) = if has_dir {
         (
             fs.parsed(&dir.join("cpulist"), Need::Required, &lost("CPU list"), parse::id_list),
-            fs.parsed(
-                &dir.join("meminfo"),
-                Need::Required,
-                &lost("memory size"),
-                parse::node_meminfo,
-            ),
-            fs.parsed(
-                &dir.join("distance"),
-                Need::Required,
-                &lost("distance row"),
-                parse::distances,
-            ),
+            fs.parsed(&dir.join("meminfo"), Need::Required, &lost("memory size"), parse::node_meminfo),
+            fs.parsed(&dir.join("distance"), Need::Required, &lost("distance row"), parse::distances),
             fs.text(
                 &dir.join("vmstat"),
                 Need::Required,
@@ -181,11 +156,7 @@ fn read_node(fs: &mut Sysfs<'_>, id: u32, has_dir: bool, masks: &NodeMasks, tier
 /// `nodeN/access0/initiators/`: present only when firmware has an HMAT.
 fn read_hmat(fs: &mut Sysfs<'_>, node_dir: &Path, id: u32) -> Option<Hmat> {
     let dir = node_dir.join("access0/initiators");
-    let names = fs.dir_names(
-        &dir,
-        Need::Optional,
-        &format!("node {id}'s HMAT attributes are not known"),
-    )?;
+    let names = fs.dir_names(&dir, Need::Optional, &format!("node {id}'s HMAT attributes are not known"))?;
     let lost = |file: &str| format!("node {id}'s HMAT {} is not known", file.replace('_', " "));
     let mut value = |file: &str| fs.parsed(&dir.join(file), Need::Optional, &lost(file), parse::decimal);
     Some(Hmat {

@@ -40,22 +40,14 @@ pub fn text(t: &Topology) -> String {
                 n.id.to_string(),
                 n.tier.as_str().to_string(),
                 if n.online { "yes" } else { "no" }.to_string(),
-                if n.has_cpu && n.cpus.is_empty() {
-                    "yes (?)".to_string()
-                } else {
-                    list_or_none(&n.cpus)
-                },
+                if n.has_cpu && n.cpus.is_empty() { "yes (?)".to_string() } else { list_or_none(&n.cpus) },
                 opt_bytes(n.mem_total_bytes),
                 opt_bytes(n.mem_free_bytes),
                 n.memory_tier.map_or("-".into(), |id| id.to_string()),
                 n.tier_evidence.clone(),
             ]
         });
-        table(
-            &mut out,
-            &["NODE", "TIER", "ONLINE", "CPUS", "MEMORY", "FREE", "KTIER", "EVIDENCE"],
-            rows,
-        );
+        table(&mut out, &["NODE", "TIER", "ONLINE", "CPUS", "MEMORY", "FREE", "KTIER", "EVIDENCE"], rows);
     }
 
     distances(&mut out, t);
@@ -74,19 +66,12 @@ pub fn text(t: &Topology) -> String {
                 num(h.write_bandwidth_mbps),
             ])
         });
-        table(
-            &mut out,
-            &["NODE", "INITIATORS", "READ NS", "WRITE NS", "READ MB/S", "WRITE MB/S"],
-            rows,
-        );
+        table(&mut out, &["NODE", "INITIATORS", "READ NS", "WRITE NS", "READ MB/S", "WRITE MB/S"], rows);
     }
 
     if !t.memory_tiers.is_empty() {
         out.push_str("\nKernel memory tiers (higher = slower)\n");
-        let rows = t
-            .memory_tiers
-            .iter()
-            .map(|mt| vec![format!("memory_tier{}", mt.id), list_or_none(&mt.nodes)]);
+        let rows = t.memory_tiers.iter().map(|mt| vec![format!("memory_tier{}", mt.id), list_or_none(&mt.nodes)]);
         table(&mut out, &["TIER", "NODES"], rows);
     }
 
@@ -96,13 +81,7 @@ pub fn text(t: &Topology) -> String {
             let count: u64 = runs.iter().map(|r| r[1] - r[0] + 1).sum();
             let runs: Vec<String> = runs
                 .iter()
-                .map(|r| {
-                    if r[0] == r[1] {
-                        r[0].to_string()
-                    } else {
-                        format!("{}-{}", r[0], r[1])
-                    }
-                })
+                .map(|r| if r[0] == r[1] { r[0].to_string() } else { format!("{}-{}", r[0], r[1]) })
                 .collect();
             vec![node.to_string(), count.to_string(), runs.join(",")]
         });
@@ -126,11 +105,7 @@ pub fn text(t: &Topology) -> String {
                 dash_if_empty(m.regions.join(",")),
             ]
         });
-        table(
-            &mut out,
-            &["DEVICE", "SERIAL", "FIRMWARE", "RAM", "PMEM", "NEAR NODE", "REGIONS"],
-            rows,
-        );
+        table(&mut out, &["DEVICE", "SERIAL", "FIRMWARE", "RAM", "PMEM", "NEAR NODE", "REGIONS"], rows);
     }
 
     if !t.cxl_regions.is_empty() {
@@ -147,13 +122,7 @@ pub fn text(t: &Topology) -> String {
                 list_or_none(&r.nodes),
             ]
         });
-        table(
-            &mut out,
-            &[
-                "REGION", "MODE", "SIZE", "ADDRESS", "TARGETS", "DEVICES", "DAX", "NODES",
-            ],
-            rows,
-        );
+        table(&mut out, &["REGION", "MODE", "SIZE", "ADDRESS", "TARGETS", "DEVICES", "DAX", "NODES"], rows);
     }
 
     if !t.dax_devices.is_empty() {
@@ -174,12 +143,7 @@ pub fn text(t: &Topology) -> String {
         out.push_str("\nEDAC memory controllers\n");
         let num = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
         let rows = t.edac.iter().map(|m| {
-            vec![
-                m.name.clone(),
-                m.mc_name.clone().unwrap_or_else(|| "-".into()),
-                num(m.ce_count),
-                num(m.ue_count),
-            ]
+            vec![m.name.clone(), m.mc_name.clone().unwrap_or_else(|| "-".into()), num(m.ce_count), num(m.ue_count)]
         });
         table(&mut out, &["MC", "NAME", "CORRECTED", "UNCORRECTED"], rows);
     }
@@ -225,14 +189,8 @@ fn distances(out: &mut String, t: &Topology) {
 
 /// Promotion/demotion and NUMA placement counters: a few key columns per node.
 fn counters(out: &mut String, t: &Topology) {
-    const KEYS: [&str; 6] = [
-        "pgpromote_success",
-        "pgdemote_kswapd",
-        "pgdemote_direct",
-        "numa_hit",
-        "numa_miss",
-        "numa_foreign",
-    ];
+    const KEYS: [&str; 6] =
+        ["pgpromote_success", "pgdemote_kswapd", "pgdemote_direct", "numa_hit", "numa_miss", "numa_foreign"];
     let nodes: Vec<_> = t.nodes.iter().filter(|n| !n.vmstat.is_empty()).collect();
     if nodes.is_empty() {
         return;
@@ -240,10 +198,7 @@ fn counters(out: &mut String, t: &Topology) {
     out.push_str("\nPromotion, demotion and NUMA counters (nodeN/vmstat)\n");
     let rows = nodes.iter().map(|n| {
         let mut row = vec![n.id.to_string()];
-        row.extend(
-            KEYS.iter()
-                .map(|k| n.vmstat.get(*k).map_or("-".into(), |v| v.to_string())),
-        );
+        row.extend(KEYS.iter().map(|k| n.vmstat.get(*k).map_or("-".into(), |v| v.to_string())));
         row
     });
     let mut header = vec!["NODE"];
@@ -317,13 +272,9 @@ mod tests {
 
     #[test]
     fn byte_sizes() {
-        for (b, want) in [
-            (0, "0 B"),
-            (1023, "1023 B"),
-            (1024, "1.0 KiB"),
-            (256 << 20, "256.0 MiB"),
-            (u64::MAX, "16.0 EiB"),
-        ] {
+        for (b, want) in
+            [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (256 << 20, "256.0 MiB"), (u64::MAX, "16.0 EiB")]
+        {
             assert_eq!(bytes(b), want);
         }
     }
@@ -334,12 +285,8 @@ mod tests {
         table(
             &mut out,
             &["A", "BB"],
-            vec![
-                vec!["xyz".into(), "1".into()],
-                vec!["q".into()],
-                vec!["1".into(), "2".into(), "extra".into()],
-            ]
-            .into_iter(),
+            vec![vec!["xyz".into(), "1".into()], vec!["q".into()], vec!["1".into(), "2".into(), "extra".into()]]
+                .into_iter(),
         );
         assert_eq!(out, "  A    BB\n  xyz  1\n  q\n  1    2   extra\n");
     }

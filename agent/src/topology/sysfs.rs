@@ -24,10 +24,7 @@ pub(super) struct Sysfs<'a> {
 
 impl<'a> Sysfs<'a> {
     pub fn new(root: &'a Path) -> Sysfs<'a> {
-        Sysfs {
-            root,
-            problems: Vec::new(),
-        }
+        Sysfs { root, problems: Vec::new() }
     }
 
     /// `rel` under the root (`devices/system/node/online`).
@@ -77,10 +74,8 @@ impl<'a> Sysfs<'a> {
     pub fn dir_names(&mut self, path: &Path, need: Need, lost: &str) -> Option<Vec<String>> {
         match fs::read_dir(path) {
             Ok(rd) => {
-                let mut names: Vec<String> = rd
-                    .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect();
+                let mut names: Vec<String> =
+                    rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
                 names.sort();
                 Some(names)
             }
@@ -109,9 +104,6 @@ impl<'a> Sysfs<'a> {
             return Vec::new();
         };
         let below = real.strip_prefix(&root).unwrap_or(&real);
-        below
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect()
+        below.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect()
     }
 }

@@ -25,8 +25,7 @@ const STAMP: &str = "fetched-v1";
 
 /// Packages unpacked into the backports tree (kernel, QEMU 10 and its firmware, bpftool).
 /// The kernel image package name comes from `linux-image-amd64`'s dependency.
-const BPO_PACKAGES: &[&str] =
-    &["qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios", "bpftool"];
+const BPO_PACKAGES: &[&str] = &["qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios", "bpftool"];
 /// Roots of the trixie tree: ndctl 81's tools; their libraries (and trixie's libc) are resolved
 /// recursively, because they run in the guest with trixie's own ld.so.
 const TRIXIE_ROOTS: &[&str] = &["cxl", "daxctl"];
@@ -123,7 +122,10 @@ fn host_libraries_for_qemu(f: &Fetched) -> Result<()> {
     crate::setup::apt_install(&refs)?;
     let ldd = cmd::output(Command::new("ldd").arg(f.qemu())).unwrap_or_default();
     if let Some(line) = ldd.lines().find(|l| l.contains("not found")) {
-        bail!("QEMU 10 cannot run on this host, a library is missing: `{}` (install the bookworm package that has it)", line.trim());
+        bail!(
+            "QEMU 10 cannot run on this host, a library is missing: `{}` (install the bookworm package that has it)",
+            line.trim()
+        );
     }
     Ok(())
 }
@@ -154,7 +156,14 @@ struct PrivateApt {
 
 impl PrivateApt {
     fn new(root: &Path) -> Result<Self> {
-        for d in ["etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/trusted.gpg.d", "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg"] {
+        for d in [
+            "etc/apt/apt.conf.d",
+            "etc/apt/preferences.d",
+            "etc/apt/trusted.gpg.d",
+            "var/lib/apt/lists/partial",
+            "var/cache/apt/archives/partial",
+            "var/lib/dpkg",
+        ] {
             fs::create_dir_all(root.join(d))?;
         }
         let status = root.join("var/lib/dpkg/status");
@@ -200,7 +209,10 @@ impl PrivateApt {
     fn first_dependency(&self, pkg: &str, release: &str) -> Result<String> {
         let stanzas = self.show(&[pkg.to_string()], release);
         let depends = stanzas.get(pkg).map(|s| field(s, "Depends")).unwrap_or_default();
-        parse_depends(&depends).into_iter().next().with_context(|| format!("{pkg} not found in {release} (or has no Depends)"))
+        parse_depends(&depends)
+            .into_iter()
+            .next()
+            .with_context(|| format!("{pkg} not found in {release} (or has no Depends)"))
     }
 
     /// The candidate stanzas of `pkgs` in `release`, by package name, in one apt-cache call
@@ -237,7 +249,10 @@ impl PrivateApt {
                     continue;
                 }
                 seen.push(name.clone());
-                for d in parse_depends(&field(stanza, "Depends")).into_iter().chain(parse_depends(&field(stanza, "Pre-Depends"))) {
+                for d in parse_depends(&field(stanza, "Depends"))
+                    .into_iter()
+                    .chain(parse_depends(&field(stanza, "Pre-Depends")))
+                {
                     if !seen.contains(&d) && !next.contains(&d) && !TRIXIE_SKIP.contains(&d.as_str()) {
                         next.push(d);
                     }
@@ -255,8 +270,13 @@ impl PrivateApt {
     /// `dir` holds only this fetch's files, so a package's file is the one named `<pkg>_*.deb`.
     fn download(&self, dir: &Path, pkgs: &[String], release: &str) -> Result<Vec<PathBuf>> {
         println!("vm: downloading from {release}: {}", pkgs.join(" "));
-        cmd::run(self.cmd("apt-get").current_dir(dir).args(["-q", "download"]).args(pkgs.iter().map(|p| format!("{p}/{release}"))))
-            .with_context(|| format!("cannot download from {release}: check the network"))?;
+        cmd::run(
+            self.cmd("apt-get")
+                .current_dir(dir)
+                .args(["-q", "download"])
+                .args(pkgs.iter().map(|p| format!("{p}/{release}"))),
+        )
+        .with_context(|| format!("cannot download from {release}: check the network"))?;
         let files: Vec<PathBuf> = fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
         pkgs.iter()
             .map(|p| {

@@ -112,10 +112,20 @@ fn modules(f: &Fetched, stage: &Path) -> Result<()> {
         let from = src.join(rel);
         let to = dst_root.join(rel.trim_end_matches(".xz").trim_end_matches(".zst"));
         fs::create_dir_all(to.parent().context("module path")?)?;
-        let tool = if rel.ends_with(".xz") { Some("xz") } else if rel.ends_with(".zst") { Some("zstd") } else { None };
+        let tool = if rel.ends_with(".xz") {
+            Some("xz")
+        } else if rel.ends_with(".zst") {
+            Some("zstd")
+        } else {
+            None
+        };
         match tool {
             Some(tool) => {
-                let out = Command::new(tool).arg("-dc").arg(&from).output().with_context(|| format!("cannot run {tool} (apt-get install xz-utils zstd)"))?;
+                let out = Command::new(tool)
+                    .arg("-dc")
+                    .arg(&from)
+                    .output()
+                    .with_context(|| format!("cannot run {tool} (apt-get install xz-utils zstd)"))?;
                 if !out.status.success() {
                     bail!("{tool} -dc {} failed", from.display());
                 }
@@ -129,7 +139,8 @@ fn modules(f: &Fetched, stage: &Path) -> Result<()> {
             copy_file(&src.join(meta), &dst_root.join(meta))?;
         }
     }
-    cmd::run(Command::new("depmod").arg("-b").arg(stage).arg(&f.kernel_release)).context("depmod on the initramfs failed")
+    cmd::run(Command::new("depmod").arg("-b").arg(stage).arg(&f.kernel_release))
+        .context("depmod on the initramfs failed")
 }
 
 /// `/opt/trixie` and wrappers `/usr/bin/cxl`, `/usr/bin/daxctl` that start them with trixie's
@@ -162,8 +173,13 @@ fn trixie_tools(f: &Fetched, stage: &Path) -> Result<()> {
 fn compile_alloc(cache: &Path) -> Result<PathBuf> {
     let src = workspace_root().join("tests/vm/ts-alloc.c");
     let out = cache.join("ts-alloc");
-    cmd::run(Command::new("gcc").args(["-O2", "-fno-omit-frame-pointer", "-static", "-Wall", "-Werror", "-o"]).arg(&out).arg(&src))
-        .context("gcc failed compiling tests/vm/ts-alloc.c (apt-get install gcc libc6-dev)")?;
+    cmd::run(
+        Command::new("gcc")
+            .args(["-O2", "-fno-omit-frame-pointer", "-static", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(&src),
+    )
+    .context("gcc failed compiling tests/vm/ts-alloc.c (apt-get install gcc libc6-dev)")?;
     Ok(out)
 }
 

@@ -10,7 +10,11 @@ mod qemu;
 mod qmp;
 mod scenarios;
 
-use std::{fs, path::Path, time::{Duration, Instant}};
+use std::{
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::{bail, Result};
 
@@ -86,9 +90,14 @@ pub fn run(args: VmTestArgs) -> Result<()> {
         let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
         let report = Report::parse(&outcome.lines, agent_json.as_deref());
         let figures = (s.judge)(&report);
-        let mut problems: Vec<String> = report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
+        let mut problems: Vec<String> =
+            report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
         if outcome.status != 0 && problems.is_empty() {
-            problems.push(format!("guest script exited {} (console: {})", outcome.status, run_dir.join("console.log").display()));
+            problems.push(format!(
+                "guest script exited {} (console: {})",
+                outcome.status,
+                run_dir.join("console.log").display()
+            ));
         }
         let agent_missing = figures.iter().any(|f| f.agent.is_none() && !f.ok);
         for f in figures.iter().filter(|f| !f.ok) {
@@ -104,7 +113,14 @@ pub fn run(args: VmTestArgs) -> Result<()> {
         let figs: Vec<String> = figures
             .iter()
             .map(|f| {
-                format!("{}: agent={} kernel={} {} ({})", f.name, show(f.agent), show(f.kernel), if f.ok { "ok" } else { "OFF" }, f.rule)
+                format!(
+                    "{}: agent={} kernel={} {} ({})",
+                    f.name,
+                    show(f.agent),
+                    show(f.kernel),
+                    if f.ok { "ok" } else { "OFF" },
+                    f.rule
+                )
             })
             .collect();
         let checks = report.checks.iter().filter(|(ok, _)| *ok).count();
@@ -133,7 +149,12 @@ pub fn run(args: VmTestArgs) -> Result<()> {
     }
     println!("vm: {} scenario(s) in {:.0} s", selected.len(), total.elapsed().as_secs_f64());
     if !failed.is_empty() {
-        bail!("vm-test: {} failed: {} (consoles under {})", failed.len(), failed.join(", "), cache.join("runs").display());
+        bail!(
+            "vm-test: {} failed: {} (consoles under {})",
+            failed.len(),
+            failed.join(", "),
+            cache.join("runs").display()
+        );
     }
     Ok(())
 }

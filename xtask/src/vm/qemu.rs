@@ -38,20 +38,32 @@ impl Shape {
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
         };
         let mut a: Vec<String> = [
-            "-machine", machine,
+            "-machine",
+            machine,
             // hypervisor=off: the CXL driver refuses to create a region on a CPU that says it is
             // virtualized ("Failed to synchronize CPU cache state").
-            "-cpu", "max,hypervisor=off",
-            "-smp", "2",
-            "-m", "1024M,slots=4,maxmem=16G",
-            "-object", "memory-backend-ram,id=m0,size=512M",
-            "-object", "memory-backend-ram,id=m1,size=512M",
-            "-numa", "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
-            "-numa", "node,nodeid=1,memdev=m1,initiator=0",
-            "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100",
-            "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G",
-            "-numa", "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300",
-            "-numa", "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G",
+            "-cpu",
+            "max,hypervisor=off",
+            "-smp",
+            "2",
+            "-m",
+            "1024M,slots=4,maxmem=16G",
+            "-object",
+            "memory-backend-ram,id=m0,size=512M",
+            "-object",
+            "memory-backend-ram,id=m1,size=512M",
+            "-numa",
+            "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
+            "-numa",
+            "node,nodeid=1,memdev=m1,initiator=0",
+            "-numa",
+            "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100",
+            "-numa",
+            "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G",
+            "-numa",
+            "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300",
+            "-numa",
+            "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -59,11 +71,16 @@ impl Shape {
         if self == Shape::Cxl {
             a.extend(
                 [
-                    "-object", "memory-backend-ram,id=cxlm0,share=on,size=256M",
-                    "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
-                    "-device", "cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2",
-                    "-device", "cxl-type3,bus=rp0,volatile-memdev=cxlm0,id=cxl-mem0,sn=0x1234",
-                    "-M", "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
+                    "-object",
+                    "memory-backend-ram,id=cxlm0,share=on,size=256M",
+                    "-device",
+                    "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
+                    "-device",
+                    "cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2",
+                    "-device",
+                    "cxl-type3,bus=rp0,volatile-memdev=cxlm0,id=cxl-mem0,sn=0x1234",
+                    "-M",
+                    "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
                 ]
                 .iter()
                 .map(|s| s.to_string()),
@@ -117,20 +134,27 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
     let mut cmd = Command::new(b.fetched.qemu());
     cmd.env("QEMU_MODULE_DIR", bpo.join("usr/lib/x86_64-linux-gnu/qemu"))
         // The data package's firmware files are symlinks into /usr/share/seabios: name both.
-        .arg("-L").arg(bpo.join("usr/share/qemu"))
-        .arg("-L").arg(bpo.join("usr/share/seabios"))
+        .arg("-L")
+        .arg(bpo.join("usr/share/qemu"))
+        .arg("-L")
+        .arg(bpo.join("usr/share/seabios"))
         .args(b.shape.args())
-        .arg("-kernel").arg(&b.fetched.kernel)
-        .arg("-initrd").arg(b.initramfs)
+        .arg("-kernel")
+        .arg(&b.fetched.kernel)
+        .arg("-initrd")
+        .arg(b.initramfs)
         .arg("-append")
         // Two serial ports: the kernel's console (ttyS1) goes to kernel.log, and /init moves its
         // own output to ttyS0 (our stdout), so kernel messages never split a protocol line.
         .arg(format!("console=ttyS1 panic=-1 ts.scenario={}", b.scenario))
         .args(["-display", "none", "-serial", "stdio"])
-        .arg("-serial").arg(format!("file:{}", kernel_log.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", kernel_log.display()))
         .args(["-monitor", "none", "-no-reboot", "-nic", "none"])
-        .arg("-qmp").arg(format!("unix:{},server=on,wait=off", qmp_sock.display()))
-        .arg("-fsdev").arg(format!("local,id=fs0,path={},security_model=none", share.display()))
+        .arg("-qmp")
+        .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()))
+        .arg("-fsdev")
+        .arg(format!("local,id=fs0,path={},security_model=none", share.display()))
         .args(["-device", "virtio-9p-pci,fsdev=fs0,mount_tag=hostshare,bus=pcie.0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

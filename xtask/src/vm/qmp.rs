@@ -18,7 +18,8 @@ pub struct Qmp {
 impl Qmp {
     /// Connects, reads the greeting and leaves capabilities negotiation mode.
     pub fn connect(sock: &Path) -> Result<Self> {
-        let stream = UnixStream::connect(sock).with_context(|| format!("cannot connect to QMP at {}", sock.display()))?;
+        let stream =
+            UnixStream::connect(sock).with_context(|| format!("cannot connect to QMP at {}", sock.display()))?;
         // A stuck QEMU must not hang the test: every read and write has a deadline.
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         stream.set_write_timeout(Some(Duration::from_secs(10)))?;
@@ -35,7 +36,8 @@ impl Qmp {
     /// Sends one command (a JSON object text) and returns its `return` value; a QMP `error`
     /// becomes an Err with QEMU's description. Asynchronous events in between are skipped.
     pub fn execute_raw(&mut self, command: &str) -> Result<Value> {
-        let parsed: Value = serde_json::from_str(command).with_context(|| format!("QMP command is not JSON: {command}"))?;
+        let parsed: Value =
+            serde_json::from_str(command).with_context(|| format!("QMP command is not JSON: {command}"))?;
         writeln!(self.writer, "{parsed}")?;
         loop {
             let v = self.read()?;

@@ -77,7 +77,12 @@ impl Report {
     /// The snapshot's entry for the workload's process (`TS-TRUTH pid`).
     fn process(&self) -> Option<&Value> {
         let pid = self.truth("pid")? as u64;
-        self.agent.as_ref()?.get("processes")?.as_array()?.iter().find(|p| p.get("pid").and_then(Value::as_u64) == Some(pid))
+        self.agent
+            .as_ref()?
+            .get("processes")?
+            .as_array()?
+            .iter()
+            .find(|p| p.get("pid").and_then(Value::as_u64) == Some(pid))
     }
 
     fn node(&self, id: u64) -> Option<&Value> {
@@ -128,7 +133,13 @@ impl Figure {
 
     /// A classification: the agent's string must equal the expected one.
     fn equals(name: &str, expected: &str, agent: Option<&str>) -> Self {
-        Figure { name: format!("{name}={expected}"), kernel: None, agent: None, ok: agent == Some(expected), rule: format!("agent says {:?}", agent.unwrap_or("<absent>")) }
+        Figure {
+            name: format!("{name}={expected}"),
+            kernel: None,
+            agent: None,
+            ok: agent == Some(expected),
+            rule: format!("agent says {:?}", agent.unwrap_or("<absent>")),
+        }
     }
 }
 
@@ -219,17 +230,24 @@ fn cxl(r: &Report) -> Vec<Figure> {
     let site_list = p.and_then(|p| p.get("top_cxl_alloc_sites")).and_then(Value::as_array);
     let sites = site_list.map(|a| a.len() as f64);
     // The top site's innermost frames, function names only ("touch+0x1a (ts-alloc)" -> "touch").
-    let top_frames = site_list.and_then(|a| a.first()).and_then(|s| s.get("frames")).and_then(Value::as_array).map(|f| {
-        f.iter()
-            .take(2)
-            .filter_map(Value::as_str)
-            .map(|s| s.split(['+', ' ']).next().unwrap_or(s))
-            .collect::<Vec<_>>()
-            .join(" > ")
-    });
+    let top_frames =
+        site_list.and_then(|a| a.first()).and_then(|s| s.get("frames")).and_then(Value::as_array).map(|f| {
+            f.iter()
+                .take(2)
+                .filter_map(Value::as_str)
+                .map(|s| s.split(['+', ' ']).next().unwrap_or(s))
+                .collect::<Vec<_>>()
+                .join(" > ")
+        });
     vec![
         Figure::equals(&format!("node{node} tier"), "cxl", n.and_then(|n| n.get("tier")).and_then(Value::as_str)),
-        Figure { name: "tier evidence names the region".into(), kernel: None, agent: None, ok: evidence.contains("region"), rule: format!("agent says {evidence:?}") },
+        Figure {
+            name: "tier evidence names the region".into(),
+            kernel: None,
+            agent: None,
+            ok: evidence.contains("region"),
+            rule: format!("agent says {evidence:?}"),
+        },
         Figure::at_least(
             &format!("alloc_pages node{node}"),
             r.truth(&format!("numa_maps.N{node}")),
@@ -256,25 +274,68 @@ fn cxl(r: &Report) -> Vec<Figure> {
 /// not advertise it), not as zeros; the agent saw no more events of a kind than the kernel traced.
 fn health(r: &Report) -> Vec<Figure> {
     let h = r.agent.as_ref().and_then(|a| a.get("health"));
-    let mem0 = h.and_then(|h| h.get("devices")).and_then(Value::as_array).and_then(|d| d.iter().find(|d| d.get("name").and_then(Value::as_str) == Some("mem0")));
+    let mem0 = h
+        .and_then(|h| h.get("devices"))
+        .and_then(Value::as_array)
+        .and_then(|d| d.iter().find(|d| d.get("name").and_then(Value::as_str) == Some("mem0")));
     let s = |v: Option<&Value>| v.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
     let mut out = Vec::new();
-    let expect = |out: &mut Vec<Figure>, name: &str, expected: &str, got: Option<String>| out.push(Figure::equals(name, expected, got.as_deref()));
+    let expect = |out: &mut Vec<Figure>, name: &str, expected: &str, got: Option<String>| {
+        out.push(Figure::equals(name, expected, got.as_deref()))
+    };
     let gm = health_event(h, "general_media", "0x1000");
-    expect(&mut out, "general_media transaction_type", "Host Read", s(gm.and_then(|e| e.pointer("/decoded/transaction_type"))));
-    expect(&mut out, "general_media descriptor", r#"["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]"#, s(gm.and_then(|e| e.pointer("/decoded/descriptor"))));
+    expect(
+        &mut out,
+        "general_media transaction_type",
+        "Host Read",
+        s(gm.and_then(|e| e.pointer("/decoded/transaction_type"))),
+    );
+    expect(
+        &mut out,
+        "general_media descriptor",
+        r#"["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]"#,
+        s(gm.and_then(|e| e.pointer("/decoded/descriptor"))),
+    );
     expect(&mut out, "general_media severity (flags 1)", "warning", s(gm.and_then(|e| e.get("severity"))));
     let dram = health_event(h, "dram", "0x2000");
-    expect(&mut out, "dram transaction_type", "Host Write", s(dram.and_then(|e| e.pointer("/decoded/transaction_type"))));
+    expect(
+        &mut out,
+        "dram transaction_type",
+        "Host Write",
+        s(dram.and_then(|e| e.pointer("/decoded/transaction_type"))),
+    );
     expect(&mut out, "dram type", "Scrub Media ECC Error", s(dram.and_then(|e| e.pointer("/decoded/type"))));
     let mm = health_event(h, "memory_module", "");
-    expect(&mut out, "memory_module health_status", r#"["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"]"#, s(mm.and_then(|e| e.pointer("/decoded/health_status"))));
-    expect(&mut out, "memory_module media_status", "All Data Loss in Event of Power Loss", s(mm.and_then(|e| e.pointer("/decoded/media_status"))));
-    for (k, v) in [("life_used_percent", "30"), ("temperature_c", "45"), ("dirty_shutdowns", "1"), ("corrected_volatile_errors", "5")] {
+    expect(
+        &mut out,
+        "memory_module health_status",
+        r#"["MAINTENANCE_NEEDED","PERFORMANCE_DEGRADED"]"#,
+        s(mm.and_then(|e| e.pointer("/decoded/health_status"))),
+    );
+    expect(
+        &mut out,
+        "memory_module media_status",
+        "All Data Loss in Event of Power Loss",
+        s(mm.and_then(|e| e.pointer("/decoded/media_status"))),
+    );
+    for (k, v) in [
+        ("life_used_percent", "30"),
+        ("temperature_c", "45"),
+        ("dirty_shutdowns", "1"),
+        ("corrected_volatile_errors", "5"),
+    ] {
         expect(&mut out, &format!("memory_module {k}"), v, s(mm.and_then(|e| e.pointer(&format!("/decoded/{k}")))));
     }
-    expect(&mut out, "memory_module life_used level (additional status 33)", "Warning", s(mm.and_then(|e| e.pointer("/decoded/additional_status/life_used"))));
-    let poison = mem0.and_then(|d| d.get("poison")).and_then(Value::as_array).and_then(|p| p.iter().find(|p| p.get("dpa").and_then(Value::as_str) == Some("0x2000")));
+    expect(
+        &mut out,
+        "memory_module life_used level (additional status 33)",
+        "Warning",
+        s(mm.and_then(|e| e.pointer("/decoded/additional_status/life_used"))),
+    );
+    let poison = mem0
+        .and_then(|d| d.get("poison"))
+        .and_then(Value::as_array)
+        .and_then(|p| p.iter().find(|p| p.get("dpa").and_then(Value::as_str) == Some("0x2000")));
     expect(&mut out, "mem0 poison at dpa 0x2000, length", "64", s(poison.and_then(|p| p.get("length"))));
     let node = r.truth("cxl.node").map(|n| n.to_string());
     if let Some(n) = node {
@@ -288,7 +349,13 @@ fn health(r: &Report) -> Vec<Figure> {
         let k = r.truth(&format!("trace.cxl_{kind}"));
         let a = num(h.and_then(|h| h.pointer(&format!("/events_by_kind/{kind}"))));
         let ok = matches!((k, a), (Some(k), Some(a)) if a >= 1.0 && a <= k);
-        out.push(Figure { name: format!("{kind} events"), kernel: k, agent: a, ok, rule: "1 <= agent <= kernel".into() });
+        out.push(Figure {
+            name: format!("{kind} events"),
+            kernel: k,
+            agent: a,
+            ok,
+            rule: "1 <= agent <= kernel".into(),
+        });
     }
     out
 }
@@ -296,7 +363,8 @@ fn health(r: &Report) -> Vec<Figure> {
 /// The snapshot's health event of `kind` at device address `dpa` (any address when empty).
 fn health_event<'a>(h: Option<&'a Value>, kind: &str, dpa: &str) -> Option<&'a Value> {
     h?.get("events")?.as_array()?.iter().find(|e| {
-        e.get("kind").and_then(Value::as_str) == Some(kind) && (dpa.is_empty() || e.get("dpa").and_then(Value::as_str) == Some(dpa))
+        e.get("kind").and_then(Value::as_str) == Some(kind)
+            && (dpa.is_empty() || e.get("dpa").and_then(Value::as_str) == Some(dpa))
     })
 }
 
@@ -306,7 +374,13 @@ fn latency(r: &Report) -> Vec<Figure> {
     let p = r.process();
     let k = r.truth("handle_mm_fault");
     vec![
-        Figure::close("fault_latency.count", k, num(p.and_then(|p| p.get("fault_latency")).and_then(|l| l.get("count"))), 0.02, 8.0),
+        Figure::close(
+            "fault_latency.count",
+            k,
+            num(p.and_then(|p| p.get("fault_latency")).and_then(|l| l.get("count"))),
+            0.02,
+            8.0,
+        ),
         Figure::close("faults", k, num(p.and_then(|p| p.get("faults"))), 0.02, 8.0),
     ]
 }
@@ -320,19 +394,44 @@ fn tier_latency(r: &Report) -> Vec<Figure> {
         r.agent.as_ref()?.get("nodes")?.as_array()?.iter().find(|n| n.get("node").and_then(Value::as_u64) == Some(id))
     };
     let median = |id: u64, what: &str| num(measured(id).and_then(|n| n.get(what)).and_then(|m| m.get("median")));
-    let positive = |name: String, v: Option<f64>| Figure { name, kernel: None, agent: v, ok: v.is_some_and(|v| v > 0.0), rule: "> 0".into() };
+    let positive = |name: String, v: Option<f64>| Figure {
+        name,
+        kernel: None,
+        agent: v,
+        ok: v.is_some_and(|v| v > 0.0),
+        rule: "> 0".into(),
+    };
     let mut figs = Vec::new();
-    let nodes: Vec<u64> = r.truth.keys().filter_map(|k| k.strip_prefix("node.")?.strip_suffix(".has_memory")?.parse().ok()).collect();
+    let nodes: Vec<u64> =
+        r.truth.keys().filter_map(|k| k.strip_prefix("node.")?.strip_suffix(".has_memory")?.parse().ok()).collect();
     if nodes.is_empty() {
-        figs.push(Figure { name: "guest reported its memory nodes".into(), kernel: None, agent: None, ok: false, rule: "TS-TRUTH node.N.has_memory".into() });
+        figs.push(Figure {
+            name: "guest reported its memory nodes".into(),
+            kernel: None,
+            agent: None,
+            ok: false,
+            rule: "TS-TRUTH node.N.has_memory".into(),
+        });
     }
     for &n in &nodes {
         figs.push(positive(format!("node{n} latency_ns"), median(n, "latency_ns")));
         figs.push(positive(format!("node{n} bandwidth_gbps"), median(n, "bandwidth_gbps")));
-        figs.push(Figure::close(&format!("node{n} buffer on node (%)"), Some(100.0), num(measured(n).and_then(|m| m.get("on_node_pct"))), 0.0, 0.0));
+        figs.push(Figure::close(
+            &format!("node{n} buffer on node (%)"),
+            Some(100.0),
+            num(measured(n).and_then(|m| m.get("on_node_pct"))),
+            0.0,
+            0.0,
+        ));
         let hmat = measured(n).and_then(|m| m.get("hmat"));
         if let Some(k) = r.truth(&format!("hmat.{n}.read_latency_ns")) {
-            figs.push(Figure::close(&format!("node{n} HMAT read_latency_ns shown"), Some(k), num(hmat.and_then(|h| h.get("read_latency_ns"))), 0.0, 0.0));
+            figs.push(Figure::close(
+                &format!("node{n} HMAT read_latency_ns shown"),
+                Some(k),
+                num(hmat.and_then(|h| h.get("read_latency_ns"))),
+                0.0,
+                0.0,
+            ));
         }
         if let Some(k) = r.truth(&format!("hmat.{n}.read_bandwidth_mbps")) {
             let gbps = num(hmat.and_then(|h| h.get("read_bandwidth_gbps"))).map(|g| g * 1e9 / 1_048_576.0);
@@ -341,7 +440,13 @@ fn tier_latency(r: &Report) -> Vec<Figure> {
     }
     if let Some(cxl) = r.truth("cxl.node").map(|c| c as u64) {
         let (c, d) = (median(cxl, "latency_ns"), median(0, "latency_ns"));
-        figs.push(Figure { name: format!("node{cxl} (cxl) slower than node0"), kernel: d, agent: c, ok: matches!((c, d), (Some(c), Some(d)) if c > d), rule: "agent=cxl ns, kernel=node0 ns".into() });
+        figs.push(Figure {
+            name: format!("node{cxl} (cxl) slower than node0"),
+            kernel: d,
+            agent: c,
+            ok: matches!((c, d), (Some(c), Some(d)) if c > d),
+            rule: "agent=cxl ns, kernel=node0 ns".into(),
+        });
     }
     figs
 }
@@ -352,10 +457,16 @@ mod tests {
 
     #[test]
     fn parses_protocol_lines_and_judges_residency() {
-        let lines: Vec<String> = ["[  1.0] x TS-TRUTH pid 42", "TS-TRUTH numa_maps.N0 8192", "TS-TRUTH numa_maps.N1 12288", "TS-CHECK ok bound", "TS-AGENT 0 "]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let lines: Vec<String> = [
+            "[  1.0] x TS-TRUTH pid 42",
+            "TS-TRUTH numa_maps.N0 8192",
+            "TS-TRUTH numa_maps.N1 12288",
+            "TS-CHECK ok bound",
+            "TS-AGENT 0 ",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let json = r#"{"nodes":[{"id":0,"tier":"dram"},{"id":1,"tier":"cxl","tier_evidence":"CXL region region0"}],"processes":[{"pid":42,"resident_pages_by_node":{"0":8190,"1":12000}}]}"#;
         let r = Report::parse(&lines, Some(json));
         assert_eq!(r.truth("pid"), Some(42.0));
@@ -369,10 +480,15 @@ mod tests {
 
     #[test]
     fn health_judge_checks_decoded_values() {
-        let lines: Vec<String> = ["TS-TRUTH trace.cxl_general_media 1", "TS-TRUTH trace.cxl_dram 1", "TS-TRUTH trace.cxl_memory_module 1", "TS-TRUTH cxl.node 2"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let lines: Vec<String> = [
+            "TS-TRUTH trace.cxl_general_media 1",
+            "TS-TRUTH trace.cxl_dram 1",
+            "TS-TRUTH trace.cxl_memory_module 1",
+            "TS-TRUTH cxl.node 2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let json = r#"{"health":{"events_by_kind":{"general_media":1,"dram":1,"memory_module":2},"events":[
             {"kind":"general_media","dpa":"0x1000","severity":"warning","decoded":{"transaction_type":"Host Read","descriptor":["UNCORRECTABLE_EVENT","THRESHOLD_EVENT"]}},
             {"kind":"dram","dpa":"0x2000","decoded":{"transaction_type":"Host Write","type":"Scrub Media ECC Error"}},
@@ -390,10 +506,16 @@ mod tests {
 
     #[test]
     fn tier_latency_needs_every_node_measured_with_hmat_beside() {
-        let lines: Vec<String> = ["TS-TRUTH node.0.has_memory 1", "TS-TRUTH node.2.has_memory 1", "TS-TRUTH cxl.node 2", "TS-TRUTH hmat.0.read_latency_ns 100", "TS-TRUTH hmat.0.read_bandwidth_mbps 20480"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let lines: Vec<String> = [
+            "TS-TRUTH node.0.has_memory 1",
+            "TS-TRUTH node.2.has_memory 1",
+            "TS-TRUTH cxl.node 2",
+            "TS-TRUTH hmat.0.read_latency_ns 100",
+            "TS-TRUTH hmat.0.read_bandwidth_mbps 20480",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let node0 = r#"{"node":0,"latency_ns":{"median":40.0},"bandwidth_gbps":{"median":3.0},"on_node_pct":100.0,"hmat":{"read_latency_ns":100,"read_bandwidth_gbps":21.474836}}"#;
         let node2 = r#"{"node":2,"latency_ns":{"median":900.0},"bandwidth_gbps":{"median":0.01},"on_node_pct":100.0,"hmat":null}"#;
         let ok = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{node0},{node2}]}}"#)));
@@ -402,9 +524,18 @@ mod tests {
         // Node 2 never measured: its figures fail, and so does the comparison.
         let missing = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{node0}]}}"#)));
         let bad: Vec<String> = tier_latency(&missing).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
-        assert_eq!(bad, vec!["node2 latency_ns", "node2 bandwidth_gbps", "node2 buffer on node (%)", "node2 (cxl) slower than node0"]);
+        assert_eq!(
+            bad,
+            vec![
+                "node2 latency_ns",
+                "node2 bandwidth_gbps",
+                "node2 buffer on node (%)",
+                "node2 (cxl) slower than node0"
+            ]
+        );
         // HMAT not shown beside the measurement.
-        let bare0 = node0.replace(r#""hmat":{"read_latency_ns":100,"read_bandwidth_gbps":21.474836}"#, r#""hmat":null"#);
+        let bare0 =
+            node0.replace(r#""hmat":{"read_latency_ns":100,"read_bandwidth_gbps":21.474836}"#, r#""hmat":null"#);
         let no_hmat = Report::parse(&lines, Some(&format!(r#"{{"nodes":[{bare0},{node2}]}}"#)));
         assert_eq!(tier_latency(&no_hmat).iter().filter(|f| !f.ok).count(), 2);
         assert!(!tier_latency(&Report::parse(&[], None)).iter().any(|f| f.ok));
