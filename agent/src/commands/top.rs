@@ -21,10 +21,12 @@ use crate::{
         session::{Session, SessionOptions},
     },
     demo::DemoWorkload,
+    latency::{self, ProbeOptions},
     model::{snapshot::ProcessFilter, Model},
     topology::{parse, Topology},
     tui::{
         app::View,
+        probe::{ProbeProgress, TierProbe},
         rows,
         screen,
         terminal::{StderrToLog, TerminalGuard},
@@ -105,6 +107,40 @@ fn refresh_meminfo(nodes: &mut [NodeView]) {
     }
 }
 
+/// Runs the tier probe on its own thread, one node at a time, so the UI goes on while it
+/// measures (seconds per node); progress and results come back on `tx`. `stop` ends it between
+/// nodes when the UI quits.
+fn spawn_probe(tx: mpsc::Sender<ProbeProgress>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("tier-probe".into()).spawn(move || {
+        let sysfs = std::path::Path::new("/sys");
+        // Read afresh: the buffer is sized from each node's free memory now.
+        let t = Topology::read(sysfs);
+        let nodes: Vec<u32> = t.nodes.iter().filter(|n| n.online && n.has_memory).map(|n| n.id).collect();
+        if nodes.is_empty() {
+            let _ = tx.blocking_send(ProbeProgress::Failed { reason: "no node has memory online (/sys/devices/system/node)".into() });
+            return;
+        }
+        tracing::info!("tier probe: measuring nodes {nodes:?}");
+        if tx.blocking_send(ProbeProgress::Started { nodes: nodes.clone() }).is_err() {
+            return;
+        }
+        for node in nodes {
+            if stop.load(Ordering::Relaxed) || tx.blocking_send(ProbeProgress::Measuring { node }).is_err() {
+                return;
+            }
+            let report = latency::probe(&t, sysfs, &ProbeOptions { nodes: vec![node], ..ProbeOptions::default() }).map_err(|e| e.to_string());
+            if let Err(e) = &report {
+                tracing::warn!("tier probe of node {node}: {e}");
+            }
+            if tx.blocking_send(ProbeProgress::Measured { node, report }).is_err() {
+                return;
+            }
+        }
+        let _ = tx.blocking_send(ProbeProgress::Finished);
+    })?;
+    Ok(())
+}
+
 /// What the screen shows while paused.
 struct Frozen {
     model: Model,
@@ -171,6 +207,9 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
     let mut dirty = true;
     let page_size = session.page_size;
+    let mut probe = TierProbe::NotRun;
+    // The loop keeps a sender, so the channel never closes under the select.
+    let (probe_tx, mut probe_rx) = mpsc::channel::<ProbeProgress>(16);
 
     // Rebuilds the scene; a macro because the scene borrows from whichever state is shown.
     macro_rules! scene {
@@ -191,6 +230,7 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                 now_ns,
                 channel_dropped: session.channel_dropped(),
                 host: &host,
+                probe: &probe,
             }
         }};
     }
@@ -259,6 +299,14 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                         } else if !app.paused {
                             frozen = None;
                         }
+                        if std::mem::take(&mut app.probe_requested) && !probe.is_running() {
+                            let now = counters::monotonic_ns();
+                            probe = TierProbe::start(now);
+                            if let Err(e) = spawn_probe(probe_tx.clone(), stop.clone()) {
+                                probe.apply(ProbeProgress::Failed { reason: format!("starting the probe thread: {e}") }, now);
+                            }
+                            dirty = true;
+                        }
                         if app.quit {
                             break Ok(());
                         }
@@ -267,6 +315,10 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                     Some(_) => {}
                     None => break Ok(()),
                 }
+            }
+            Some(msg) = probe_rx.recv() => {
+                probe.apply(msg, counters::monotonic_ns());
+                dirty = true;
             }
             _ = tokio::signal::ctrl_c() => break Ok(()),
             _ = term.recv() => break Ok(()),

@@ -112,6 +112,8 @@ pub struct App {
     pub paused: bool,
     pub help: bool,
     pub training_only: bool,
+    /// `r` in the Latency view: the caller starts the tier probe (unless one runs) and clears it.
+    pub probe_requested: bool,
     pub quit: bool,
 }
 
@@ -129,6 +131,7 @@ impl Default for App {
             paused: false,
             help: false,
             training_only: false,
+            probe_requested: false,
             quit: false,
         }
     }
@@ -209,6 +212,7 @@ impl App {
                 self.descending = self.sort.default_descending();
             }
             KeyCode::Char('S') => self.descending = !self.descending,
+            KeyCode::Char('r') if self.view == View::Latency => self.probe_requested = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
             KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
             KeyCode::PageUp => self.move_by(-(PAGE as isize)),
@@ -395,6 +399,19 @@ mod tests {
         assert_eq!(a.scroll, 0);
         press(&mut a, &[KeyCode::Char('3')], &[]);
         assert_eq!(a.scroll, 0, "a new view starts at its top");
+    }
+
+    #[test]
+    fn r_asks_for_the_tier_probe_only_in_the_latency_view() {
+        let mut a = App::default();
+        press(&mut a, &[KeyCode::Char('r')], &[]);
+        assert!(!a.probe_requested, "r means nothing on the overview");
+        press(&mut a, &[KeyCode::Char('5')], &[]);
+        assert!(a.handle_key(key(KeyCode::Char('r')), &[]));
+        assert!(a.probe_requested);
+        let mut a = App { view: View::Latency, editing_filter: true, ..App::default() };
+        press(&mut a, &[KeyCode::Char('r')], &[]);
+        assert!(!a.probe_requested, "r is text while typing a filter");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("s / S", "sort by the next column / reverse the order"),
     ("t", "training processes only / all"),
     ("p", "pause the screen (collection goes on)"),
+    ("r", "run the tier probe (Latency view; in the background)"),
     ("?", "this help"),
     ("q  Ctrl-C", "quit"),
 ];

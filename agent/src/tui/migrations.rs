@@ -1,4 +1,5 @@
 //! Migrations: pages moved by reason and result, rates and totals, latency percentiles,
+//! the kernel's own tiering counters (hint faults, promotion success, demotion by path),
 //! promotion/demotion history and the NUMA balancer's task moves (node pairs).
 use ratatui::{
     layout::Rect,
@@ -76,6 +77,11 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(spans));
     }
     out.push(Line::from(Span::styled("latency: upper bounds of log2 buckets (exact to a factor of two)", theme::dim())));
+    out.push(Line::from(""));
+
+    let last = scene.model.tiering.last_interval();
+    let since = scene.model.tiering.since_start();
+    out.extend(super::tiering::table_lines(last.as_ref(), since.as_ref(), width));
     out.push(Line::from(""));
 
     let spark_w = width.saturating_sub(32).max(8);

@@ -10,6 +10,7 @@ pub mod latency;
 pub mod migrations;
 pub mod overview;
 pub mod process_detail;
+pub mod probe;
 pub mod processes;
 pub mod rows;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod snapshot_tests;
 pub mod screen;
 pub mod terminal;
 pub mod theme;
+pub mod tiering;
 
 #[cfg(test)]
 mod test_scene;
@@ -78,6 +80,8 @@ pub struct Scene<'a> {
     /// Events lost between the kernel ring buffer and the model.
     pub channel_dropped: u64,
     pub host: &'a str,
+    /// The tier probe the Latency view runs on demand (`r`).
+    pub probe: &'a probe::TierProbe,
 }
 
 /// Kernel-side counters that mean data was lost (the others count deliberate skips).

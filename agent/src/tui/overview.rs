@@ -14,14 +14,18 @@ use super::{
     screen::{heading, pad, rpad},
     theme, App, Scene,
 };
-use crate::model::agent::Attach;
+use crate::{
+    health::{meaning::Severity, model::DeviceState},
+    model::agent::Attach,
+};
 
 pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
     let node_h = (scene.nodes.len() as u16 + 2).min(area.height / 3).max(3);
     let spark_h = if area.height >= 30 { 8 } else { 5 };
-    let [nodes, sparks, health, busiest] = Layout::vertical([
+    let [nodes, sparks, tiering, health, busiest] = Layout::vertical([
         Constraint::Length(node_h),
         Constraint::Length(spark_h),
+        Constraint::Length(1),
         Constraint::Length(2),
         Constraint::Min(0),
     ])
@@ -31,7 +35,9 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App, rows: &
         Layout::horizontal([Constraint::Fill(1), Constraint::Length(2), Constraint::Fill(1)]).areas(sparks);
     draw_rate(f, left, scene, "Promotions", PROMOTION, &scene.history.promotions, theme::promotion());
     draw_rate(f, right, scene, "Demotions", DEMOTION, &scene.history.demotions, theme::demotion());
-    f.render_widget(Paragraph::new(health_lines(scene)), health);
+    let last = scene.model.tiering.last_interval();
+    f.render_widget(Paragraph::new(super::tiering::overview_line(last.as_ref(), tiering.width as usize)), tiering);
+    f.render_widget(Paragraph::new(health_lines(scene, health.width as usize)), health);
     f.render_widget(busiest_table(app, rows, busiest), busiest);
 }
 
@@ -88,7 +94,7 @@ fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
 
 fn draw_rate(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, what: &str, reason: &str, series: &Series, style: ratatui::style::Style) {
     let total = scene.model.migrations.get(reason).map_or(0, |t| t.succeeded);
-    let now = series.latest().map_or("-".to_string(), |v| format::count(v));
+    let now = series.latest().map_or("-".to_string(), format::count);
     let title = if area.width >= 60 {
         format!("{what} ({reason}) {now} pg/s, {} total", format::count(total))
     } else {
@@ -111,26 +117,51 @@ fn draw_rate(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, what: &str, reaso
     }
 }
 
-fn health_lines(scene: &Scene<'_>) -> Vec<Line<'static>> {
+fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
+    let wide = width >= 110;
     let count = |s: Attach| scene.programs.iter().filter(|p| p.status == s).count();
     let failed = count(Attach::Failed);
     let lost = scene.lost();
-    let devs = &scene.devices;
-    let cxl = if devs.memdevs.is_empty() {
-        Span::raw("no CXL memory devices")
+    let h = &scene.model.health;
+    let worst = h.devices.values().map(|d| d.assess().0).max();
+    let status = if wide || h.devices.is_empty() {
+        h.status_line()
     } else {
-        let names: Vec<&str> = devs.memdevs.iter().map(|d| d.name.as_str()).collect();
-        Span::styled(format!("CXL devices: {}", names.join(" ")), theme::tier(crate::topology::Tier::Cxl))
+        // "CXL: 1 degraded, 1 ok": the model's line without its preamble.
+        let mut by = std::collections::BTreeMap::new();
+        for d in h.devices.values() {
+            *by.entry(d.assess().0).or_insert(0usize) += 1;
+        }
+        let parts: Vec<String> = by.iter().rev().map(|(s, n)| format!("{n} {}", crate::health::model::state_word(*s))).collect();
+        format!("CXL: {}", parts.join(", "))
     };
-    let ce: u64 = devs.edac.iter().filter_map(|m| m.ce_count).sum();
-    let ue: u64 = devs.edac.iter().filter_map(|m| m.ue_count).sum();
-    let edac = if devs.edac.is_empty() {
-        Span::styled("no EDAC memory controllers", theme::dim())
+    let cxl = Span::styled(
+        status,
+        match worst {
+            None => Default::default(),
+            Some(DeviceState::Ok) => theme::good(),
+            Some(DeviceState::Degraded) => theme::warn(),
+            Some(DeviceState::Failed) => theme::bad(),
+        },
+    );
+    let events: u64 = h.events_by_kind.values().sum();
+    let serious: u64 = h.events_by_severity.iter().filter(|(s, _)| **s >= Severity::Failure).map(|(_, n)| n).sum();
+    let events = if events == 0 {
+        Span::styled("no events", theme::dim())
     } else {
-        Span::styled(format!("memory errors: {ce} corrected, {ue} uncorrected"), if ue > 0 { theme::bad() } else if ce > 0 { theme::warn() } else { theme::good() })
+        let text = if wide { format!("{events} events ({serious} failure or fatal)") } else { format!("{events} events, {serious} failure+") };
+        Span::styled(text, if serious > 0 { theme::bad() } else { theme::warn() })
+    };
+    let ce: u64 = h.edac.iter().filter(|m| !m.name.contains('/')).filter_map(|m| m.ce_count).sum();
+    let ue: u64 = h.edac.iter().filter(|m| !m.name.contains('/')).filter_map(|m| m.ue_count).sum();
+    let edac = if h.edac.is_empty() {
+        Span::styled("no EDAC", theme::dim())
+    } else {
+        let text = if wide { format!("EDAC {ce} corrected, {ue} uncorrected") } else { format!("EDAC {ce} CE {ue} UE") };
+        Span::styled(text, if ue > 0 { theme::bad() } else if ce > 0 { theme::warn() } else { theme::good() })
     };
     vec![
-        Line::from(vec![Span::styled("Health  ", theme::title()), cxl, Span::raw("  "), edac]),
+        Line::from(vec![Span::styled("Health  ", theme::title()), cxl, Span::raw("  "), events, Span::raw("  "), edac]),
         Line::from(vec![
             Span::raw(format!("        programs: {} attached, {} unsupported, ", count(Attach::Attached), count(Attach::Unsupported))),
             Span::styled(format!("{failed} failed"), if failed > 0 { theme::bad() } else { Default::default() }),

@@ -81,6 +81,7 @@ fn key_line(app: &App) -> Paragraph<'static> {
     match app.view {
         View::Processes | View::Overview => s.push_str("  ↑↓ select  Enter detail  / filter  s sort"),
         View::ProcessDetail => s.push_str("  Esc back  ↑↓ scroll"),
+        View::Latency => s.push_str("  r run tier probe  ↑↓ scroll"),
         _ => s.push_str("  ↑↓ scroll"),
     }
     let mut spans = Vec::new();

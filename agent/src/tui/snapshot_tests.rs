@@ -99,3 +99,63 @@ fn only_real_losses_count_as_lost() {
     assert_eq!(f.scene().lost(), 5);
     assert!(render(&f, &App::default(), 80, 24).contains("lost 5"));
 }
+
+#[test]
+fn the_tier_probe_shows_progress_then_its_failure() {
+    use super::probe::{tests::{node_result, one_node_report}, ProbeProgress, TierProbe};
+    let mut f = Fixture::training();
+    f.probe = TierProbe::start(100 * super::test_scene::S);
+    f.probe.apply(ProbeProgress::Started { nodes: vec![0, 2] }, 100 * super::test_scene::S);
+    f.probe.apply(ProbeProgress::Measured { node: 0, report: Ok(one_node_report(node_result(0, crate::topology::Tier::Dram, 97.5, 12.25, None))) }, 0);
+    f.probe.apply(ProbeProgress::Measuring { node: 2 }, 0);
+    let s = render(&f, &app(View::Latency), 80, 24);
+    assert!(s.contains("measuring node 2 (2 of 2)"), "{s}");
+    assert!(s.contains("3.0s"), "elapsed since the start, at now = 103 s:\n{s}");
+    assert!(s.contains("97.5ns") && s.contains("12.25"), "the node already measured shows:\n{s}");
+    f.probe.apply(ProbeProgress::Failed { reason: "no node has memory online".into() }, 101 * super::test_scene::S);
+    let s = render(&f, &app(View::Latency), 80, 24);
+    assert!(s.contains("the probe failed 2.0s ago: no node has memory online"), "{s}");
+}
+
+#[test]
+fn a_device_without_get_health_info_says_so_and_shows_its_module_event() {
+    use crate::health::{
+        event::{HealthEvent, HealthKind},
+        mailbox::HealthInfoResult,
+        meaning::Severity,
+    };
+    let mut f = Fixture::training();
+    f.model.health.set_health_info("mem0", HealthInfoResult::NotSupported { reason: "Get Health Info not in the CEL".into() });
+    let s = render(&f, &app(View::Health), 120, 30);
+    assert!(s.contains("Get Health Info: not supported by this device (Get Health Info not in the CEL)"), "{s}");
+    let mem0 = s.lines().find(|l| l.contains("mem0    ")).expect("device row");
+    assert!(!mem0.contains("41°C") && mem0.contains(" -  "), "no figure is invented: {mem0}");
+
+    // The device's own report (a memory module event, as QEMU injects) fills the figures.
+    let decoded = serde_json::json!({
+        "life_used_percent": 33, "temperature_c": 57, "dirty_shutdowns": 4,
+        "corrected_volatile_errors": 12, "corrected_persistent_errors": 0,
+    });
+    let decoded: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_value(decoded).expect("map");
+    f.model.health.apply(HealthEvent {
+        kind: HealthKind::MemoryModule,
+        tracepoint: "cxl:cxl_memory_module".into(),
+        ts_ns: 100 * super::test_scene::S,
+        pid: 0,
+        severity: Severity::Informational,
+        device: Some("mem0".into()),
+        serial: None,
+        hpa: None,
+        dpa: None,
+        length: None,
+        region: None,
+        node: None,
+        summary: "Health Status Change: health normal, life used 33%, 57 °C".into(),
+        decoded,
+        fields: Default::default(),
+    });
+    let s = render(&f, &app(View::Health), 120, 30);
+    let mem0 = s.lines().find(|l| l.contains("mem0    ")).expect("device row");
+    assert!(mem0.contains("57°C") && mem0.contains("33%") && mem0.contains("12/0") && mem0.contains(" 4 "), "{mem0}");
+    assert!(s.contains("figures from the memory module event of 3.0s ago"), "{s}");
+}

@@ -15,7 +15,7 @@ use crate::{
     topology::{CxlMemdev, CxlRegion, EdacMc, Tier},
 };
 
-use super::{DemoInfo, Devices, History, NodeView, Scene};
+use super::{probe::TierProbe, DemoInfo, Devices, History, NodeView, Scene};
 
 pub const S: u64 = 1_000_000_000;
 const GIB: u64 = 1 << 30;
@@ -29,6 +29,7 @@ pub struct Fixture {
     pub filter: ProcessFilter,
     pub demo: Option<DemoInfo>,
     pub now_ns: u64,
+    pub probe: TierProbe,
 }
 
 fn node(id: u32, tier: Tier, evidence: &str, cpus: usize, total_gib: u64, free_bytes: u64) -> NodeView {
@@ -75,6 +76,7 @@ impl Fixture {
             filter: ProcessFilter::default(),
             demo: None,
             now_ns: 5 * S,
+            probe: TierProbe::NotRun,
         }
     }
 
@@ -169,6 +171,8 @@ impl Fixture {
             dst_nid: 0,
             ts_ns: 99 * S,
         }));
+        health(&mut model);
+        tiering(&mut model);
         let devices = Devices {
             memdevs: vec![CxlMemdev {
                 name: "mem0".into(),
@@ -198,6 +202,7 @@ impl Fixture {
             filter: ProcessFilter::default(),
             demo: Some(DemoInfo { pid: 4242, placement: "optimizer state bound to node 2 (cxl)".into() }),
             now_ns: 103 * S,
+            probe: probe_done(),
         }
     }
 
@@ -214,6 +219,100 @@ impl Fixture {
             now_ns: self.now_ns,
             channel_dropped: 0,
             host: "gpu-node-07",
+            probe: &self.probe,
         }
     }
+}
+
+/// The expander's health: Get Health Info says life used is at warning level; a DRAM event with
+/// an address on node 2 (where both ranks have memory) and a corrected EDAC error.
+fn health(model: &mut Model) {
+    use crate::health::{
+        edac::EdacCounts,
+        event::{HealthEvent, HealthKind},
+        mailbox::{parse_health_info, HealthInfoResult},
+        meaning::Severity,
+    };
+    let mem0 = CxlMemdev { name: "mem0".into(), serial: Some(0x1234_5678), ram_size_bytes: Some(128 * GIB), regions: vec!["region0".into()], ..Default::default() };
+    model.health.set_inventory(true, &[(mem0, vec![2])]);
+    model.health.address_map.regions = vec![(0x10_0000_0000, 128 * GIB, 2)];
+    // Maintenance needed, media normal, life used at warning, 87% used, 41 °C, 2 dirty
+    // shutdowns, 300 corrected volatile and 1 corrected persistent error.
+    let mut p = vec![0u8; crate::health::mailbox::HEALTH_INFO_LEN];
+    p[0] = 1;
+    p[2] = 1;
+    p[3] = 87;
+    p[4..6].copy_from_slice(&41u16.to_le_bytes());
+    p[6..10].copy_from_slice(&2u32.to_le_bytes());
+    p[10..14].copy_from_slice(&300u32.to_le_bytes());
+    p[14..18].copy_from_slice(&1u32.to_le_bytes());
+    model.health.set_health_info("mem0", HealthInfoResult::Ok(parse_health_info(&p).expect("payload")));
+    let event = |kind, tracepoint: &str, ts_s: u64, severity, device: &str, hpa: Option<u64>, dpa: Option<u64>, summary: &str| HealthEvent {
+        kind,
+        tracepoint: tracepoint.into(),
+        ts_ns: ts_s * S,
+        pid: 0,
+        severity,
+        device: Some(device.into()),
+        serial: None,
+        hpa,
+        dpa,
+        length: None,
+        region: hpa.map(|_| "region0".into()),
+        node: None,
+        summary: summary.into(),
+        decoded: BTreeMap::new(),
+        fields: BTreeMap::new(),
+    };
+    model.health.apply(event(
+        HealthKind::Dram,
+        "cxl:cxl_dram",
+        97,
+        Severity::Warning,
+        "mem0",
+        Some(0x10_0004_2000),
+        Some(0x4_2000),
+        "DRAM ECC Error during Host Read at dpa 0x42000",
+    ));
+    model.health.apply(event(HealthKind::McEvent, "ras:mc_event", 101, Severity::Warning, "mc0", None, None, "1 Corrected error on mc0 (DIMM_A1)"));
+    model.health.edac = vec![
+        EdacCounts { name: "mc0".into(), label: Some("Skylake Socket#0 IMC#0".into()), ce_count: Some(3), ue_count: Some(0) },
+        EdacCounts { name: "mc0/dimm0".into(), label: Some("DIMM_A1".into()), ce_count: Some(3), ue_count: Some(0) },
+    ];
+}
+
+/// Kernel tiering counters over three readings: NUMA balancing promoting to node 0, kswapd
+/// demoting from it.
+fn tiering(model: &mut Model) {
+    use crate::model::tiering::VmstatReading;
+    let m = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> { pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+    for (at, i) in [(90, 0u64), (101, 1), (102, 2)] {
+        model.tiering.apply(VmstatReading {
+            at_ns: at * S,
+            system: m(&[
+                ("numa_hint_faults", 10_000 + 2_400 * i),
+                ("numa_hint_faults_local", 8_000 + 1_800 * i),
+                ("pgpromote_candidate", 1_000 + 200 * i),
+                ("pgpromote_success", 700 + 150 * i),
+                ("pgdemote_kswapd", 5_000 + 60 * i),
+                ("pgdemote_direct", 40),
+            ]),
+            by_node: [
+                (0, m(&[("pgpromote_success", 700 + 150 * i), ("pgpromote_candidate", 1_000 + 200 * i), ("pgdemote_kswapd", 5_000 + 60 * i), ("pgdemote_direct", 40)])),
+                (2, m(&[("pgpromote_success", 0), ("pgpromote_candidate", 0), ("pgdemote_kswapd", 0), ("pgdemote_direct", 0)])),
+            ]
+            .into(),
+        });
+    }
+}
+
+/// A finished probe: DRAM nodes 0 and 1, the CXL node 2, with HMAT figures that rank as measured.
+pub fn probe_done() -> TierProbe {
+    use super::probe::tests::{node_result, one_node_report};
+    let parts = vec![
+        one_node_report(node_result(0, Tier::Dram, 92.4, 21.3, Some((90, 23.8)))),
+        one_node_report(node_result(1, Tier::Dram, 139.8, 17.9, Some((140, 19.2)))),
+        one_node_report(node_result(2, Tier::Cxl, 262.1, 7.8, Some((270, 8.5)))),
+    ];
+    TierProbe::Done { report: super::probe::combine(parts, vec![]), finished_ns: 98 * S, took_ns: 21 * S }
 }
