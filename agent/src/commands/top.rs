@@ -27,8 +27,7 @@ use crate::{
     tui::{
         app::View,
         probe::{ProbeProgress, TierProbe},
-        rows,
-        screen,
+        rows, screen,
         terminal::{StderrToLog, TerminalGuard},
         App, DemoInfo, Devices, History, NodeView, Scene,
     },
@@ -77,7 +76,11 @@ pub fn run(args: TopArgs) -> Result<i32> {
         return Ok(2);
     }
     let filter = args.select.filter()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     rt.block_on(live(args, filter))
 }
 
@@ -117,7 +120,9 @@ fn spawn_probe(tx: mpsc::Sender<ProbeProgress>, stop: Arc<AtomicBool>) -> std::i
         let t = Topology::read(sysfs);
         let nodes: Vec<u32> = t.nodes.iter().filter(|n| n.online && n.has_memory).map(|n| n.id).collect();
         if nodes.is_empty() {
-            let _ = tx.blocking_send(ProbeProgress::Failed { reason: "no node has memory online (/sys/devices/system/node)".into() });
+            let _ = tx.blocking_send(ProbeProgress::Failed {
+                reason: "no node has memory online (/sys/devices/system/node)".into(),
+            });
             return;
         }
         tracing::info!("tier probe: measuring nodes {nodes:?}");
@@ -128,7 +133,8 @@ fn spawn_probe(tx: mpsc::Sender<ProbeProgress>, stop: Arc<AtomicBool>) -> std::i
             if stop.load(Ordering::Relaxed) || tx.blocking_send(ProbeProgress::Measuring { node }).is_err() {
                 return;
             }
-            let report = latency::probe(&t, sysfs, &ProbeOptions { nodes: vec![node], ..ProbeOptions::default() }).map_err(|e| e.to_string());
+            let report = latency::probe(&t, sysfs, &ProbeOptions { nodes: vec![node], ..ProbeOptions::default() })
+                .map_err(|e| e.to_string());
             if let Err(e) = &report {
                 tracing::warn!("tier probe of node {node}: {e}");
             }
@@ -151,7 +157,8 @@ struct Frozen {
 
 async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
-    let mut session = Session::start_with(SessionOptions { pattern: filter.pattern.clone(), ..SessionOptions::default() })?;
+    let mut session =
+        Session::start_with(SessionOptions { pattern: filter.pattern.clone(), ..SessionOptions::default() })?;
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),
         regions: session.topology.cxl_regions.clone(),
@@ -162,7 +169,8 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     let mut demo_info = demo.as_ref().map(|d| DemoInfo { pid: d.pid, placement: d.placement.clone() });
     let host = super::snapshot::hostname();
 
-    let log = StderrToLog::start().with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
+    let log = StderrToLog::start()
+        .with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
     let mut guard = TerminalGuard::enter().context("taking over the terminal (is stdout a terminal?)")?;
     tracing::info!("top: tick {} ms, {} fps, demo {:?}", args.tick_ms, args.fps, demo_info);
 
@@ -202,9 +210,11 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     let mut render = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.fps)));
     render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
     // The terminal going away (tmux kill-session, a closed ssh) ends the UI the same clean way.
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
+    let mut hangup =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
     let mut dirty = true;
     let page_size = session.page_size;
     let mut probe = TierProbe::NotRun;
@@ -333,4 +343,3 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     drop(log);
     result.map(|()| 0)
 }
-

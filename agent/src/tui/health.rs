@@ -34,9 +34,11 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     // The snapshot's own view of the health model: states with why, events with the processes
     // that have memory on their node.
     let snap = crate::health::snapshot::build(h, &scene.model.processes);
-    let mut out = vec![Line::from(vec![Span::styled("CXL memory devices  ", theme::title()), Span::raw(snap.status.clone())])];
+    let mut out =
+        vec![Line::from(vec![Span::styled("CXL memory devices  ", theme::title()), Span::raw(snap.status.clone())])];
     if snap.devices.is_empty() {
-        let why = if h.cxl_bus { "/sys/bus/cxl/devices has no memN" } else { "no /sys/bus/cxl: the CXL core is not loaded" };
+        let why =
+            if h.cxl_bus { "/sys/bus/cxl/devices has no memN" } else { "no /sys/bus/cxl: the CXL core is not loaded" };
         out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
     } else {
         out.push(Line::from(Span::styled(
@@ -83,7 +85,13 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     for m in &snap.edac {
         let ue = m.ue_count.unwrap_or(0);
         let ce = m.ce_count.unwrap_or(0);
-        let style = if ue > 0 { theme::bad() } else if ce > 0 { theme::warn() } else { theme::good() };
+        let style = if ue > 0 {
+            theme::bad()
+        } else if ce > 0 {
+            theme::warn()
+        } else {
+            theme::good()
+        };
         out.push(Line::from(vec![
             Span::raw(format!("  {} {} ", pad(&m.name, 11), pad(m.label.as_deref().unwrap_or("-"), 28))),
             Span::styled(
@@ -175,7 +183,13 @@ fn figures(scene: &Scene<'_>, d: &DeviceSnapshot) -> Figures {
                 source: format!("the memory module event of {}", format::age(e.ts_ns, scene.now_ns)),
             }
         }
-        _ => Figures { temperature_c: None, life_used_percent: None, corrected: None, dirty_shutdowns: None, source: String::new() },
+        _ => Figures {
+            temperature_c: None,
+            life_used_percent: None,
+            corrected: None,
+            dirty_shutdowns: None,
+            source: String::new(),
+        },
     }
 }
 
@@ -191,7 +205,10 @@ fn device_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, d: &DeviceSnaps
         Span::raw(rpad(&fig.life_used_percent.map_or_else(dash, |l| format!("{l}%")), 6)),
         Span::raw(rpad(&fig.corrected.map_or_else(dash, |(v, p)| format!("{v}/{p}")), 15)),
         Span::raw(rpad(&fig.dirty_shutdowns.map_or_else(dash, |n| n.to_string()), 7)),
-        Span::styled(rpad(&d.poison.len().to_string(), 8), if d.poison.is_empty() { Style::default() } else { theme::bad() }),
+        Span::styled(
+            rpad(&d.poison.len().to_string(), 8),
+            if d.poison.is_empty() { Style::default() } else { theme::bad() },
+        ),
         Span::raw(rpad(&format::count(events), 8)),
         Span::raw(format!("  {}", if nodes.is_empty() { "-".into() } else { nodes.join(",") })),
     ]));
@@ -206,10 +223,13 @@ fn device_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, d: &DeviceSnaps
             if i.health_status.is_empty() { "normal".into() } else { i.health_status.join(", ") },
             i.media_status
         )),
-        Some(HealthInfoResult::NotSupported { reason }) => {
-            Span::styled(format::truncate(&format!("Get Health Info: not supported by this device ({reason})"), text_w), theme::dim())
+        Some(HealthInfoResult::NotSupported { reason }) => Span::styled(
+            format::truncate(&format!("Get Health Info: not supported by this device ({reason})"), text_w),
+            theme::dim(),
+        ),
+        Some(HealthInfoResult::Failed { reason }) => {
+            Span::styled(format::truncate(&format!("Get Health Info failed: {reason}"), text_w), theme::warn())
         }
-        Some(HealthInfoResult::Failed { reason }) => Span::styled(format::truncate(&format!("Get Health Info failed: {reason}"), text_w), theme::warn()),
     };
     out.push(Line::from(vec![Span::raw("        "), info]));
     if !fig.source.is_empty() && !matches!(d.health_info, Some(HealthInfoResult::Ok(_))) {
@@ -245,7 +265,10 @@ fn device_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, d: &DeviceSnaps
         )));
     }
     if let Some(problem) = &d.poison_list_reads.problem {
-        out.push(Line::from(Span::styled(format::truncate(&format!("        poison list: {problem}"), width), theme::dim())));
+        out.push(Line::from(Span::styled(
+            format::truncate(&format!("        poison list: {problem}"), width),
+            theme::dim(),
+        )));
     }
 }
 
@@ -263,7 +286,15 @@ fn event_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, snap: &HealthSna
     out.push(Line::from(format!("  by kind: {}", counts(&snap.events_by_kind))));
     out.push(Line::from(format!("  by severity: {}", counts(&snap.events_by_severity))));
     out.push(Line::from(Span::styled(
-        format!("{}{}{}{}{}  {}", pad("WHEN", 10), pad("SEVERITY", 14), pad("KIND", 18), pad("DEVICE", 8), rpad("NODE", 5), "WHAT"),
+        format!(
+            "{}{}{}{}{}  {}",
+            pad("WHEN", 10),
+            pad("SEVERITY", 14),
+            pad("KIND", 18),
+            pad("DEVICE", 8),
+            rpad("NODE", 5),
+            "WHAT"
+        ),
         theme::header(),
     )));
     let what_w = width.saturating_sub(10 + 14 + 18 + 8 + 5 + 2).max(10);
@@ -288,7 +319,10 @@ fn event_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, snap: &HealthSna
             at.push(format!("region {r}"));
         }
         if !at.is_empty() {
-            out.push(Line::from(Span::styled(format::truncate(&format!("          {}", at.join("  ")), width), theme::dim())));
+            out.push(Line::from(Span::styled(
+                format::truncate(&format!("          {}", at.join("  ")), width),
+                theme::dim(),
+            )));
         }
         if let Some(node) = ev.node {
             let procs: Vec<String> = e

@@ -38,7 +38,8 @@ pub fn draw(f: &mut Frame<'_>, area: Rect) {
     lines.push(Line::from(Span::styled(" ? or Esc closes", theme::dim())));
     f.render_widget(Clear, rect);
     f.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(Span::styled(" Keys ", theme::title()))),
+        Paragraph::new(lines)
+            .block(Block::default().borders(Borders::ALL).title(Span::styled(" Keys ", theme::title()))),
         rect,
     );
 }

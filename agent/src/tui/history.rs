@@ -145,11 +145,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        collect::procfs::NumaResidency,
-        model::reading::CounterReading,
-        topology::Tier,
-    };
+    use crate::{collect::procfs::NumaResidency, model::reading::CounterReading, topology::Tier};
 
     const S: u64 = 1_000_000_000;
 

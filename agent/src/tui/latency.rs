@@ -92,7 +92,11 @@ fn probe_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, width: usize) {
         }
         TierProbe::Done { report, finished_ns, took_ns } => {
             out.push(Line::from(vec![
-                Span::raw(format!("  measured {}, took {:.1}s; ", format::age(*finished_ns, scene.now_ns), *took_ns as f64 / 1e9)),
+                Span::raw(format!(
+                    "  measured {}, took {:.1}s; ",
+                    format::age(*finished_ns, scene.now_ns),
+                    *took_ns as f64 / 1e9
+                )),
                 Span::styled("r", theme::accent()),
                 Span::raw(" measures again"),
             ]));
@@ -108,7 +112,10 @@ fn probe_lines(out: &mut Vec<Line<'static>>, scene: &Scene<'_>, width: usize) {
             report_lines(out, report, width);
         }
         TierProbe::Failed { reason, at_ns } => {
-            out.push(Line::from(Span::styled(format!("  the probe failed {}: {reason}", format::age(*at_ns, scene.now_ns)), theme::bad())));
+            out.push(Line::from(Span::styled(
+                format!("  the probe failed {}: {reason}", format::age(*at_ns, scene.now_ns)),
+                theme::bad(),
+            )));
             out.push(Line::from(Span::styled("  r tries again", theme::dim())));
         }
     }
@@ -156,7 +163,10 @@ fn node_table(out: &mut Vec<Line<'static>>, nodes: &[&NodeResult], width: usize)
         out.push(Line::from(spans));
         if n.on_node_pct < 100.0 {
             out.push(Line::from(Span::styled(
-                format!("       only {:.0}% of the buffer's pages are on node {}: the figures mix nodes", n.on_node_pct, n.node),
+                format!(
+                    "       only {:.0}% of the buffer's pages are on node {}: the figures mix nodes",
+                    n.on_node_pct, n.node
+                ),
                 theme::warn(),
             )));
         }
@@ -174,7 +184,14 @@ fn report_lines(out: &mut Vec<Line<'static>>, r: &ProbeReport, width: usize) {
         // Beside the fastest tier, so a slower tier reads as "2.1x the latency".
         let base = r.tiers.first().map(|t| (t.latency_ns, t.bandwidth_gbps));
         out.push(Line::from(Span::styled(
-            format!("{}{}{}{}  {}", pad("TIER", 8), pad("NODES", 10), rpad("LATENCY", 10), rpad("READ GB/s", 11), "AGAINST THE FIRST TIER"),
+            format!(
+                "{}{}{}{}  {}",
+                pad("TIER", 8),
+                pad("NODES", 10),
+                rpad("LATENCY", 10),
+                rpad("READ GB/s", 11),
+                "AGAINST THE FIRST TIER"
+            ),
             theme::header(),
         )));
         for (i, t) in r.tiers.iter().enumerate() {
@@ -196,13 +213,22 @@ fn report_lines(out: &mut Vec<Line<'static>>, r: &ProbeReport, width: usize) {
     }
     let order: Vec<String> = r.ranking.measured_latency_order.iter().map(u32::to_string).collect();
     let (text, style) = match (r.ranking.latency_agrees_with_hmat, r.ranking.bandwidth_agrees_with_hmat) {
-        (None, _) => ("HMAT describes fewer than two of these nodes: nothing to rank against".to_string(), theme::dim()),
-        (Some(true), Some(false)) => ("latency ranks the nodes as HMAT does; bandwidth does not".to_string(), theme::warn()),
+        (None, _) => {
+            ("HMAT describes fewer than two of these nodes: nothing to rank against".to_string(), theme::dim())
+        }
+        (Some(true), Some(false)) => {
+            ("latency ranks the nodes as HMAT does; bandwidth does not".to_string(), theme::warn())
+        }
         (Some(true), _) => ("measured latency and bandwidth rank the nodes as HMAT does".to_string(), theme::good()),
-        (Some(false), _) => (format!("measured latency order (fastest first: {}) differs from HMAT's", order.join(", ")), theme::warn()),
+        (Some(false), _) => {
+            (format!("measured latency order (fastest first: {}) differs from HMAT's", order.join(", ")), theme::warn())
+        }
     };
     out.push(Line::from(Span::styled(format!("  {text}"), style)));
     for k in &r.skipped {
-        out.push(Line::from(Span::styled(format::truncate(&format!("  node {} not measured: {}", k.node, k.reason), width), theme::warn())));
+        out.push(Line::from(Span::styled(
+            format::truncate(&format!("  node {} not measured: {}", k.node, k.reason), width),
+            theme::warn(),
+        )));
     }
 }

@@ -63,7 +63,10 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
             Span::styled(pad(reason, 17), style),
             Span::raw(rpad(&format::rate(scene.history.migration_rate.get(reason).copied()), 8)),
             Span::raw(rpad(&format::count(t.succeeded), 8)),
-            Span::styled(rpad(&format::count(t.failed), 7), if t.failed > 0 { theme::warn() } else { Default::default() }),
+            Span::styled(
+                rpad(&format::count(t.failed), 7),
+                if t.failed > 0 { theme::warn() } else { Default::default() },
+            ),
             Span::raw(rpad(&format::count(t.calls), 7)),
             Span::raw(rpad(&format::count(t.thp_succeeded), 6)),
             Span::raw(rpad(&q(lat.map(|s| s.p50_ns)), 8)),
@@ -76,7 +79,10 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
         }
         out.push(Line::from(spans));
     }
-    out.push(Line::from(Span::styled("latency: upper bounds of log2 buckets (exact to a factor of two)", theme::dim())));
+    out.push(Line::from(Span::styled(
+        "latency: upper bounds of log2 buckets (exact to a factor of two)",
+        theme::dim(),
+    )));
     out.push(Line::from(""));
 
     let last = scene.model.tiering.last_interval();

@@ -9,13 +9,13 @@ pub mod history;
 pub mod latency;
 pub mod migrations;
 pub mod overview;
-pub mod process_detail;
 pub mod probe;
+pub mod process_detail;
 pub mod processes;
 pub mod rows;
+pub mod screen;
 #[cfg(test)]
 mod snapshot_tests;
-pub mod screen;
 pub mod terminal;
 pub mod theme;
 pub mod tiering;

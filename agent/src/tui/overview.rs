@@ -92,7 +92,15 @@ fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
     Paragraph::new(lines)
 }
 
-fn draw_rate(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, what: &str, reason: &str, series: &Series, style: ratatui::style::Style) {
+fn draw_rate(
+    f: &mut Frame<'_>,
+    area: Rect,
+    scene: &Scene<'_>,
+    what: &str,
+    reason: &str,
+    series: &Series,
+    style: ratatui::style::Style,
+) {
     let total = scene.model.migrations.get(reason).map_or(0, |t| t.succeeded);
     let now = series.latest().map_or("-".to_string(), format::count);
     let title = if area.width >= 60 {
@@ -132,7 +140,8 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
         for d in h.devices.values() {
             *by.entry(d.assess().0).or_insert(0usize) += 1;
         }
-        let parts: Vec<String> = by.iter().rev().map(|(s, n)| format!("{n} {}", crate::health::model::state_word(*s))).collect();
+        let parts: Vec<String> =
+            by.iter().rev().map(|(s, n)| format!("{n} {}", crate::health::model::state_word(*s))).collect();
         format!("CXL: {}", parts.join(", "))
     };
     let cxl = Span::styled(
@@ -149,7 +158,11 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     let events = if events == 0 {
         Span::styled("no events", theme::dim())
     } else {
-        let text = if wide { format!("{events} events ({serious} failure or fatal)") } else { format!("{events} events, {serious} failure+") };
+        let text = if wide {
+            format!("{events} events ({serious} failure or fatal)")
+        } else {
+            format!("{events} events, {serious} failure+")
+        };
         Span::styled(text, if serious > 0 { theme::bad() } else { theme::warn() })
     };
     let ce: u64 = h.edac.iter().filter(|m| !m.name.contains('/')).filter_map(|m| m.ce_count).sum();
@@ -157,13 +170,27 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     let edac = if h.edac.is_empty() {
         Span::styled("no EDAC", theme::dim())
     } else {
-        let text = if wide { format!("EDAC {ce} corrected, {ue} uncorrected") } else { format!("EDAC {ce} CE {ue} UE") };
-        Span::styled(text, if ue > 0 { theme::bad() } else if ce > 0 { theme::warn() } else { theme::good() })
+        let text =
+            if wide { format!("EDAC {ce} corrected, {ue} uncorrected") } else { format!("EDAC {ce} CE {ue} UE") };
+        Span::styled(
+            text,
+            if ue > 0 {
+                theme::bad()
+            } else if ce > 0 {
+                theme::warn()
+            } else {
+                theme::good()
+            },
+        )
     };
     vec![
         Line::from(vec![Span::styled("Health  ", theme::title()), cxl, Span::raw("  "), events, Span::raw("  "), edac]),
         Line::from(vec![
-            Span::raw(format!("        programs: {} attached, {} unsupported, ", count(Attach::Attached), count(Attach::Unsupported))),
+            Span::raw(format!(
+                "        programs: {} attached, {} unsupported, ",
+                count(Attach::Attached),
+                count(Attach::Unsupported)
+            )),
             Span::styled(format!("{failed} failed"), if failed > 0 { theme::bad() } else { Default::default() }),
             Span::raw("  "),
             Span::styled(format!("lost events: {lost}"), if lost > 0 { theme::bad() } else { Default::default() }),
@@ -174,7 +201,8 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
 fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'static> {
     let w = area.width as usize;
     let comm_w = if w >= 120 { 24 } else { 16 };
-    let mut lines = vec![heading(&format!("Busiest processes ({} tracked, by {}; Enter opens)", rows.len(), app.sort.name()))];
+    let mut lines =
+        vec![heading(&format!("Busiest processes ({} tracked, by {}; Enter opens)", rows.len(), app.sort.name()))];
     lines.push(Line::from(Span::styled(
         format!(
             "{}{}{}{}{}{}{}",
@@ -189,7 +217,11 @@ fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'stati
         theme::header(),
     )));
     if rows.is_empty() {
-        let why = if app.filter.is_empty() { "no process has faulted or allocated yet" } else { "no process matches the filter" };
+        let why = if app.filter.is_empty() {
+            "no process has faulted or allocated yet"
+        } else {
+            "no process matches the filter"
+        };
         lines.push(Line::from(Span::styled(why, theme::dim())));
     }
     let room = (area.height as usize).saturating_sub(2);

@@ -49,7 +49,13 @@ impl TierProbe {
 
     /// The state once a run starts (before the thread's first message).
     pub fn start(now_ns: u64) -> TierProbe {
-        TierProbe::Running { started_ns: now_ns, nodes: Vec::new(), current: None, done: Vec::new(), skipped: Vec::new() }
+        TierProbe::Running {
+            started_ns: now_ns,
+            nodes: Vec::new(),
+            current: None,
+            done: Vec::new(),
+            skipped: Vec::new(),
+        }
     }
 
     /// Folds in one message of the probing thread, received at `now_ns`.
@@ -105,7 +111,8 @@ impl TierProbe {
 /// One report out of single-node reports: every node and skip, tiers and ranking recomputed
 /// over all of them.
 pub fn combine(parts: Vec<ProbeReport>, mut skipped: Vec<Skipped>) -> ProbeReport {
-    let (llc_bytes, llc_source, repeats) = parts.first().map_or((0, "assumed", 0), |r| (r.llc_bytes, r.llc_source, r.repeats));
+    let (llc_bytes, llc_source, repeats) =
+        parts.first().map_or((0, "assumed", 0), |r| (r.llc_bytes, r.llc_source, r.repeats));
     let mut nodes: Vec<NodeResult> = Vec::new();
     for r in parts {
         nodes.extend(r.nodes);
@@ -156,7 +163,11 @@ pub(crate) mod tests {
             llc_source: "sysfs",
             repeats: 3,
             tiers: latency::by_tier(std::slice::from_ref(&n)),
-            ranking: Ranking { measured_latency_order: vec![n.node], latency_agrees_with_hmat: None, bandwidth_agrees_with_hmat: None },
+            ranking: Ranking {
+                measured_latency_order: vec![n.node],
+                latency_agrees_with_hmat: None,
+                bandwidth_agrees_with_hmat: None,
+            },
             nodes: vec![n],
             skipped: vec![],
         }
@@ -171,13 +182,19 @@ pub(crate) mod tests {
         p.apply(ProbeProgress::Measuring { node: 0 }, 12);
         assert!(matches!(p, TierProbe::Running { current: Some(0), .. }));
         p.apply(
-            ProbeProgress::Measured { node: 0, report: Ok(one_node_report(node_result(0, Tier::Dram, 90.0, 20.0, Some((100, 21.0))))) },
+            ProbeProgress::Measured {
+                node: 0,
+                report: Ok(one_node_report(node_result(0, Tier::Dram, 90.0, 20.0, Some((100, 21.0))))),
+            },
             13,
         );
         assert_eq!(p.progress(), (1, 3));
         assert_eq!(p.partial_nodes().len(), 1);
         p.apply(
-            ProbeProgress::Measured { node: 2, report: Ok(one_node_report(node_result(2, Tier::Cxl, 250.0, 5.0, Some((300, 5.3))))) },
+            ProbeProgress::Measured {
+                node: 2,
+                report: Ok(one_node_report(node_result(2, Tier::Cxl, 250.0, 5.0, Some((300, 5.3))))),
+            },
             14,
         );
         p.apply(ProbeProgress::Measured { node: 3, report: Err("mbind to node 3: EIO".into()) }, 15);

@@ -24,9 +24,10 @@ pub fn fault_latency_unavailable(scene: &Scene<'_>) -> Option<String> {
     if progs.is_empty() {
         return Some("not probed by this build".into());
     }
-    progs.iter().find(|p| p.status != Attach::Attached).map(|p| {
-        format!("{}: {}", p.status_word(), p.reason.clone().unwrap_or_else(|| p.hook.clone()))
-    })
+    progs
+        .iter()
+        .find(|p| p.status != Attach::Attached)
+        .map(|p| format!("{}: {}", p.status_word(), p.reason.clone().unwrap_or_else(|| p.hook.clone())))
 }
 
 trait StatusWord {
@@ -45,7 +46,8 @@ impl StatusWord for crate::model::agent::ProgramStatus {
 
 /// One line per non-empty log2 bucket range: bucket bound, count, bar.
 pub fn histogram_lines(h: &Log2Histogram, width: usize) -> Vec<Line<'static>> {
-    let (Some(first), Some(last)) = (h.buckets.iter().position(|&c| c > 0), h.buckets.iter().rposition(|&c| c > 0)) else {
+    let (Some(first), Some(last)) = (h.buckets.iter().position(|&c| c > 0), h.buckets.iter().rposition(|&c| c > 0))
+    else {
         return vec![Line::from(Span::styled("  no samples yet", theme::dim()))];
     };
     let max = h.buckets[first..=last].iter().copied().max().unwrap_or(1).max(1);
@@ -118,7 +120,11 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         }
         out.push(Line::from(Span::styled(s, theme::accent())));
     }
-    let reading_age = if scene.model.last_reading_ns > 0 { format::age(scene.model.last_reading_ns, scene.now_ns) } else { "never".into() };
+    let reading_age = if scene.model.last_reading_ns > 0 {
+        format::age(scene.model.last_reading_ns, scene.now_ns)
+    } else {
+        "never".into()
+    };
     out.push(Line::from(format!(
         "faults {} ({}/s)  NUMA task moves {}  counters read {reading_age}",
         format::count(p.faults),
@@ -131,7 +137,10 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     match &p.residency {
         None => {
             out.push(heading("Residency per node"));
-            out.push(Line::from(Span::styled("  not scanned yet (numa_maps is read every 2 s for shown processes)", theme::dim())));
+            out.push(Line::from(Span::styled(
+                "  not scanned yet (numa_maps is read every 2 s for shown processes)",
+                theme::dim(),
+            )));
         }
         Some((r, at)) => {
             let total = r.total_pages();
@@ -144,7 +153,15 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
             let hist_w = if width >= 120 { 40 } else { 12 };
             let bar_w = width.saturating_sub(8 + 6 + 11 + 5 + hist_w + 4).clamp(4, 60);
             out.push(Line::from(Span::styled(
-                format!("{}{}{} {} {}  {}", pad("NODE", 8), pad("TIER", 6), rpad("BYTES", 10), pad("SHARE", bar_w), rpad("%", 4), pad("HISTORY", hist_w)),
+                format!(
+                    "{}{}{} {} {}  {}",
+                    pad("NODE", 8),
+                    pad("TIER", 6),
+                    rpad("BYTES", 10),
+                    pad("SHARE", bar_w),
+                    rpad("%", 4),
+                    pad("HISTORY", hist_w)
+                ),
                 theme::header(),
             )));
             let mut nodes: Vec<u32> = scene.nodes.iter().map(|n| n.id).collect();
@@ -197,14 +214,24 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     let mut sites: Vec<(u32, u64)> = p.cxl_site_pages.iter().map(|(&id, &n)| (id, n)).collect();
     sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     if sites.is_empty() {
-        let why = if scene.nodes.iter().any(|n| n.tier == crate::topology::Tier::Cxl) { "none sampled yet" } else { "none: this machine has no CXL-tier node" };
+        let why = if scene.nodes.iter().any(|n| n.tier == crate::topology::Tier::Cxl) {
+            "none sampled yet"
+        } else {
+            "none: this machine has no CXL-tier node"
+        };
         out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
     }
     for (id, pages) in sites.iter().take(5) {
         let frames = p.site_frames.get(id).map(|f| f.iter().take(4).cloned().collect::<Vec<_>>().join(" <- "));
         out.push(Line::from(vec![
             Span::raw(format!("  {} ", rpad(&format::count(*pages), 7))),
-            Span::styled(format::truncate(&frames.unwrap_or_else(|| format!("stack {id} (not symbolized yet)")), width.saturating_sub(10)), theme::tier(crate::topology::Tier::Cxl)),
+            Span::styled(
+                format::truncate(
+                    &frames.unwrap_or_else(|| format!("stack {id} (not symbolized yet)")),
+                    width.saturating_sub(10),
+                ),
+                theme::tier(crate::topology::Tier::Cxl),
+            ),
         ]));
     }
     out.push(Line::from(""));
@@ -212,7 +239,10 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     // Policy.
     out.push(heading("Placement policy (the process's own mbind / set_mempolicy / move_pages calls)"));
     if p.policy_events.is_empty() {
-        out.push(Line::from(Span::styled("  none seen: the default policy (local node first) is in force", theme::dim())));
+        out.push(Line::from(Span::styled(
+            "  none seen: the default policy (local node first) is in force",
+            theme::dim(),
+        )));
     }
     for d in p.policy_events.iter().rev() {
         let mut s = format!("  {} {}", pad(&format::age(d.ts_ns, scene.now_ns), 10), d.syscall);

@@ -7,12 +7,7 @@ use ratatui::{
     Frame,
 };
 
-use super::{
-    app::SortKey,
-    format,
-    rows::ProcessRow,
-    theme, App, Scene,
-};
+use super::{app::SortKey, format, rows::ProcessRow, theme, App, Scene};
 use crate::topology::Tier;
 
 struct Column {
@@ -57,7 +52,11 @@ fn cell_text(r: &ProcessRow, k: SortKey) -> String {
 fn aligned(s: String, width: u16, right: bool) -> String {
     let w = width as usize;
     let s = format::truncate(&s, w);
-    if right { format!("{s:>w$}") } else { s }
+    if right {
+        format!("{s:>w$}")
+    } else {
+        s
+    }
 }
 
 pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
@@ -126,8 +125,10 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: 
         f.render_widget(Paragraph::new(Span::styled(why, theme::dim())), rest);
         return;
     }
-    let t = Table::new(body, widths).header(Row::new(header).style(theme::header())).row_highlight_style(theme::selected()).column_spacing(1);
+    let t = Table::new(body, widths)
+        .header(Row::new(header).style(theme::header()))
+        .row_highlight_style(theme::selected())
+        .column_spacing(1);
     let mut state = TableState::default().with_selected(Some(app.selected.min(rows.len().saturating_sub(1))));
     f.render_stateful_widget(t, table, &mut state);
-
 }

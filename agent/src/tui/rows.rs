@@ -150,7 +150,6 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
     rows
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@ use ratatui::{
     Frame,
 };
 
-use super::{app::View, format, health, help, latency, migrations, overview, process_detail, processes, rows, theme, App, Scene};
+use super::{
+    app::View, format, health, help, latency, migrations, overview, process_detail, processes, rows, theme, App, Scene,
+};
 
 /// Below this the views cannot say anything useful; a one-line notice is drawn instead.
 pub const MIN_WIDTH: u16 = 40;
@@ -16,12 +18,16 @@ pub const MIN_HEIGHT: u16 = 10;
 pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) {
     let area = f.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        let msg = format!("tierscope: terminal {}x{} is too small (need {MIN_WIDTH}x{MIN_HEIGHT}); q quits", area.width, area.height);
+        let msg = format!(
+            "tierscope: terminal {}x{} is too small (need {MIN_WIDTH}x{MIN_HEIGHT}); q quits",
+            area.width, area.height
+        );
         f.render_widget(Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }), area);
         return;
     }
     let [title, tabs, body, keys] =
-        Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(1), Constraint::Length(1)]).areas(area);
+        Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(1), Constraint::Length(1)])
+            .areas(area);
     f.render_widget(title_line(scene, app), title);
     f.render_widget(tab_line(app), tabs);
     let rows = rows::process_rows(scene, app);
@@ -55,7 +61,10 @@ fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
         spans.push(Span::styled(format!("lost {}", format::count(lost)), theme::bad()));
     }
     if scene.model.last_reading_ns > 0 {
-        spans.push(Span::styled(format!("  data {}", format::age(scene.model.last_reading_ns, scene.now_ns)), theme::dim()));
+        spans.push(Span::styled(
+            format!("  data {}", format::age(scene.model.last_reading_ns, scene.now_ns)),
+            theme::dim(),
+        ));
     }
     Paragraph::new(Line::from(spans))
 }

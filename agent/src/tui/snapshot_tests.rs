@@ -73,7 +73,8 @@ fn tiny_and_odd_sizes_never_panic() {
     let f = Fixture::training();
     for v in View::ALL {
         for (w, h) in [(1, 1), (10, 3), (39, 9), (40, 10), (41, 11), (80, 12), (300, 100), (500, 10)] {
-            let a = App { view: v, detail_pid: Some(4242), help: w % 2 == 0, scroll: 9999, selected: 99, ..App::default() };
+            let a =
+                App { view: v, detail_pid: Some(4242), help: w % 2 == 0, scroll: 9999, selected: 99, ..App::default() };
             let s = render(&f, &a, w, h);
             assert_eq!(s.lines().count(), h as usize);
         }
@@ -102,11 +103,20 @@ fn only_real_losses_count_as_lost() {
 
 #[test]
 fn the_tier_probe_shows_progress_then_its_failure() {
-    use super::probe::{tests::{node_result, one_node_report}, ProbeProgress, TierProbe};
+    use super::probe::{
+        tests::{node_result, one_node_report},
+        ProbeProgress, TierProbe,
+    };
     let mut f = Fixture::training();
     f.probe = TierProbe::start(100 * super::test_scene::S);
     f.probe.apply(ProbeProgress::Started { nodes: vec![0, 2] }, 100 * super::test_scene::S);
-    f.probe.apply(ProbeProgress::Measured { node: 0, report: Ok(one_node_report(node_result(0, crate::topology::Tier::Dram, 97.5, 12.25, None))) }, 0);
+    f.probe.apply(
+        ProbeProgress::Measured {
+            node: 0,
+            report: Ok(one_node_report(node_result(0, crate::topology::Tier::Dram, 97.5, 12.25, None))),
+        },
+        0,
+    );
     f.probe.apply(ProbeProgress::Measuring { node: 2 }, 0);
     let s = render(&f, &app(View::Latency), 80, 24);
     assert!(s.contains("measuring node 2 (2 of 2)"), "{s}");
@@ -125,7 +135,9 @@ fn a_device_without_get_health_info_says_so_and_shows_its_module_event() {
         meaning::Severity,
     };
     let mut f = Fixture::training();
-    f.model.health.set_health_info("mem0", HealthInfoResult::NotSupported { reason: "Get Health Info not in the CEL".into() });
+    f.model
+        .health
+        .set_health_info("mem0", HealthInfoResult::NotSupported { reason: "Get Health Info not in the CEL".into() });
     let s = render(&f, &app(View::Health), 120, 30);
     assert!(s.contains("Get Health Info: not supported by this device (Get Health Info not in the CEL)"), "{s}");
     let mem0 = s.lines().find(|l| l.contains("mem0    ")).expect("device row");

@@ -100,7 +100,8 @@ impl Fixture {
             r.migrations.insert((4242, 5, 0), m(i * i * 640 / 144));
             r.migrations.insert((4243, 5, 0), m(i * 100));
             r.migrations.insert((75, 8, 0), m(i * i * 30));
-            r.migrations.insert((75, 0, 0), MigrationTotals { calls: 3, succeeded: 90, failed: 6, ..Default::default() });
+            r.migrations
+                .insert((75, 0, 0), MigrationTotals { calls: 3, succeeded: 90, failed: 6, ..Default::default() });
             let mut lat = vec![0u64; 32];
             lat[13] = 40 + i;
             lat[15] = 7;
@@ -191,7 +192,12 @@ impl Fixture {
                 memdevs: vec!["mem0".into()],
                 ..Default::default()
             }],
-            edac: vec![EdacMc { name: "mc0".into(), mc_name: Some("Skylake Socket#0 IMC#0".into()), ce_count: Some(3), ue_count: Some(0) }],
+            edac: vec![EdacMc {
+                name: "mc0".into(),
+                mc_name: Some("Skylake Socket#0 IMC#0".into()),
+                ce_count: Some(3),
+                ue_count: Some(0),
+            }],
         };
         Fixture {
             model,
@@ -233,7 +239,13 @@ fn health(model: &mut Model) {
         mailbox::{parse_health_info, HealthInfoResult},
         meaning::Severity,
     };
-    let mem0 = CxlMemdev { name: "mem0".into(), serial: Some(0x1234_5678), ram_size_bytes: Some(128 * GIB), regions: vec!["region0".into()], ..Default::default() };
+    let mem0 = CxlMemdev {
+        name: "mem0".into(),
+        serial: Some(0x1234_5678),
+        ram_size_bytes: Some(128 * GIB),
+        regions: vec!["region0".into()],
+        ..Default::default()
+    };
     model.health.set_inventory(true, &[(mem0, vec![2])]);
     model.health.address_map.regions = vec![(0x10_0000_0000, 128 * GIB, 2)];
     // Maintenance needed, media normal, life used at warning, 87% used, 41 °C, 2 dirty
@@ -247,7 +259,14 @@ fn health(model: &mut Model) {
     p[10..14].copy_from_slice(&300u32.to_le_bytes());
     p[14..18].copy_from_slice(&1u32.to_le_bytes());
     model.health.set_health_info("mem0", HealthInfoResult::Ok(parse_health_info(&p).expect("payload")));
-    let event = |kind, tracepoint: &str, ts_s: u64, severity, device: &str, hpa: Option<u64>, dpa: Option<u64>, summary: &str| HealthEvent {
+    let event = |kind,
+                 tracepoint: &str,
+                 ts_s: u64,
+                 severity,
+                 device: &str,
+                 hpa: Option<u64>,
+                 dpa: Option<u64>,
+                 summary: &str| HealthEvent {
         kind,
         tracepoint: tracepoint.into(),
         ts_ns: ts_s * S,
@@ -274,9 +293,23 @@ fn health(model: &mut Model) {
         Some(0x4_2000),
         "DRAM ECC Error during Host Read at dpa 0x42000",
     ));
-    model.health.apply(event(HealthKind::McEvent, "ras:mc_event", 101, Severity::Warning, "mc0", None, None, "1 Corrected error on mc0 (DIMM_A1)"));
+    model.health.apply(event(
+        HealthKind::McEvent,
+        "ras:mc_event",
+        101,
+        Severity::Warning,
+        "mc0",
+        None,
+        None,
+        "1 Corrected error on mc0 (DIMM_A1)",
+    ));
     model.health.edac = vec![
-        EdacCounts { name: "mc0".into(), label: Some("Skylake Socket#0 IMC#0".into()), ce_count: Some(3), ue_count: Some(0) },
+        EdacCounts {
+            name: "mc0".into(),
+            label: Some("Skylake Socket#0 IMC#0".into()),
+            ce_count: Some(3),
+            ue_count: Some(0),
+        },
         EdacCounts { name: "mc0/dimm0".into(), label: Some("DIMM_A1".into()), ce_count: Some(3), ue_count: Some(0) },
     ];
 }
@@ -285,7 +318,8 @@ fn health(model: &mut Model) {
 /// demoting from it.
 fn tiering(model: &mut Model) {
     use crate::model::tiering::VmstatReading;
-    let m = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> { pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+    let m =
+        |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> { pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
     for (at, i) in [(90, 0u64), (101, 1), (102, 2)] {
         model.tiering.apply(VmstatReading {
             at_ns: at * S,
@@ -298,8 +332,24 @@ fn tiering(model: &mut Model) {
                 ("pgdemote_direct", 40),
             ]),
             by_node: [
-                (0, m(&[("pgpromote_success", 700 + 150 * i), ("pgpromote_candidate", 1_000 + 200 * i), ("pgdemote_kswapd", 5_000 + 60 * i), ("pgdemote_direct", 40)])),
-                (2, m(&[("pgpromote_success", 0), ("pgpromote_candidate", 0), ("pgdemote_kswapd", 0), ("pgdemote_direct", 0)])),
+                (
+                    0,
+                    m(&[
+                        ("pgpromote_success", 700 + 150 * i),
+                        ("pgpromote_candidate", 1_000 + 200 * i),
+                        ("pgdemote_kswapd", 5_000 + 60 * i),
+                        ("pgdemote_direct", 40),
+                    ]),
+                ),
+                (
+                    2,
+                    m(&[
+                        ("pgpromote_success", 0),
+                        ("pgpromote_candidate", 0),
+                        ("pgdemote_kswapd", 0),
+                        ("pgdemote_direct", 0),
+                    ]),
+                ),
             ]
             .into(),
         });

@@ -55,10 +55,14 @@ pub fn overview_line(last: Option<&TieringSnapshot>, width: usize) -> Line<'stat
     };
     let w = &t.system;
     if w.delta.is_empty() {
-        spans.push(Span::styled("this kernel counts no NUMA hinting, promotion or demotion in /proc/vmstat", theme::dim()));
+        spans.push(Span::styled(
+            "this kernel counts no NUMA hinting, promotion or demotion in /proc/vmstat",
+            theme::dim(),
+        ));
         return Line::from(spans);
     }
-    let quiet = [HINT, PROMOTED, CANDIDATE].iter().all(|k| per_s(w, k).is_none_or(|v| v == 0.0)) && demoted_per_s(w).is_none_or(|v| v == 0.0);
+    let quiet = [HINT, PROMOTED, CANDIDATE].iter().all(|k| per_s(w, k).is_none_or(|v| v == 0.0))
+        && demoted_per_s(w).is_none_or(|v| v == 0.0);
     if quiet {
         spans.push(Span::styled("no NUMA hint faults, promotions or demotions in the last tick", theme::dim()));
         return Line::from(spans);
@@ -68,20 +72,33 @@ pub fn overview_line(last: Option<&TieringSnapshot>, width: usize) -> Line<'stat
     if width >= 110 {
         spans.push(Span::raw(format!("hint faults {}/s ({local} local)", rate(w, HINT))));
         spans.push(Span::styled("  │  ", theme::dim()));
-        spans.push(Span::styled(format!("promoted {}/s of {} candidates/s ({success})", rate(w, PROMOTED), rate(w, CANDIDATE)), theme::promotion()));
+        spans.push(Span::styled(
+            format!("promoted {}/s of {} candidates/s ({success})", rate(w, PROMOTED), rate(w, CANDIDATE)),
+            theme::promotion(),
+        ));
         spans.push(Span::styled("  │  ", theme::dim()));
-        spans.push(Span::styled(format!("demoted kswapd {}/s, direct {}/s", rate(w, KSWAPD), rate(w, DIRECT)), theme::demotion()));
+        spans.push(Span::styled(
+            format!("demoted kswapd {}/s, direct {}/s", rate(w, KSWAPD), rate(w, DIRECT)),
+            theme::demotion(),
+        ));
     } else {
         spans.push(Span::raw(format!("hint {}/s {local} local  ", rate(w, HINT))));
         spans.push(Span::styled(format!("promote {}/s {success}  ", rate(w, PROMOTED)), theme::promotion()));
-        spans.push(Span::styled(format!("demote {}/s kswapd {}/s direct", rate(w, KSWAPD), rate(w, DIRECT)), theme::demotion()));
+        spans.push(Span::styled(
+            format!("demote {}/s kswapd {}/s direct", rate(w, KSWAPD), rate(w, DIRECT)),
+            theme::demotion(),
+        ));
     }
     Line::from(spans)
 }
 
 /// The Migrations view's section: per second over the last tick, for the machine and each
 /// node; then the totals since the start.
-pub fn table_lines(last: Option<&TieringSnapshot>, since: Option<&TieringSnapshot>, width: usize) -> Vec<Line<'static>> {
+pub fn table_lines(
+    last: Option<&TieringSnapshot>,
+    since: Option<&TieringSnapshot>,
+    width: usize,
+) -> Vec<Line<'static>> {
     let wide = width >= 120;
     let mut out = vec![heading("Kernel tiering counters (vmstat), per second over the last tick")];
     let Some(t) = last else {
@@ -112,7 +129,10 @@ pub fn table_lines(last: Option<&TieringSnapshot>, since: Option<&TieringSnapsho
             Span::styled(rpad(&rate(w, PROMOTED), 9), theme::promotion()),
             Span::raw(rpad(&format::percent(share(w, PROMOTED, CANDIDATE)), 8)),
             Span::styled(rpad(&rate(w, KSWAPD), 10), theme::demotion()),
-            Span::styled(rpad(&rate(w, DIRECT), 10), if per_s(w, DIRECT).is_some_and(|v| v > 0.0) { theme::warn() } else { theme::demotion() }),
+            Span::styled(
+                rpad(&rate(w, DIRECT), 10),
+                if per_s(w, DIRECT).is_some_and(|v| v > 0.0) { theme::warn() } else { theme::demotion() },
+            ),
         ];
         if wide {
             spans.push(Span::raw(rpad(&rate(w, KHUGEPAGED), 12)));
@@ -122,7 +142,8 @@ pub fn table_lines(last: Option<&TieringSnapshot>, since: Option<&TieringSnapsho
         Line::from(spans)
     };
     out.push(row("machine".into(), &t.system));
-    let mut nodes: Vec<(u32, &CounterWindow)> = t.by_node.iter().filter_map(|(n, w)| Some((n.parse().ok()?, w))).collect();
+    let mut nodes: Vec<(u32, &CounterWindow)> =
+        t.by_node.iter().filter_map(|(n, w)| Some((n.parse().ok()?, w))).collect();
     nodes.sort_by_key(|(n, _)| *n);
     for (n, w) in nodes {
         out.push(row(format!("node {n}"), w));
@@ -166,7 +187,8 @@ mod tests {
 
     #[test]
     fn shares_and_demotions_only_from_what_the_kernel_counts() {
-        let w = window(&[(HINT, 400), (HINT_LOCAL, 300), (CANDIDATE, 0), (PROMOTED, 0), (KSWAPD, 20), (DIRECT, 4)], 2.0);
+        let w =
+            window(&[(HINT, 400), (HINT_LOCAL, 300), (CANDIDATE, 0), (PROMOTED, 0), (KSWAPD, 20), (DIRECT, 4)], 2.0);
         assert_eq!(share(&w, HINT_LOCAL, HINT), Some(0.75));
         assert_eq!(share(&w, PROMOTED, CANDIDATE), None, "no candidates: no success rate");
         assert_eq!(demoted_per_s(&w), Some(12.0));
@@ -180,7 +202,10 @@ mod tests {
     fn overview_line_reads_the_rates() {
         let t = TieringSnapshot {
             window_s: 2.0,
-            system: window(&[(HINT, 2400), (HINT_LOCAL, 1800), (CANDIDATE, 200), (PROMOTED, 150), (KSWAPD, 60), (DIRECT, 0)], 2.0),
+            system: window(
+                &[(HINT, 2400), (HINT_LOCAL, 1800), (CANDIDATE, 200), (PROMOTED, 150), (KSWAPD, 60), (DIRECT, 0)],
+                2.0,
+            ),
             ..Default::default()
         };
         let text = |l: Line| l.spans.iter().map(|s| s.content.to_string()).collect::<String>();
@@ -190,7 +215,14 @@ mod tests {
         let wide = text(overview_line(Some(&t), 160));
         assert!(wide.contains("promoted 75/s of 100 candidates/s (75%)"), "{wide}");
         assert!(text(overview_line(None, 80)).contains("waiting for a second reading"));
-        let idle = TieringSnapshot { window_s: 1.0, system: window(&[(HINT, 0), (PROMOTED, 0), (KSWAPD, 0)], 1.0), ..Default::default() };
-        assert_eq!(text(overview_line(Some(&idle), 80)), "Tiering no NUMA hint faults, promotions or demotions in the last tick");
+        let idle = TieringSnapshot {
+            window_s: 1.0,
+            system: window(&[(HINT, 0), (PROMOTED, 0), (KSWAPD, 0)], 1.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            text(overview_line(Some(&idle), 80)),
+            "Tiering no NUMA hint faults, promotions or demotions in the last tick"
+        );
     }
 }
