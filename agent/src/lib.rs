@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod collect;
 pub mod commands;
+pub mod demo;
 pub mod export;
 pub mod health;
 pub mod latency;
@@ -12,4 +13,3 @@ pub mod logging;
 pub mod model;
 pub mod topology;
 pub mod tui;
-pub mod demo;

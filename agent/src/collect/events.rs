@@ -51,7 +51,10 @@ impl Decoder {
                 let e: LifecycleEvent = read(buf)?;
                 Ok(Event::Exec { tgid: h.tgid, comm: comm(&e.comm), ts_ns: h.ts_ns })
             }
-            Some(EventKind::Exit) => Ok(Event::Exit { tgid: h.tgid, ts_ns: h.ts_ns }),
+            Some(EventKind::Exit) => {
+                let e: LifecycleEvent = read(buf)?;
+                Ok(Event::Exit { tgid: h.tgid, comm: comm(&e.comm), ts_ns: h.ts_ns })
+            }
             Some(EventKind::Policy) => Ok(Event::Policy(decode_policy(&read::<PolicyEvent>(buf)?))),
             Some(EventKind::RawTrace) => self.decode_raw(&read::<RawTraceEvent>(buf)?),
             Some(EventKind::HealthTrace) => self.decode_health(&read::<HealthTraceEvent>(buf)?),
@@ -207,6 +210,11 @@ mod tests {
         );
         assert_eq!(Decoder::default().decode(&bytes(&e)[..30]), Err(DecodeError::Short(30)));
         assert_eq!(Decoder::default().decode(&[0; 3]), Err(DecodeError::Short(3)));
+        let exit = LifecycleEvent { header: header(EventKind::Exit), comm };
+        assert_eq!(
+            Decoder::default().decode(&bytes(&exit)),
+            Ok(Event::Exit { tgid: 100, comm: "python3".into(), ts_ns: 5 })
+        );
         let mut h = header(EventKind::Exit);
         h.kind = 99;
         assert_eq!(Decoder::default().decode(&bytes(&h)), Err(DecodeError::UnknownKind(99)));

@@ -9,8 +9,10 @@ pub enum Event {
         comm: String,
         ts_ns: u64,
     },
+    /// A thread-group leader exited; `comm` names processes that never exec'd while we watched.
     Exit {
         tgid: u32,
+        comm: String,
         ts_ns: u64,
     },
     Policy(PolicyDecision),

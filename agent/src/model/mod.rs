@@ -124,9 +124,12 @@ impl Model {
                 p.cmdline.clear();
                 p.exited_at_ns = None;
             }
-            Event::Exit { tgid, ts_ns } => {
+            Event::Exit { tgid, comm, ts_ns } => {
                 if let Some(p) = self.processes.get_mut(&tgid) {
                     p.exited_at_ns = Some(ts_ns);
+                    if p.comm.is_empty() {
+                        p.comm = comm;
+                    }
                 }
             }
             Event::Policy(d) => self.process(d.tgid).push_policy(d),
@@ -311,7 +314,7 @@ mod tests {
         let mut r = reading(1, &[(5, 10), (6, 1)], &[((5, 1), 100), ((6, 1), 7)]);
         r.migrations.insert((5, 8, 0), t(40));
         m.apply_reading(&r);
-        m.apply_event(Event::Exit { tgid: 5, ts_ns: 2 });
+        m.apply_event(Event::Exit { tgid: 5, comm: "w".into(), ts_ns: 2 });
         assert!(m.prune_exited(3, 10).is_empty(), "still within the grace period");
         assert_eq!(m.prune_exited(20, 10), vec![5]);
         // The kernel entries of 5 are deleted; a stale pending slot still reports 3 faults.
@@ -388,10 +391,10 @@ mod tests {
                 target_pid: None,
             }));
         }
-        m.apply_event(Event::Exit { tgid: 5, ts_ns: 99 });
-        m.apply_event(Event::Exit { tgid: 6, ts_ns: 99 });
+        m.apply_event(Event::Exit { tgid: 5, comm: "ignored".into(), ts_ns: 99 });
+        m.apply_event(Event::Exit { tgid: 6, comm: "sh".into(), ts_ns: 99 });
         let p = &m.processes[&5];
-        assert_eq!(p.comm, "python3");
+        assert_eq!(p.comm, "python3", "the exec's comm wins over the exit's");
         assert_eq!(p.policy_events.len(), process::POLICY_HISTORY);
         assert_eq!(p.policy_events.front().map(|d| d.ts_ns), Some(3));
         assert_eq!(p.exited_at_ns, Some(99));
