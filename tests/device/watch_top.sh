@@ -4,9 +4,12 @@
 # none). Screens go to $OUT/top-*.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-TMUX_BIN=$(command -v tmux || echo .devtools/tmux)
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/.devtools/lib
-t() { "$TMUX_BIN" -L tsdev "$@"; }
+if TMUX_BIN=$(command -v tmux); then
+  t() { "$TMUX_BIN" -L tsdev "$@"; }
+else
+  # The carried tmux needs its carried libraries; the machine's own tmux must not see them.
+  t() { LD_LIBRARY_PATH=$PWD/.devtools/lib .devtools/tmux -L tsdev "$@"; }
+fi
 torchrun --standalone --nproc-per-node 2 tests/device/offload_train.py --steps ${STEPS:-120} > "$OUT/train.log" 2>&1 &
 TR=$!
 sleep ${WARMUP:-30}
