@@ -72,6 +72,55 @@ fn query(prom: &str, q: &str) -> Option<f64> {
     v["data"]["result"].as_array()?.first()?["value"][1].as_str()?.parse().ok()
 }
 
+const LATENCY: &str = "tierscope_memory_latency_seconds";
+const BANDWIDTH: &str = "tierscope_memory_read_bandwidth_bytes_per_second";
+
+/// Runs `promtool check metrics` on a scrape body; panics with what it said.
+fn promtool_check(promtool: &std::path::Path, body: &str) {
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+}
+
+/// `--probe-interval 1`: the agent measures node 0 on its own thread and exports the figures.
+fn periodic_probe(bin: &std::path::PathBuf, promtool: &std::path::Path) -> (f64, f64) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let agent = Agent::start(bin, &["--prometheus", &listen, "--probe-interval", "1"], &[]);
+    // A round measures every node with memory for a few seconds each.
+    let body = wait_for(Duration::from_secs(90), || {
+        let (_, body) = http_get(&listen, "/metrics").ok()?;
+        sample(&body, LATENCY, &[("tierscope_numa_node", "0")]).map(|_| body)
+    })
+    .unwrap_or_else(|| {
+        panic!("no {LATENCY} for node 0 with --probe-interval 1; agent stderr:\n{}", agent.stderr.lock().unwrap())
+    });
+    assert!(body.contains(&format!("# TYPE {LATENCY} gauge")));
+    let lat = sample(&body, LATENCY, &[("tierscope_numa_node", "0")]).unwrap();
+    // Idle load latency of local DRAM: tens to low hundreds of ns.
+    assert!((10e-9..1e-6).contains(&lat), "node 0 latency {lat} s is not tens to hundreds of ns");
+    assert!(
+        body.lines().any(|l| l.starts_with(LATENCY) && l.contains("tierscope_memory_tier=\"")),
+        "latency without its tier"
+    );
+    let bw = sample(&body, BANDWIDTH, &[("tierscope_numa_node", "0")]).expect("no read bandwidth for node 0");
+    assert!((1e8..1e13).contains(&bw), "node 0 read bandwidth {bw} B/s is implausible");
+    let completed = sample(&body, "tierscope_agent_probe_rounds_total", &[("tierscope_probe_outcome", "completed")]);
+    assert!(completed.is_some_and(|c| c >= 1.0), "probe rounds completed: {completed:?}");
+    promtool_check(promtool, &body);
+    // Collection went on while the probe ran: the agent still answers and stops cleanly.
+    assert_eq!(http_get(&listen, "/metrics").unwrap().0, 200);
+    assert_eq!(agent.stop(), Some(0));
+    (lat, bw)
+}
+
 fn main() {
     if child_mode() {
         return;
@@ -107,19 +156,13 @@ fn main() {
         "no target_info with the resource"
     );
     assert_eq!(http_get(&listen, "/nope").unwrap().0, 404);
+    // The tier probe is off by default in `run`: none of its series, not zeros.
+    for name in [LATENCY, BANDWIDTH, "tierscope_agent_probe_rounds_total"] {
+        assert!(!body.contains(name), "{name} on /metrics without --probe-interval");
+    }
 
     // promtool's linter on the scrape body.
-    let mut check = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    check.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = check.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    promtool_check(&promtool, &body);
 
     // A real Prometheus scraping the agent.
     let prom = start_prometheus(&listen);
@@ -138,5 +181,7 @@ fn main() {
     drop(prom);
     assert_eq!(agent.stop(), Some(0));
     drop(work);
-    println!("export_prometheus: ok (faults {:?})", v);
+
+    let (lat, bw) = periodic_probe(&bin, &promtool);
+    println!("export_prometheus: ok (faults {:?}; probe node 0: {:.0} ns, {:.1} GB/s)", v, lat * 1e9, bw / 1e9);
 }

@@ -20,6 +20,7 @@ use crate::{
         logs,
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
+        tier_probe::PeriodicProbe,
     },
     model::scan_plan::ScanBudget,
     model::{agent::Attach, Model},
@@ -48,6 +49,10 @@ pub struct RunArgs {
     /// OTLP export interval in seconds (default 10, or OTEL_METRIC_EXPORT_INTERVAL).
     #[arg(long)]
     pub interval: Option<f64>,
+    /// Measure every node's memory latency and read bandwidth every SECS seconds on a background
+    /// thread (0: off, the default; costs CPU and memory bandwidth for a few seconds each round).
+    #[arg(long = "probe-interval", value_name = "SECS")]
+    pub probe_interval: Option<u64>,
 }
 
 /// How long an exited tracked process keeps its own series before it is summed into "other".
@@ -80,6 +85,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         interval_ms,
         pids: args.pids,
         pattern: args.pattern,
+        probe_interval_s: args.probe_interval,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -286,6 +292,10 @@ async fn agent(cfg: Config) -> Result<i32> {
     if let Some(a) = cfg.prometheus {
         targets.push(format!("Prometheus on http://{a}/metrics"));
     }
+    let mut probe = cfg.probe_interval.map(|i| PeriodicProbe::new(i, cfg.tiers.clone()));
+    if let Some(i) = cfg.probe_interval {
+        targets.push(format!("tier probe every {i:?}"));
+    }
     if let Some((l, _)) = &log_out {
         logs::emit(l, logs::start_record(attached, s.probes.programs.len(), &s.model.health.status_line()));
     }
@@ -307,6 +317,9 @@ async fn agent(cfg: Config) -> Result<i32> {
             _ = term.recv() => break,
         }
         s.read_counters();
+        if let Some(p) = &mut probe {
+            p.poll(Instant::now());
+        }
         let scan_due = Instant::now() >= next_scan;
         if scan_due {
             discover(&mut s.model, &cfg);
@@ -339,6 +352,7 @@ async fn agent(cfg: Config) -> Result<i32> {
         let system_vmstat = std::fs::read_to_string("/proc/vmstat")
             .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
             .unwrap_or_default();
+        let probe_state = probe.as_ref().map(PeriodicProbe::state);
         let points = instruments::points(&ExportInput {
             model: &s.model,
             nodes: &nodes,
@@ -346,6 +360,7 @@ async fn agent(cfg: Config) -> Result<i32> {
             page_size: s.page_size,
             health: &health,
             system_vmstat: &system_vmstat,
+            probe: probe_state.as_ref(),
         });
         latest.publish(points);
     }

@@ -45,6 +45,16 @@ pub struct FileConfig {
     /// Tier overrides: `[tiers] cxl = [2, 3]` (the first rule of tier classification).
     #[serde(default)]
     pub tiers: crate::topology::TierOverrides,
+    #[serde(default)]
+    pub latency: FileLatency,
+}
+
+/// `[latency]`: the periodic tier probe.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileLatency {
+    /// Seconds between probe rounds; 0 (the default) turns the probe off.
+    pub probe_interval_s: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -107,7 +117,12 @@ pub struct Flags {
     pub interval_ms: Option<u64>,
     pub pids: Vec<u32>,
     pub pattern: Option<String>,
+    /// `--probe-interval SECS` (0: off).
+    pub probe_interval_s: Option<u64>,
 }
+
+/// The longest probe interval accepted: a week.
+pub const MAX_PROBE_INTERVAL_S: u64 = 7 * 86_400;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -143,6 +158,8 @@ pub struct Config {
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
     pub tiers: crate::topology::TierOverrides,
+    /// Time between rounds of the tier latency/bandwidth probe; `None`: off (the default).
+    pub probe_interval: Option<Duration>,
 }
 
 impl Config {
@@ -337,6 +354,19 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         .map(|p| Regex::new(p).map_err(|e| bad(what, format!("not a valid regular expression: {e}"))))
         .transpose()?;
 
+    let (probe_s, what) = match (flags.probe_interval_s, file.latency.probe_interval_s) {
+        (Some(v), _) => (v, "--probe-interval"),
+        (None, Some(v)) => (v, "latency.probe_interval_s"),
+        (None, None) => (0, ""),
+    };
+    if probe_s > MAX_PROBE_INTERVAL_S {
+        return Err(bad(
+            what,
+            format!("{probe_s} seconds is more than a week ({MAX_PROBE_INTERVAL_S}): give 0 (off) or fewer seconds"),
+        ));
+    }
+    let probe_interval = (probe_s > 0).then(|| Duration::from_secs(probe_s));
+
     Ok(Config {
         otlp,
         prometheus,
@@ -351,12 +381,42 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),
         tiers: file.tiers.clone(),
+        probe_interval,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latency_probe_is_off_unless_asked_for_and_flags_win() {
+        let none = &env(&[]);
+        let off = resolve(&FileConfig::default(), &Flags::default(), none).unwrap();
+        assert_eq!(off.probe_interval, None, "off by default");
+        let zero = parse_file("[latency]\nprobe_interval_s = 0\n").unwrap();
+        assert_eq!(resolve(&zero, &Flags::default(), none).unwrap().probe_interval, None, "0 is off");
+        let on = parse_file("[latency]\nprobe_interval_s = 300\n").unwrap();
+        assert_eq!(resolve(&on, &Flags::default(), none).unwrap().probe_interval, Some(Duration::from_secs(300)));
+        let flag = |v| Flags { probe_interval_s: Some(v), ..Flags::default() };
+        assert_eq!(resolve(&on, &flag(1), none).unwrap().probe_interval, Some(Duration::from_secs(1)), "flag wins");
+        assert_eq!(resolve(&on, &flag(0), none).unwrap().probe_interval, None, "--probe-interval 0 turns it off");
+
+        let e = resolve(&FileConfig::default(), &flag(MAX_PROBE_INTERVAL_S + 1), none).unwrap_err().to_string();
+        assert!(e.starts_with("--probe-interval: 604801 seconds is more than a week"), "{e}");
+        let big = parse_file("[latency]\nprobe_interval_s = 1000000\n").unwrap();
+        let e = resolve(&big, &Flags::default(), none).unwrap_err().to_string();
+        assert!(e.starts_with("latency.probe_interval_s:") && e.contains("give 0 (off)"), "{e}");
+        for (text, says) in [
+            ("[latency]\nprobe_interval_s = -5\n", "line 2"),
+            ("[latency]\nprobe_interval_s = \"60s\"\n", "line 2"),
+            ("[latency]\nprobe_interval_s = 1.5\n", "line 2"),
+            ("[latency]\ninterval_s = 60\n", "unknown field `interval_s`"),
+        ] {
+            let e = parse_file(text).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
 
     #[test]
     fn tier_overrides_come_from_the_file() {
@@ -399,6 +459,7 @@ mod tests {
             interval_ms: Some(500),
             pids: vec![9],
             pattern: Some("torchrun".into()),
+            probe_interval_s: None,
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();

@@ -70,6 +70,7 @@ pub const HEALTH_SEVERITY: &str = "tierscope.health.event.severity";
 pub const HEALTH_SOURCE: &str = "tierscope.health.source";
 pub const HEALTH_INFO_STATUS: &str = "tierscope.health_info.status";
 pub const CXL_ERROR_PERSISTENCE: &str = "tierscope.cxl.error.persistence";
+pub const PROBE_OUTCOME: &str = "tierscope.probe.outcome";
 
 /// `hw.type` of every health series: CXL memory devices and EDAC controllers/DIMMs.
 pub const HW_TYPE_MEMORY: &str = "memory";
@@ -157,6 +158,30 @@ def!(NODE_TIERING, "tierscope.node.tiering.pages", "{page}", Counter, false, &[N
     "The kernel's own promotion and demotion counters of the node (nodeN/vmstat pgpromote_success, pgpromote_candidate, pgdemote_kswapd/direct/khugepaged..., numa_pages_migrated where per node), since boot");
 def!(NUMA_HINT_FAULTS, "tierscope.memory.numa.hint_faults", "{fault}", Counter, false, &[VMSTAT],
     "NUMA hinting faults of the host (/proc/vmstat numa_hint_faults, and numa_hint_faults_local: the ones already on the faulting CPU's node), since boot; local share = rate(local) / rate(all)");
+def!(MEMORY_LATENCY, "tierscope.memory.latency", "s", Gauge, true, &[NODE, TIER],
+    "Idle load latency of the node's memory measured by the tier probe (dependent-load pointer chase, median of the round's repeats), from the latest completed round; only with latency.probe_interval_s / --probe-interval");
+def!(MEMORY_READ_BANDWIDTH, "tierscope.memory.read_bandwidth", "By/s", Gauge, true, &[NODE, TIER],
+    "Read bandwidth of the node's memory measured by the tier probe (streaming read by every CPU of the measuring node, median), from the latest completed round");
+def!(HMAT_READ_LATENCY, "tierscope.memory.hmat.read_latency", "s", Gauge, true, &[NODE, TIER],
+    "Read latency the firmware's HMAT gives for the node (access0 initiators), beside the measured one; only for probed nodes HMAT describes");
+def!(
+    HMAT_READ_BANDWIDTH,
+    "tierscope.memory.hmat.read_bandwidth",
+    "By/s",
+    Gauge,
+    true,
+    &[NODE, TIER],
+    "Read bandwidth the firmware's HMAT gives for the node (access0 initiators), beside the measured one"
+);
+def!(
+    PROBE_ROUNDS,
+    "tierscope.agent.probe.rounds",
+    "{round}",
+    Counter,
+    false,
+    &[PROBE_OUTCOME],
+    "Tier probe rounds by outcome: completed, skipped (the previous round was still running), failed"
+);
 def!(
     MIGRATIONS,
     "tierscope.memory.migrations",
@@ -360,6 +385,10 @@ pub const CATALOG: &[MetricDef] = &[
     CXL_HEALTH_INFO,
     HEALTH_EVENTS,
     HEALTH_EVENT_SEVERITIES,
+    MEMORY_LATENCY,
+    MEMORY_READ_BANDWIDTH,
+    HMAT_READ_LATENCY,
+    HMAT_READ_BANDWIDTH,
     MIGRATIONS,
     MIGRATION_CALLS,
     MIGRATION_DURATION,
@@ -370,6 +399,7 @@ pub const CATALOG: &[MetricDef] = &[
     TRACKED,
     SCAN_DURATION,
     SCANS,
+    PROBE_ROUNDS,
     EXPORT_COLLECTIONS,
     EXPORT_DROPPED,
     EXPORT_FAILURES,
@@ -429,6 +459,17 @@ pub struct AgentHealth {
     pub scans: u64,
 }
 
+/// The periodic tier probe, as the agent last saw it.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeState {
+    /// The nodes measured by the latest completed round (empty before the first one ends).
+    pub nodes: Vec<crate::latency::NodeResult>,
+    pub completed: u64,
+    /// Rounds not started because the previous one was still running.
+    pub skipped: u64,
+    pub failed: u64,
+}
+
 /// Everything the mapping reads.
 pub struct ExportInput<'a> {
     pub model: &'a Model,
@@ -439,6 +480,8 @@ pub struct ExportInput<'a> {
     pub health: &'a AgentHealth,
     /// `/proc/vmstat`'s tiering counters (numa_hint_faults, numa_hint_faults_local...).
     pub system_vmstat: &'a BTreeMap<String, u64>,
+    /// `None` when the probe is off: its series are absent, not zero.
+    pub probe: Option<&'a ProbeState>,
 }
 
 fn process_attrs(t: &Tracked) -> Vec<KeyValue> {
@@ -563,6 +606,9 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     }
 
     health_points(&m.health, &mut out);
+    if let Some(p) = input.probe {
+        probe_points(p, &mut out);
+    }
 
     // Host-wide migrations (kswapd's demotions included).
     for (reason, t) in &m.migrations {
@@ -617,6 +663,31 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     push(&mut out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
     push(&mut out, &SCANS, vec![], Value::U64(h.scans));
     out
+}
+
+/// The tier probe's latest figures, in base units (seconds, bytes/s). A node whose round produced
+/// no sample has no series rather than a 0.
+fn probe_points(p: &ProbeState, out: &mut Points) {
+    for n in &p.nodes {
+        let na = node_attrs(n.node, n.tier.as_str());
+        if !n.latency_ns.samples.is_empty() {
+            push(out, &MEMORY_LATENCY, na.to_vec(), Value::F64(n.latency_ns.median / 1e9));
+        }
+        if !n.bandwidth_gbps.samples.is_empty() {
+            push(out, &MEMORY_READ_BANDWIDTH, na.to_vec(), Value::F64(n.bandwidth_gbps.median * 1e9));
+        }
+        if let Some(h) = &n.hmat {
+            if let Some(ns) = h.read_latency_ns {
+                push(out, &HMAT_READ_LATENCY, na.to_vec(), Value::F64(ns as f64 / 1e9));
+            }
+            if let Some(gbps) = h.read_bandwidth_gbps {
+                push(out, &HMAT_READ_BANDWIDTH, na.to_vec(), Value::F64(gbps * 1e9));
+            }
+        }
+    }
+    for (outcome, v) in [("completed", p.completed), ("skipped", p.skipped), ("failed", p.failed)] {
+        push(out, &PROBE_ROUNDS, vec![KeyValue::new(PROBE_OUTCOME, outcome)], Value::U64(v));
+    }
 }
 
 /// The per-node vmstat counters that count pages moved between tiers: promotion, demotion, and
@@ -863,7 +934,94 @@ mod tests {
         };
         let sys: BTreeMap<String, u64> =
             [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
-        points(&ExportInput { model: &m, nodes: &n, tracked, page_size: 4096, health: &h, system_vmstat: &sys })
+        points(&ExportInput {
+            model: &m,
+            nodes: &n,
+            tracked,
+            page_size: 4096,
+            health: &h,
+            system_vmstat: &sys,
+            probe: Some(&probe_state()),
+        })
+    }
+
+    fn probe_state() -> ProbeState {
+        use crate::latency::{stats::Repeats, HmatFigures, NodeResult};
+        use crate::topology::Tier;
+        let node = |id: u32, tier: Tier, lat: &[f64], bw: &[f64], hmat: Option<HmatFigures>| NodeResult {
+            node: id,
+            tier,
+            initiator_node: 0,
+            cpu: 3,
+            buffer_bytes: 256 << 20,
+            huge_page_bytes: 2 << 20,
+            on_node_pct: 100.0,
+            latency_ns: Repeats::of(lat).unwrap_or(Repeats {
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+                spread_pct: 0.0,
+                samples: vec![],
+            }),
+            bandwidth_gbps: Repeats::of(bw).unwrap(),
+            bandwidth_threads: 4,
+            hmat,
+        };
+        ProbeState {
+            nodes: vec![
+                node(0, Tier::Dram, &[90.0, 100.0, 110.0], &[20.0, 21.0, 22.0], None),
+                node(
+                    2,
+                    Tier::Cxl,
+                    &[250.0],
+                    &[8.0],
+                    Some(HmatFigures { read_latency_ns: Some(240), read_bandwidth_gbps: None }),
+                ),
+                // A round with no latency sample for the node: no latency series, not 0.
+                node(3, Tier::Cxl, &[], &[5.0], None),
+            ],
+            completed: 4,
+            skipped: 2,
+            failed: 1,
+        }
+    }
+
+    #[test]
+    fn probe_results_map_to_base_units_per_node_and_tier() {
+        let p = run(&BTreeMap::new());
+        let f = |v: Value| match v {
+            Value::F64(x) => x,
+            other => panic!("{other:?}"),
+        };
+        let lat = f(one(&p, "tierscope.memory.latency", &[(NODE, "0"), (TIER, "dram")]));
+        assert!((lat - 100e-9).abs() < 1e-15, "{lat}");
+        let bw = f(one(&p, "tierscope.memory.read_bandwidth", &[(NODE, "2"), (TIER, "cxl")]));
+        assert!((bw - 8e9).abs() < 1.0, "{bw}");
+        let hmat = f(one(&p, "tierscope.memory.hmat.read_latency", &[(NODE, "2"), (TIER, "cxl")]));
+        assert!((hmat - 240e-9).abs() < 1e-15, "{hmat}");
+        assert_eq!(find(&p, "tierscope.memory.latency", &[]).len(), 2, "node 3 had no latency sample");
+        assert_eq!(find(&p, "tierscope.memory.read_bandwidth", &[]).len(), 3);
+        assert_eq!(find(&p, "tierscope.memory.hmat.read_latency", &[]).len(), 1, "only where HMAT says");
+        assert!(find(&p, "tierscope.memory.hmat.read_bandwidth", &[]).is_empty(), "HMAT gave no bandwidth");
+        assert_eq!(one(&p, "tierscope.agent.probe.rounds", &[(PROBE_OUTCOME, "skipped")]), Value::U64(2));
+        assert_eq!(one(&p, "tierscope.agent.probe.rounds", &[(PROBE_OUTCOME, "completed")]), Value::U64(4));
+
+        // The probe off: none of its series, not zeros.
+        let m = model();
+        let (n, h, sys) = (nodes(), AgentHealth::default(), BTreeMap::new());
+        let tracked = BTreeMap::new();
+        let off = points(&ExportInput {
+            model: &m,
+            nodes: &n,
+            tracked: &tracked,
+            page_size: 4096,
+            health: &h,
+            system_vmstat: &sys,
+            probe: None,
+        });
+        for d in [MEMORY_LATENCY, MEMORY_READ_BANDWIDTH, HMAT_READ_LATENCY, HMAT_READ_BANDWIDTH, PROBE_ROUNDS] {
+            assert!(!off.contains_key(d.name), "{} present with the probe off", d.name);
+        }
     }
 
     #[test]

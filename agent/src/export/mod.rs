@@ -1,7 +1,7 @@
 //! Export of the model: OpenTelemetry metrics pushed over OTLP (gRPC or HTTP/protobuf) through a
 //! bounded, retrying queue, and a Prometheus text endpoint. The metric catalog and the mapping
 //! from the model are pure ([`instruments`]); the SDK glue is [`meter`]; transports are [`otlp`]
-//! and [`prometheus`]; settings are [`config`]. See docs/metrics.md for the table.
+//! and [`prometheus`]; settings are [`config`]; the periodic tier probe is [`tier_probe`]. See docs/metrics.md for the table.
 pub mod cgroup;
 pub mod config;
 pub mod instruments;
@@ -10,3 +10,4 @@ pub mod meter;
 pub mod otlp;
 pub mod prometheus;
 pub mod queue;
+pub mod tier_probe;
