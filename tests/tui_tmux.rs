@@ -1,7 +1,11 @@
 //! End to end: the real `tierscope top --demo` in a detached tmux session (80x24 and 160x48),
 //! read back with `capture-pane`: the demo workload shows up with faults, Tab switches views, the
 //! tiering counters and health show, the tier probe runs in the background on `r` and reports
-//! node 0, `q` quits and leaves the terminal as it found it (main screen, cooked mode, echo on).
+//! node 0, `q` quits and leaves the terminal as it found it (main screen, cooked mode, echo on,
+//! mouse reporting off). The mouse: the UI turns on mouse reporting (tmux's pane flags say so),
+//! `m` turns it off and on, and clicks (SGR mouse sequences typed into the pane with
+//! `send-keys -H`, as a terminal would send them; tmux's own `send-keys -M` needs a real mouse
+//! event) switch views and open a process.
 use std::{
     process::Command,
     thread::sleep,
@@ -41,6 +45,24 @@ impl Pane {
         let mut args = vec!["send-keys", "-t", &self.name];
         args.extend_from_slice(keys);
         tmux(&args);
+    }
+
+    /// A left click at the 0-based screen cell (x, y), as an SGR mouse report: press, release.
+    fn click(&self, x: u16, y: u16) {
+        let report = format!("\x1b[<0;{};{}M\x1b[<0;{};{}m", x + 1, y + 1, x + 1, y + 1);
+        let hex: Vec<String> = report.bytes().map(|b| format!("{b:02x}")).collect();
+        let mut args = vec!["send-keys", "-t", &self.name, "-H"];
+        args.extend(hex.iter().map(String::as_str));
+        tmux(&args);
+    }
+
+    /// The cell where `needle` starts on the screen.
+    fn find(&self, needle: &str) -> Option<(u16, u16)> {
+        let screen = self.capture();
+        screen.lines().enumerate().find_map(|(y, l)| {
+            let byte = l.find(needle)?;
+            Some((l[..byte].chars().count() as u16, y as u16))
+        })
     }
 
     fn format(&self, f: &str) -> String {
@@ -104,6 +126,23 @@ fn run_at(w: u16, h: u16) {
         "{screen}"
     );
     assert_eq!(pane.format("#{alternate_on}"), "1", "the UI runs on the alternate screen");
+    assert_eq!(pane.format("#{mouse_standard_flag}#{mouse_sgr_flag}"), "11", "mouse reporting is on (SGR)");
+    assert_eq!(pane.format("#{mouse_all_flag}"), "0", "no stream of motion reports");
+
+    // `m` gives the terminal its selection back and takes the mouse again.
+    pane.keys(&["m"]);
+    pane.wait_for("the mouse-off mark", 10, |s| s.contains("mouse off (m)"));
+    assert_eq!(pane.format("#{mouse_standard_flag}#{mouse_sgr_flag}"), "00", "m turns mouse reporting off");
+    pane.keys(&["m"]);
+    pane.wait_for("the mouse-off mark gone", 10, |s| !s.contains("mouse off (m)"));
+    assert_eq!(pane.format("#{mouse_standard_flag}#{mouse_sgr_flag}"), "11", "m turns it back on");
+
+    // A click on a tab switches to its view.
+    let (x, y) = pane.find("4 Migrations").expect("the Migrations tab");
+    pane.click(x + 1, y);
+    pane.wait_for("the Migrations view after a click on its tab", 10, |s| s.contains("Page migrations by reason"));
+    pane.keys(&["1"]);
+    pane.wait_for("the Overview again", 10, |s| s.contains("Busiest processes"));
 
     pane.keys(&["Tab"]);
     let screen = pane.wait_for("the Processes view after Tab", 10, |s| s.contains("sorted by") && s.contains("FLT/s"));
@@ -114,7 +153,15 @@ fn run_at(w: u16, h: u16) {
     pane.keys(&["-l", &pid.to_string()]);
     pane.keys(&["Enter"]);
     pane.wait_for("the filtered table", 10, |s| s.contains(&format!("filter: {pid}")));
-    pane.keys(&["Enter"]);
+    // A click on the selected (only) row opens it, as Enter does.
+    let (x, y) = pane
+        .wait_for("the demo's row", 10, |s| s.lines().skip(4).any(|l| l.trim_start().starts_with(&format!("{pid} "))))
+        .lines()
+        .enumerate()
+        .skip(4)
+        .find_map(|(y, l)| l.trim_start().starts_with(&format!("{pid} ")).then_some((2u16, y as u16)))
+        .expect("the demo's row");
+    pane.click(x, y);
     let screen = pane.wait_for("nonzero faults of the demo in its detail view", 30, |s| {
         s.lines().any(|l| l.starts_with(&format!("{pid} ")))
             && faults_line(s).is_some_and(|(count, rate)| count != "0" && rate != "0" && rate != "-")
@@ -170,6 +217,11 @@ fn run_at(w: u16, h: u16) {
     assert!(screen.contains("TIERSCOPE-EXIT=0"), "top exits 0 on q:\n{screen}");
     assert_eq!(pane.format("#{alternate_on}"), "0", "back on the main screen");
     assert_eq!(pane.format("#{cursor_flag}"), "1", "the cursor is shown again");
+    assert_eq!(
+        pane.format("#{mouse_any_flag}#{mouse_standard_flag}#{mouse_button_flag}#{mouse_sgr_flag}"),
+        "0000",
+        "mouse reporting off again"
+    );
     let modes = pane.wait_for("the tty modes", 5, |s| s.contains("icanon"));
     let modes_line = modes.lines().find(|l| l.contains("icanon")).unwrap_or_default().to_string();
     let modes: Vec<&str> = modes_line.split_whitespace().collect();

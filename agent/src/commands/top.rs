@@ -1,6 +1,6 @@
 //! `tierscope top`: the live terminal UI. Collection (the session) feeds the model on the tick;
-//! the screen is drawn from it at the render rate when something changed; keys go through the
-//! pure [`crate::tui::App`]. Logs go to a file while the UI runs.
+//! the screen is drawn from it at the render rate when something changed; keys and mouse events go
+//! through the pure [`crate::tui::App`] (the mouse against the regions of the last frame). Logs go to a file while the UI runs.
 use std::{
     collections::HashMap,
     sync::{
@@ -28,7 +28,7 @@ use crate::{
         app::View,
         probe::{ProbeProgress, TierProbe},
         rows, screen,
-        terminal::{StderrToLog, TerminalGuard},
+        terminal::{set_mouse_capture, StderrToLog, TerminalGuard},
         App, DemoInfo, Devices, History, NodeView, Scene,
     },
 };
@@ -287,43 +287,53 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
             _ = render.tick() => {
                 if dirty {
                     let scene = scene!();
-                    if let Err(e) = guard.terminal.draw(|f| screen::draw(f, &scene, &app)) {
+                    let mut regions = None;
+                    if let Err(e) = guard.terminal.draw(|f| regions = Some(screen::draw(f, &scene, &app))) {
                         break Err(e).context("drawing the screen");
                     }
+                    // Where the tabs, rows and headings are now: the mouse reads clicks against it.
+                    app.regions = regions.unwrap_or_default();
                     dirty = false;
                 }
             }
             ev = keys.recv() => {
-                match ev {
-                    Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => {
-                        let pids: Vec<u32> = {
-                            let scene = scene!();
-                            rows::process_rows(&scene, &app).iter().map(|r| r.pid).collect()
-                        };
-                        let was_paused = app.paused;
-                        if app.handle_key(k, &pids) {
-                            dirty = true;
-                        }
-                        if app.paused && !was_paused {
-                            frozen = Some(Frozen { model: session.model.clone(), history: history.clone(), nodes: nodes.clone(), now_ns: counters::monotonic_ns() });
-                        } else if !app.paused {
-                            frozen = None;
-                        }
-                        if std::mem::take(&mut app.probe_requested) && !probe.is_running() {
-                            let now = counters::monotonic_ns();
-                            probe = TierProbe::start(now);
-                            if let Err(e) = spawn_probe(probe_tx.clone(), stop.clone()) {
-                                probe.apply(ProbeProgress::Failed { reason: format!("starting the probe thread: {e}") }, now);
-                            }
-                            dirty = true;
-                        }
-                        if app.quit {
-                            break Ok(());
-                        }
-                    }
-                    Some(TermEvent::Resize(..)) => dirty = true,
-                    Some(_) => {}
+                let was_paused = app.paused;
+                let had_mouse = app.mouse;
+                let pids = |app: &App| -> Vec<u32> {
+                    let scene = scene!();
+                    rows::process_rows(&scene, app).iter().map(|r| r.pid).collect()
+                };
+                let changed = match ev {
+                    Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => app.handle_key(k, &pids(&app)),
+                    // Read against the regions of the last frame (kept in `app`).
+                    Some(TermEvent::Mouse(m)) => app.handle_mouse(m, &pids(&app)),
+                    Some(TermEvent::Resize(..)) => true,
+                    Some(_) => false,
                     None => break Ok(()),
+                };
+                if changed {
+                    dirty = true;
+                }
+                if app.paused && !was_paused {
+                    frozen = Some(Frozen { model: session.model.clone(), history: history.clone(), nodes: nodes.clone(), now_ns: counters::monotonic_ns() });
+                } else if !app.paused {
+                    frozen = None;
+                }
+                if app.mouse != had_mouse {
+                    if let Err(e) = set_mouse_capture(app.mouse) {
+                        tracing::warn!("turning mouse capture {}: {e}", if app.mouse { "on" } else { "off" });
+                    }
+                }
+                if std::mem::take(&mut app.probe_requested) && !probe.is_running() {
+                    let now = counters::monotonic_ns();
+                    probe = TierProbe::start(now);
+                    if let Err(e) = spawn_probe(probe_tx.clone(), stop.clone()) {
+                        probe.apply(ProbeProgress::Failed { reason: format!("starting the probe thread: {e}") }, now);
+                    }
+                    dirty = true;
+                }
+                if app.quit {
+                    break Ok(());
                 }
             }
             Some(msg) = probe_rx.recv() => {

@@ -1,5 +1,8 @@
-//! The UI state and what each key does to it. Pure: no terminal, no model; unit tested.
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+//! The UI state and what each key and mouse event does to it. Pure: no terminal, no model; unit
+//! tested. Keys and the mouse both become [`Action`]s, applied by one function.
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent};
+
+use super::mouse::{self, Regions};
 
 /// The views, in Tab order; the number keys 1-6 pick them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +117,39 @@ pub struct App {
     pub training_only: bool,
     /// `r` in the Latency view: the caller starts the tier probe (unless one runs) and clears it.
     pub probe_requested: bool,
+    /// Mouse capture wanted (`m` toggles; off gives the terminal its own text selection back).
+    pub mouse: bool,
+    /// Where the last frame put the tabs, rows and column headings (set by the caller from what
+    /// [`super::screen::draw`] returns); mouse events are read against it.
+    pub regions: Regions,
     pub quit: bool,
+}
+
+/// What a key or a mouse event asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    /// Tab / shift-Tab.
+    Step(isize),
+    Go(View),
+    Help,
+    CloseHelp,
+    Pause,
+    TrainingOnly,
+    StartFilter,
+    NextSort,
+    Reverse,
+    /// Sort by this column; by the column already in force: reverse.
+    SortBy(SortKey),
+    Probe,
+    /// Move the cursor (process lists) or scroll (other views) by this many rows.
+    Move(isize),
+    /// Put the cursor on this row of the process list.
+    Select(usize),
+    /// Open the process under the cursor.
+    Open,
+    Back,
+    ToggleMouse,
 }
 
 impl Default for App {
@@ -132,6 +167,8 @@ impl Default for App {
             help: false,
             training_only: false,
             probe_requested: false,
+            mouse: true,
+            regions: Regions::default(),
             quit: false,
         }
     }
@@ -187,39 +224,94 @@ impl App {
     }
 
     fn normal_key(&mut self, key: KeyEvent, pids: &[u32]) {
-        match key.code {
-            KeyCode::Char('q') => self.quit = true,
-            KeyCode::Tab => self.go(self.view.step(1)),
-            KeyCode::BackTab => self.go(self.view.step(-1)),
-            KeyCode::Char(c @ '1'..='6') => {
-                let i = c as usize - '1' as usize;
-                self.go(View::ALL[i]);
-            }
-            KeyCode::Char('?') => self.help = true,
-            KeyCode::Char('p') => self.paused = !self.paused,
-            KeyCode::Char('t') => {
+        if let Some(a) = self.key_action(key) {
+            self.apply(a, pids);
+        }
+    }
+
+    /// The action of a key outside the filter and the help overlay.
+    fn key_action(&self, key: KeyEvent) -> Option<Action> {
+        Some(match key.code {
+            KeyCode::Char('q') => Action::Quit,
+            KeyCode::Tab => Action::Step(1),
+            KeyCode::BackTab => Action::Step(-1),
+            KeyCode::Char(c @ '1'..='6') => Action::Go(View::ALL[c as usize - '1' as usize]),
+            KeyCode::Char('?') => Action::Help,
+            KeyCode::Char('p') => Action::Pause,
+            KeyCode::Char('t') => Action::TrainingOnly,
+            KeyCode::Char('/') => Action::StartFilter,
+            KeyCode::Char('s') => Action::NextSort,
+            KeyCode::Char('S') => Action::Reverse,
+            KeyCode::Char('m') => Action::ToggleMouse,
+            KeyCode::Char('r') if self.view == View::Latency => Action::Probe,
+            KeyCode::Up | KeyCode::Char('k') => Action::Move(-1),
+            KeyCode::Down | KeyCode::Char('j') => Action::Move(1),
+            KeyCode::PageUp => Action::Move(-(PAGE as isize)),
+            KeyCode::PageDown => Action::Move(PAGE as isize),
+            KeyCode::Home | KeyCode::Char('g') => Action::Move(isize::MIN / 2),
+            KeyCode::End | KeyCode::Char('G') => Action::Move(isize::MAX / 2),
+            KeyCode::Enter => Action::Open,
+            KeyCode::Esc => Action::Back,
+            _ => return None,
+        })
+    }
+
+    /// Applies one mouse event through [`mouse::action`], read against the regions of the last
+    /// frame. Returns whether anything changed.
+    pub fn handle_mouse(&mut self, ev: MouseEvent, pids: &[u32]) -> bool {
+        let Some(a) = mouse::action(ev, &self.regions, self) else {
+            return false;
+        };
+        let before = self.clone();
+        self.apply(a, pids);
+        self.clamp_selection(pids.len());
+        *self != before
+    }
+
+    /// Does what `a` asks. `pids` as for [`App::handle_key`].
+    pub fn apply(&mut self, a: Action, pids: &[u32]) {
+        match a {
+            Action::Quit => self.quit = true,
+            Action::Step(by) => self.go(self.view.step(by)),
+            Action::Go(v) => self.go(v),
+            Action::Help => self.help = true,
+            Action::CloseHelp => self.help = false,
+            Action::Pause => self.paused = !self.paused,
+            Action::TrainingOnly => {
                 self.training_only = !self.training_only;
                 self.selected = 0;
             }
-            KeyCode::Char('/') => {
+            Action::StartFilter => {
                 self.editing_filter = true;
                 if self.view != View::Processes && self.view != View::Overview {
                     self.go(View::Processes);
                 }
             }
-            KeyCode::Char('s') => {
+            Action::NextSort => {
                 self.sort = self.sort.next();
                 self.descending = self.sort.default_descending();
             }
-            KeyCode::Char('S') => self.descending = !self.descending,
-            KeyCode::Char('r') if self.view == View::Latency => self.probe_requested = true,
-            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
-            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
-            KeyCode::PageUp => self.move_by(-(PAGE as isize)),
-            KeyCode::PageDown => self.move_by(PAGE as isize),
-            KeyCode::Home | KeyCode::Char('g') => self.move_by(isize::MIN / 2),
-            KeyCode::End | KeyCode::Char('G') => self.move_by(isize::MAX / 2),
-            KeyCode::Enter => {
+            Action::Reverse => self.descending = !self.descending,
+            Action::SortBy(k) => {
+                if k == self.sort {
+                    self.descending = !self.descending;
+                } else {
+                    self.sort = k;
+                    self.descending = k.default_descending();
+                }
+            }
+            Action::Probe => {
+                if self.view == View::Latency {
+                    self.probe_requested = true;
+                }
+            }
+            Action::Move(by) => self.move_by(by),
+            Action::Select(i) => {
+                if matches!(self.view, View::Processes | View::Overview) {
+                    self.selected = i;
+                }
+            }
+            Action::Open => {
                 if matches!(self.view, View::Processes | View::Overview) {
                     if let Some(&pid) = pids.get(self.selected) {
                         self.detail_pid = Some(pid);
@@ -227,14 +319,14 @@ impl App {
                     }
                 }
             }
-            KeyCode::Esc => {
+            Action::Back => {
                 if !self.filter.is_empty() && self.view == View::Processes {
                     self.filter.clear();
                 } else if self.view == View::ProcessDetail {
                     self.go(View::Processes);
                 }
             }
-            _ => {}
+            Action::ToggleMouse => self.mouse = !self.mouse,
         }
     }
 

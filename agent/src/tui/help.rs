@@ -1,4 +1,4 @@
-//! The `?` overlay: every key, in one box over the current view.
+//! The `?` overlay: every key and what the mouse does, in one box over the current view.
 use ratatui::{
     layout::{Constraint, Flex, Layout, Rect},
     text::{Line, Span},
@@ -8,7 +8,7 @@ use ratatui::{
 
 use super::theme;
 
-/// Every key the UI understands, with what it does.
+/// Every key the UI understands and what the mouse does, with what it does.
 pub const KEYS: &[(&str, &str)] = &[
     ("Tab / Shift-Tab", "next / previous view"),
     ("1-6", "Overview, Processes, Process, Migrations, Latency, Health"),
@@ -22,6 +22,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("t", "training processes only / all"),
     ("p", "pause the screen (collection goes on)"),
     ("r", "run the tier probe (Latency view; in the background)"),
+    ("m", "mouse off / on (off: the terminal selects text again)"),
+    ("click", "tab: its view; row: select it, again (double) opens it"),
+    ("click a heading", "sort the process table by it; again: reverse"),
+    ("mouse wheel", "move the cursor or scroll"),
     ("?", "this help"),
     ("q  Ctrl-C", "quit"),
 ];
@@ -35,7 +39,7 @@ pub fn draw(f: &mut Frame<'_>, area: Rect) {
         .iter()
         .map(|(k, what)| Line::from(vec![Span::styled(format!(" {k:<16}"), theme::accent()), Span::raw(*what)]))
         .collect();
-    lines.push(Line::from(Span::styled(" ? or Esc closes", theme::dim())));
+    lines.push(Line::from(Span::styled(" ? or Esc or a click closes", theme::dim())));
     f.render_widget(Clear, rect);
     f.render_widget(
         Paragraph::new(lines)

@@ -8,6 +8,7 @@ pub mod help;
 pub mod history;
 pub mod latency;
 pub mod migrations;
+pub mod mouse;
 pub mod overview;
 pub mod probe;
 pub mod process_detail;

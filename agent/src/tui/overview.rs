@@ -8,8 +8,10 @@ use ratatui::{
 };
 
 use super::{
+    app::SortKey,
     format,
     history::{Series, DEMOTION, PROMOTION},
+    mouse::{spans_at, RowArea},
     rows::ProcessRow,
     screen::{heading, pad, rpad},
     theme, App, Scene,
@@ -19,7 +21,14 @@ use crate::{
     model::agent::Attach,
 };
 
-pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
+/// Returns where the busiest list put its rows and sorting headings (for the mouse).
+pub fn draw(
+    f: &mut Frame<'_>,
+    area: Rect,
+    scene: &Scene<'_>,
+    app: &App,
+    rows: &[ProcessRow],
+) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
     let node_h = (scene.nodes.len() as u16 + 2).min(area.height / 3).max(3);
     let spark_h = if area.height >= 30 { 8 } else { 5 };
     let [nodes, sparks, tiering, health, busiest] = Layout::vertical([
@@ -39,6 +48,44 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App, rows: &
     f.render_widget(Paragraph::new(super::tiering::overview_line(last.as_ref(), tiering.width as usize)), tiering);
     f.render_widget(Paragraph::new(health_lines(scene, health.width as usize)), health);
     f.render_widget(busiest_table(app, rows, busiest), busiest);
+    busiest_regions(app, rows, busiest)
+}
+
+/// The busiest list's columns: width and the sort key of each (`None`: sorts by nothing).
+fn busiest_columns(w: usize) -> [(&'static str, usize, bool, Option<SortKey>); 7] {
+    let comm_w = if w >= 120 { 24 } else { 16 };
+    [
+        ("PID", 8, true, Some(SortKey::Pid)),
+        (" COMM", comm_w + 1, false, Some(SortKey::Comm)),
+        ("RSS", 10, true, Some(SortKey::Rss)),
+        ("DRAM", 6, true, Some(SortKey::DramShare)),
+        ("CXL", 6, true, Some(SortKey::CxlShare)),
+        ("FAULTS/s", 10, true, Some(SortKey::FaultsPerS)),
+        ("PROMOTED", 10, true, Some(SortKey::Promotions)),
+    ]
+}
+
+/// First row the busiest list shows: the cursor stays on screen.
+fn busiest_start(app: &App, area: Rect) -> usize {
+    let room = (area.height as usize).saturating_sub(2);
+    app.selected.saturating_sub(room.saturating_sub(1))
+}
+
+fn busiest_regions(app: &App, rows: &[ProcessRow], area: Rect) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
+    if area.height < 2 {
+        return (None, Vec::new());
+    }
+    let heading_line = Rect { y: area.y + 1, height: 1, ..area };
+    let cols: Vec<(u16, Option<SortKey>)> =
+        busiest_columns(area.width as usize).iter().map(|&(_, w, _, k)| (w as u16, k)).collect();
+    let headings = spans_at(heading_line, &cols).into_iter().filter_map(|(r, k)| Some((r, k?))).collect::<Vec<_>>();
+    let list = Rect { y: area.y + 2, height: area.height - 2, ..area };
+    let rows = (!rows.is_empty() && list.height > 0).then(|| RowArea {
+        area: list,
+        first: busiest_start(app, area),
+        count: rows.len(),
+    });
+    (rows, headings)
 }
 
 fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
@@ -203,19 +250,11 @@ fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'stati
     let comm_w = if w >= 120 { 24 } else { 16 };
     let mut lines =
         vec![heading(&format!("Busiest processes ({} tracked, by {}; Enter opens)", rows.len(), app.sort.name()))];
-    lines.push(Line::from(Span::styled(
-        format!(
-            "{}{}{}{}{}{}{}",
-            rpad("PID", 8),
-            pad(" COMM", comm_w + 1),
-            rpad("RSS", 10),
-            rpad("DRAM", 6),
-            rpad("CXL", 6),
-            rpad("FAULTS/s", 10),
-            rpad("PROMOTED", 10)
-        ),
-        theme::header(),
-    )));
+    let header: String = busiest_columns(w)
+        .iter()
+        .map(|&(title, width, right, _)| if right { rpad(title, width) } else { pad(title, width) })
+        .collect();
+    lines.push(Line::from(Span::styled(header, theme::header())));
     if rows.is_empty() {
         let why = if app.filter.is_empty() {
             "no process has faulted or allocated yet"
@@ -225,7 +264,7 @@ fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'stati
         lines.push(Line::from(Span::styled(why, theme::dim())));
     }
     let room = (area.height as usize).saturating_sub(2);
-    let start = app.selected.saturating_sub(room.saturating_sub(1));
+    let start = busiest_start(app, area);
     for (i, r) in rows.iter().enumerate().skip(start).take(room) {
         let line = Line::from(vec![
             Span::raw(rpad(&r.pid.to_string(), 8)),

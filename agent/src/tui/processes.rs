@@ -1,13 +1,13 @@
 //! Processes: every tracked process with its residency per tier, fault and allocation rates,
 //! promotions and demotions; sortable (`s`, `S`), filterable (`/`), training-only toggle (`t`).
 use ratatui::{
-    layout::{Constraint, Layout, Rect},
+    layout::{Constraint, Flex, Layout, Rect},
     text::{Line, Span},
     widgets::{Cell, Paragraph, Row, Table, TableState},
     Frame,
 };
 
-use super::{app::SortKey, format, rows::ProcessRow, theme, App, Scene};
+use super::{app::SortKey, format, mouse::RowArea, rows::ProcessRow, theme, App, Scene};
 use crate::topology::Tier;
 
 struct Column {
@@ -59,7 +59,14 @@ fn aligned(s: String, width: u16, right: bool) -> String {
     }
 }
 
-pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: &[ProcessRow]) {
+/// Returns where the table put its rows and column headings (for the mouse).
+pub fn draw(
+    f: &mut Frame<'_>,
+    area: Rect,
+    _scene: &Scene<'_>,
+    app: &App,
+    rows: &[ProcessRow],
+) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
     let [info, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     let dir = if app.descending { "▼" } else { "▲" };
     let mut spans = vec![Span::styled(
@@ -121,14 +128,33 @@ pub fn draw(f: &mut Frame<'_>, area: Rect, _scene: &Scene<'_>, app: &App, rows: 
             "no process matches the filter (Esc clears it)"
         };
         let [h, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(table);
-        f.render_widget(Table::new(Vec::<Row>::new(), widths).header(Row::new(header).style(theme::header())), h);
+        f.render_widget(
+            Table::new(Vec::<Row>::new(), widths.clone()).header(Row::new(header).style(theme::header())),
+            h,
+        );
         f.render_widget(Paragraph::new(Span::styled(why, theme::dim())), rest);
-        return;
+        return (None, heading_regions(&widths, h));
     }
+    let headings = heading_regions(&widths, table);
     let t = Table::new(body, widths)
         .header(Row::new(header).style(theme::header()))
         .row_highlight_style(theme::selected())
         .column_spacing(1);
     let mut state = TableState::default().with_selected(Some(app.selected.min(rows.len().saturating_sub(1))));
     f.render_stateful_widget(t, table, &mut state);
+    // The header takes the table's first line; rows follow from the offset the table scrolled to.
+    let list = Rect { y: table.y.saturating_add(1), height: table.height.saturating_sub(1), ..table };
+    let rows = (list.height > 0).then_some(RowArea { area: list, first: state.offset(), count: rows.len() });
+    (rows, headings)
+}
+
+/// The heading cells of the sorting columns, laid out as the table lays out its columns (flex
+/// start, one cell between columns, no selection symbol), on the first line of `area`.
+fn heading_regions(widths: &[Constraint], area: Rect) -> Vec<(Rect, SortKey)> {
+    if area.height == 0 {
+        return Vec::new();
+    }
+    let line = Rect { height: 1, ..area };
+    let cells = Layout::horizontal(widths.iter().copied()).flex(Flex::Start).spacing(1).split(line);
+    cells.iter().zip(COLUMNS.iter()).filter(|(r, _)| r.width > 0).map(|(r, c)| (*r, c.key)).collect()
 }

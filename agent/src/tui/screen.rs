@@ -7,7 +7,10 @@ use ratatui::{
 };
 
 use super::{
-    app::View, format, health, help, latency, migrations, overview, process_detail, processes, rows, theme, App, Scene,
+    app::View,
+    format, health, help, latency, migrations,
+    mouse::{self, Regions},
+    overview, process_detail, processes, rows, theme, App, Scene,
 };
 
 /// Below this the views cannot say anything useful; a one-line notice is drawn instead.
@@ -15,7 +18,8 @@ pub const MIN_WIDTH: u16 = 40;
 pub const MIN_HEIGHT: u16 = 10;
 
 /// Draws one frame. Never panics, whatever the size of `f.area()` and the contents of the model.
-pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) {
+/// Returns where it put what the mouse can click (for [`App::regions`]).
+pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) -> Regions {
     let area = f.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = format!(
@@ -23,17 +27,18 @@ pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) {
             area.width, area.height
         );
         f.render_widget(Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }), area);
-        return;
+        return Regions::default();
     }
     let [title, tabs, body, keys] =
         Layout::vertical([Constraint::Length(1), Constraint::Length(1), Constraint::Min(1), Constraint::Length(1)])
             .areas(area);
     f.render_widget(title_line(scene, app), title);
     f.render_widget(tab_line(app), tabs);
+    let mut regions = Regions { view: Some(app.view), tabs: tab_regions(tabs), ..Regions::default() };
     let rows = rows::process_rows(scene, app);
     match app.view {
-        View::Overview => overview::draw(f, body, scene, app, &rows),
-        View::Processes => processes::draw(f, body, scene, app, &rows),
+        View::Overview => (regions.rows, regions.headings) = overview::draw(f, body, scene, app, &rows),
+        View::Processes => (regions.rows, regions.headings) = processes::draw(f, body, scene, app, &rows),
         View::ProcessDetail => process_detail::draw(f, body, scene, app),
         View::Migrations => migrations::draw(f, body, scene, app),
         View::Latency => latency::draw(f, body, scene, app),
@@ -43,6 +48,18 @@ pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) {
     if app.help {
         help::draw(f, area);
     }
+    regions
+}
+
+fn tab_label(i: usize, v: View) -> String {
+    format!(" {} {} ", i + 1, v.title())
+}
+
+/// Where [`tab_line`] puts each tab.
+fn tab_regions(area: Rect) -> Vec<(Rect, View)> {
+    let labels: Vec<(u16, View)> =
+        View::ALL.iter().enumerate().map(|(i, &v)| (tab_label(i, v).chars().count() as u16, v)).collect();
+    mouse::spans_at(area, &labels)
 }
 
 fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
@@ -54,6 +71,9 @@ fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
     if app.paused {
         spans.push(Span::raw("  "));
         spans.push(Span::styled("PAUSED (p resumes)", theme::warn().add_modifier(ratatui::style::Modifier::REVERSED)));
+    }
+    if !app.mouse {
+        spans.push(Span::styled("  mouse off (m)", theme::dim()));
     }
     let lost = scene.lost();
     if lost > 0 {
@@ -72,7 +92,7 @@ fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
 fn tab_line(app: &App) -> Paragraph<'static> {
     let mut spans = Vec::new();
     for (i, v) in View::ALL.iter().enumerate() {
-        let label = format!(" {} {} ", i + 1, v.title());
+        let label = tab_label(i, *v);
         spans.push(if *v == app.view { Span::styled(label, theme::selected()) } else { Span::raw(label) });
     }
     Paragraph::new(Line::from(spans))

@@ -2,12 +2,43 @@
 //! the reviewed snapshots under `snapshots/` (`cargo insta review` after a deliberate change).
 use ratatui::{backend::TestBackend, Terminal};
 
-use super::{app::View, screen, test_scene::Fixture, App};
+use crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+
+use super::{
+    app::{Action, SortKey, View},
+    mouse::{self, Regions},
+    rows, screen,
+    test_scene::Fixture,
+    App,
+};
 
 fn render(f: &Fixture, app: &App, w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).expect("test terminal");
-    t.draw(|frame| screen::draw(frame, &f.scene(), app)).expect("draw");
+    t.draw(|frame| {
+        screen::draw(frame, &f.scene(), app);
+    })
+    .expect("draw");
     t.backend().to_string()
+}
+
+/// The frame and the regions the draw reported for the mouse.
+fn render_regions(f: &Fixture, app: &App, w: u16, h: u16) -> (String, Regions) {
+    let mut t = Terminal::new(TestBackend::new(w, h)).expect("test terminal");
+    let mut regions = Regions::default();
+    t.draw(|frame| regions = screen::draw(frame, &f.scene(), app)).expect("draw");
+    (t.backend().to_string(), regions)
+}
+
+/// The screen cell where `needle` starts on line `y` of a rendered frame (lines are quoted).
+fn cell_of(screen: &str, y: usize, needle: &str) -> (u16, u16) {
+    let line = screen.lines().nth(y).unwrap_or_else(|| panic!("no line {y}:\n{screen}"));
+    let byte = line.find(needle).unwrap_or_else(|| panic!("{needle:?} not on line {y}: {line}"));
+    let x = line[..byte].chars().count() - 1;
+    (x as u16, y as u16)
+}
+
+fn click_at((column, row): (u16, u16)) -> MouseEvent {
+    MouseEvent { kind: MouseEventKind::Down(MouseButton::Left), column, row, modifiers: KeyModifiers::NONE }
 }
 
 fn app(view: View) -> App {
@@ -75,8 +106,18 @@ fn tiny_and_odd_sizes_never_panic() {
         for (w, h) in [(1, 1), (10, 3), (39, 9), (40, 10), (41, 11), (80, 12), (300, 100), (500, 10)] {
             let a =
                 App { view: v, detail_pid: Some(4242), help: w % 2 == 0, scroll: 9999, selected: 99, ..App::default() };
-            let s = render(&f, &a, w, h);
+            let (s, regions) = render_regions(&f, &a, w, h);
             assert_eq!(s.lines().count(), h as usize);
+            // Clicks and the wheel anywhere on the frame (and past it) map without panicking.
+            let pids = [4242, 4243];
+            for y in (0..=h).step_by(usize::from(h / 12).max(1)) {
+                for x in (0..=w).step_by(usize::from(w / 40).max(1)) {
+                    let mut b = App { regions: regions.clone(), help: false, ..a.clone() };
+                    b.handle_mouse(click_at((x, y)), &pids);
+                    let wheel = MouseEvent { kind: MouseEventKind::ScrollDown, ..click_at((x, y)) };
+                    b.handle_mouse(wheel, &pids);
+                }
+            }
         }
     }
     insta::assert_snapshot!("too_small_30x8", render(&f, &App::default(), 30, 8));
@@ -170,4 +211,64 @@ fn a_device_without_get_health_info_says_so_and_shows_its_module_event() {
     let mem0 = s.lines().find(|l| l.contains("mem0    ")).expect("device row");
     assert!(mem0.contains("57°C") && mem0.contains("33%") && mem0.contains("12/0") && mem0.contains(" 4 "), "{mem0}");
     assert!(s.contains("figures from the memory module event of 3.0s ago"), "{s}");
+}
+
+#[test]
+fn clicks_land_on_what_the_processes_view_drew() {
+    let f = Fixture::training();
+    for (w, h) in [(80, 24), (160, 48)] {
+        let a = App { view: View::Processes, ..App::default() };
+        let (s, regions) = render_regions(&f, &a, w, h);
+        let pids: Vec<u32> = rows::process_rows(&f.scene(), &a).iter().map(|r| r.pid).collect();
+        let act = |cell| mouse::action(click_at(cell), &regions, &a);
+        assert_eq!(act(cell_of(&s, 1, "3 Process ")), Some(Action::Go(View::ProcessDetail)), "{w}x{h}");
+        assert_eq!(act(cell_of(&s, 1, "6 Health")), Some(Action::Go(View::Health)));
+        // Line 3 is the table's heading (line 2 says how it is sorted).
+        for (title, key) in [
+            ("PID", SortKey::Pid),
+            ("COMM", SortKey::Comm),
+            ("RSS", SortKey::Rss),
+            ("DRAM ", SortKey::DramShare),
+            ("CXL ", SortKey::CxlShare),
+            ("FLT/s", SortKey::FaultsPerS),
+            ("DRAMpg/s", SortKey::DramAllocsPerS),
+            ("CXLpg/s", SortKey::CxlAllocsPerS),
+            ("PROMO", SortKey::Promotions),
+            ("DEMO", SortKey::Demotions),
+        ] {
+            assert_eq!(act(cell_of(&s, 3, title)), Some(Action::SortBy(key)), "{w}x{h} heading {title}");
+        }
+        for (i, pid) in pids.iter().enumerate() {
+            let at = cell_of(&s, 4 + i, &pid.to_string());
+            let want = if i == a.selected { Action::Open } else { Action::Select(i) };
+            assert_eq!(act(at), Some(want), "{w}x{h} row of {pid}");
+        }
+        assert_eq!(act((3, 4 + pids.len() as u16)), None, "below the last row");
+    }
+}
+
+#[test]
+fn clicks_on_the_overview_pick_from_the_busiest_list_and_sort_it() {
+    let f = Fixture::training();
+    let a = App::default();
+    let (s, regions) = render_regions(&f, &a, 80, 24);
+    let pids: Vec<u32> = rows::process_rows(&f.scene(), &a).iter().map(|r| r.pid).collect();
+    let heading = s.lines().position(|l| l.contains("FAULTS/s")).expect("busiest heading");
+    let mut a = App { regions, ..a };
+    a.handle_mouse(click_at(cell_of(&s, heading, "RSS")), &pids);
+    assert_eq!((a.sort, a.descending), (SortKey::Rss, true));
+    let second = cell_of(&s, heading + 2, &pids[1].to_string());
+    assert!(a.handle_mouse(click_at(second), &pids));
+    assert_eq!(a.selected, 1);
+    assert!(a.handle_mouse(click_at(second), &pids), "the second click of a double-click");
+    assert_eq!((a.view, a.detail_pid), (View::ProcessDetail, Some(pids[1])));
+}
+
+#[test]
+fn too_small_a_screen_has_nothing_to_click_and_mouse_off_shows() {
+    let f = Fixture::training();
+    let (_, regions) = render_regions(&f, &App::default(), 30, 8);
+    assert_eq!(regions, Regions::default());
+    let (s, _) = render_regions(&f, &App { mouse: false, ..App::default() }, 80, 24);
+    assert!(s.lines().next().is_some_and(|l| l.contains("mouse off (m)")), "{s}");
 }

@@ -1,5 +1,6 @@
-//! Owning the terminal: raw mode and the alternate screen while the UI runs, given back in
-//! `Drop` and from the panic hook; stderr (where tracing and aya write) sent to a log file
+//! Owning the terminal: raw mode, the alternate screen and mouse capture while the UI runs, given
+//! back in `Drop` (q, Ctrl-C, SIGTERM and SIGHUP all end the UI by dropping the guard) and from
+//! the panic hook; stderr (where tracing and aya write) sent to a log file
 //! meanwhile, so nothing but the UI ever reaches the screen.
 use std::{
     fs::OpenOptions,
@@ -14,6 +15,7 @@ use std::{
 
 use crossterm::{
     cursor::{Hide, Show},
+    event::DisableMouseCapture,
     execute,
     terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen},
 };
@@ -91,7 +93,7 @@ impl TerminalGuard {
         enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         let mut out = io::stdout();
-        if let Err(e) = execute!(out, EnterAlternateScreen, Hide) {
+        if let Err(e) = execute!(out, EnterAlternateScreen, Hide, MouseClicks) {
             restore_terminal();
             return Err(e);
         }
@@ -111,11 +113,37 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// Leaves raw mode and the alternate screen; does nothing when already done.
+/// Mouse reporting of presses, releases and the wheel (1000) in SGR coordinates (1006), which
+/// reach past column 223. Not motion (1003, which crossterm's `EnableMouseCapture` also asks
+/// for): the UI has no use for a stream of moves.
+#[derive(Clone, Copy, Debug)]
+struct MouseClicks;
+
+impl crossterm::Command for MouseClicks {
+    fn write_ansi(&self, f: &mut impl std::fmt::Write) -> std::fmt::Result {
+        f.write_str("\x1b[?1000h\x1b[?1006h")
+    }
+}
+
+/// Turns mouse capture on or off while the UI runs (`m`: off gives the terminal its own text
+/// selection back). Does nothing once the terminal is restored.
+pub fn set_mouse_capture(on: bool) -> io::Result<()> {
+    if !ACTIVE.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    if on {
+        execute!(io::stdout(), MouseClicks)
+    } else {
+        execute!(io::stdout(), DisableMouseCapture)
+    }
+}
+
+/// Leaves raw mode, mouse capture and the alternate screen; does nothing when already done.
 pub fn restore_terminal() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
         let _ = disable_raw_mode();
-        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+        // Every mouse mode off (crossterm's set, a superset of ours), whatever `m` left.
+        let _ = execute!(io::stdout(), DisableMouseCapture, LeaveAlternateScreen, Show);
     }
 }
 
