@@ -81,7 +81,7 @@ impl Session {
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
-        Ok(Session {
+        let mut session = Session {
             probes,
             model,
             events,
@@ -94,7 +94,11 @@ impl Session {
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
             health_poller: Default::default(),
-        })
+        };
+        // Know every process from the start: an idle launcher (torchrun waits on its workers)
+        // never shows up in the counters, yet its workers' job is named after it.
+        session.discover(|_, _, _| true);
+        Ok(session)
     }
 
     /// Moves queued events into the model.

@@ -33,14 +33,6 @@ pub struct Rank {
     pub world_size: Option<u32>,
 }
 
-const LAUNCHER_WORDS: &[&str] = &[
-    "torchrun",
-    "torch.distributed.run",
-    "torch.distributed.launch",
-    "deepspeed",
-    "accelerate launch",
-    "accelerate-launch",
-];
 const TRAINING_WORDS: &[&str] =
     &["torch", "deepspeed", "megatron", "accelerate", "lightning", "transformers", "jax", "train"];
 const TRAINING_ENV: &[&str] =
@@ -57,17 +49,62 @@ pub fn classify(f: &ProcessFacts<'_>) -> Option<TrainingRole> {
     let cmd = f.cmdline.to_ascii_lowercase();
     let has_rank_env =
         f.environ.iter().any(|(k, _)| TRAINING_ENV.iter().any(|t| k == t || (t.ends_with('_') && k.starts_with(t))));
-    let launcher_cmd = LAUNCHER_WORDS.iter().any(|w| cmd.contains(w)) || f.comm == "torchrun" || f.comm == "deepspeed";
     // A launcher has no rank of its own; its workers do (torchrun sets RANK only in children).
-    if launcher_cmd && env(f.environ, "RANK").is_none() && env(f.environ, "LOCAL_RANK").is_none() {
+    if is_launcher(f.comm, &cmd) && env(f.environ, "RANK").is_none() && env(f.environ, "LOCAL_RANK").is_none() {
         return Some(TrainingRole::Launcher);
     }
-    let python = f.comm.starts_with("python") || cmd.starts_with("python") || cmd.contains("/python");
+    let python = f.comm.starts_with("python") || program(&cmd).starts_with("python");
     let framework_cmd = python && TRAINING_WORDS.iter().any(|w| cmd.contains(w));
     if has_rank_env || f.maps_training_runtime || framework_cmd || f.user_match {
         return Some(TrainingRole::Worker);
     }
     None
+}
+
+/// The basename of a command line's first word.
+fn program(cmd: &str) -> &str {
+    let first = cmd.split_whitespace().next().unwrap_or("");
+    first.rsplit('/').next().unwrap_or(first)
+}
+
+/// Whether the command *runs* a launcher: the program itself, the script a python interpreter
+/// runs, or the module of `python -m`. A launcher's name elsewhere in the arguments (a tmux or
+/// shell command line that mentions torchrun) does not count.
+fn is_launcher(comm: &str, cmd: &str) -> bool {
+    const PROGRAMS: &[&str] = &["torchrun", "deepspeed"];
+    const MODULES: &[&str] = &["torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner"];
+    if PROGRAMS.contains(&comm) {
+        return true;
+    }
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let Some(first) = words.first() else { return false };
+    let prog = base(first);
+    if PROGRAMS.contains(&prog.as_str()) || (prog == "accelerate" && words.get(1) == Some(&"launch")) {
+        return true;
+    }
+    if !prog.starts_with("python") {
+        return false;
+    }
+    // python [options] (-m MODULE | SCRIPT) ...
+    let mut i = 1;
+    while let Some(w) = words.get(i) {
+        if *w == "-m" {
+            return words.get(i + 1).is_some_and(|m| MODULES.contains(m));
+        }
+        if *w == "-c" {
+            // `python -c CODE ARGS`: the code is the program; launchers written as inline
+            // stand-ins say so in their arguments (tests use `torch.distributed.run` there).
+            return words.iter().skip(i + 2).any(|a| MODULES.contains(a));
+        }
+        if !w.starts_with('-') {
+            let script = base(w);
+            return PROGRAMS.contains(&script.as_str())
+                || (script == "accelerate" && words.get(i + 1) == Some(&"launch"));
+        }
+        i += 1;
+    }
+    false
 }
 
 /// RANK / LOCAL_RANK / WORLD_SIZE (DeepSpeed and MPI spellings as fallbacks).
@@ -149,6 +186,23 @@ mod tests {
             ("python3", "python3 -m http.server", &none, false, None),
             ("bash", "bash -c torchrun", &worker_env, false, Some(TrainingRole::Worker)),
             ("sshd", "sshd: root@pts/0", &none, false, None),
+            // Mentioning a launcher is not running one (seen on the GPU machine).
+            (
+                "tmux: server",
+                "/usr/bin/tmux -L x new-session -d /usr/bin/tierscope top --match torchrun",
+                &none,
+                false,
+                None,
+            ),
+            ("bash", "bash -c torchrun --nproc-per-node 2 t.py", &none, false, None),
+            (
+                "accelerate",
+                "/usr/bin/python3 /usr/local/bin/accelerate launch t.py",
+                &none,
+                false,
+                Some(TrainingRole::Launcher),
+            ),
+            ("python3", "python3 -u -m torch.distributed.launch t.py", &none, false, Some(TrainingRole::Launcher)),
         ];
         for (comm, cmdline, environ, maps, want) in cases {
             let f = ProcessFacts { comm, cmdline, environ, maps_training_runtime: *maps, user_match: false };
