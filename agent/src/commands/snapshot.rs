@@ -38,14 +38,12 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
                 || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
         });
     }
-    let jobs: std::collections::BTreeSet<String> =
-        s.model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.clone()).collect();
+    let jobs = filter.matched_jobs(&s.model);
     let selected: Vec<u32> = s
         .model
         .processes
         .values()
-        .filter(|p| filter.matches(p) || p.job.as_ref().is_some_and(|j| jobs.contains(j)))
-        .filter(|p| p.exited_at_ns.is_none())
+        .filter(|p| filter.selects(p, &jobs) && p.exited_at_ns.is_none())
         .map(|p| p.tgid)
         .collect();
     s.scan_residency(&selected);

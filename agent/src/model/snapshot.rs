@@ -140,6 +140,19 @@ impl ProcessFilter {
     }
 }
 
+impl ProcessFilter {
+    /// The jobs of the processes this filter matches: their launchers and ranks are shown with
+    /// them (`--match torchrun` brings the workers, whose command lines do not say torchrun).
+    pub fn matched_jobs<'m>(&self, model: &'m Model) -> std::collections::BTreeSet<&'m str> {
+        model.processes.values().filter(|p| self.matches(p)).filter_map(|p| p.job.as_deref()).collect()
+    }
+
+    /// Whether `p` is selected: matched itself, or in the job of a matched process.
+    pub fn selects(&self, p: &Process, jobs: &std::collections::BTreeSet<&str>) -> bool {
+        self.matches(p) || p.job.as_deref().is_some_and(|j| jobs.contains(j))
+    }
+}
+
 /// Everything a snapshot needs besides the model.
 pub struct SnapshotContext<'a> {
     pub host: String,
@@ -162,12 +175,11 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
     let tier_of =
         |node: u32| ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone());
     // A selected process brings its whole job along (a matched launcher, its ranks).
-    let jobs: std::collections::BTreeSet<&str> =
-        model.processes.values().filter(|p| filter.matches(p)).filter_map(|p| p.job.as_deref()).collect();
+    let jobs = filter.matched_jobs(model);
     let mut processes: Vec<ProcessSnapshot> = model
         .processes
         .values()
-        .filter(|p| filter.matches(p) || p.job.as_deref().is_some_and(|j| jobs.contains(j)))
+        .filter(|p| filter.selects(p, &jobs))
         .map(|p| {
             let (res, anon, age) = match &p.residency {
                 Some((r, at)) => (

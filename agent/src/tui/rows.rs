@@ -132,12 +132,13 @@ fn compare(a: &ProcessRow, b: &ProcessRow, key: SortKey) -> Ordering {
 /// doing memory work, plus the demo), narrowed by the `/` filter, sorted by the chosen column
 /// (pid breaks ties, so the order is stable from frame to frame).
 pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
+    let jobs = scene.filter.matched_jobs(scene.model);
     let mut rows: Vec<ProcessRow> = scene
         .model
         .processes
         .values()
         .filter(|p| p.exited_at_ns.is_none())
-        .filter(|p| scene.filter.matches(p) || scene.demo.is_some_and(|d| d.pid == p.tgid))
+        .filter(|p| scene.filter.selects(p, &jobs) || scene.demo.is_some_and(|d| d.pid == p.tgid))
         .map(|p| ProcessRow::new(p, scene))
         .filter(|r| !app.training_only || r.training || r.demo)
         .filter(|r| r.matches_text(&app.filter))
