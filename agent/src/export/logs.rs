@@ -188,13 +188,7 @@ pub fn exporter(c: &OtlpConfig, endpoint: &str) -> Result<LogExporter> {
     let what = || format!("setting up OTLP log export to {endpoint}");
     match c.protocol {
         Protocol::Grpc => {
-            let mut headers = http::HeaderMap::new();
-            for (k, v) in &c.headers {
-                let name =
-                    http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
-                let value = http::HeaderValue::from_str(v).with_context(|| format!("OTLP header {k} value"))?;
-                headers.insert(name, value);
-            }
+            let headers = super::otlp::grpc_headers(c)?;
             LogExporter::builder()
                 .with_tonic()
                 .with_endpoint(endpoint.to_string())

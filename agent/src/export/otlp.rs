@@ -23,6 +23,17 @@ use super::{
     queue::{Backoff, ExportQueue},
 };
 
+/// The configured headers as gRPC metadata (shared by the metric and the log exporters).
+pub fn grpc_headers(c: &OtlpConfig) -> Result<http::HeaderMap> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &c.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
+        let value = http::HeaderValue::from_str(v).with_context(|| format!("OTLP header {k} value"))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
 /// Builds the exporter. Must run inside the tokio runtime (the gRPC channel spawns its worker).
 /// The exporter's own retries are off: the queue retries, so a dead receiver costs one attempt
 /// per backoff step, not a burst.
@@ -30,13 +41,7 @@ pub fn exporter(c: &OtlpConfig) -> Result<MetricExporter> {
     let what = || format!("setting up OTLP export to {}", c.endpoint);
     match c.protocol {
         Protocol::Grpc => {
-            let mut headers = http::HeaderMap::new();
-            for (k, v) in &c.headers {
-                let name =
-                    http::HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("OTLP header name {k:?}"))?;
-                let value = http::HeaderValue::from_str(v).with_context(|| format!("OTLP header {k} value"))?;
-                headers.insert(name, value);
-            }
+            let headers = grpc_headers(c)?;
             MetricExporter::builder()
                 .with_tonic()
                 .with_endpoint(c.endpoint.clone())

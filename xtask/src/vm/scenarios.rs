@@ -187,12 +187,28 @@ fn migrated(r: &Report, reason: &str) -> Option<f64> {
     num(r.agent.as_ref().and_then(|a| a.get("migrations")).and_then(|m| m.get(reason)).and_then(|m| m.get("succeeded")))
 }
 
+/// Issue 9: the migrate_pages() duration histogram of `reason` filled (every call timed).
+fn timed(r: &Report, reason: &str) -> Figure {
+    let m = r.agent.as_ref().and_then(|a| a.get("migrations")).and_then(|m| m.get(reason));
+    let calls = num(m.and_then(|m| m.get("calls")));
+    let timed = num(m.and_then(|m| m.get("latency")).and_then(|l| l.get("count")));
+    Figure {
+        name: format!("{reason} calls timed"),
+        kernel: None,
+        agent: timed,
+        // A call already running when the agent attached ends untimed: allow two of those.
+        ok: matches!((timed, calls), (Some(t), Some(c)) if t > 0.0 && t <= c && t + 2.0 >= c),
+        rule: format!("calls - 2 ..= calls ({})", calls.map_or("-".into(), |c| c.to_string())),
+    }
+}
+
 /// Demotion: mm_migrate_pages(reason=demotion) pages over the window against the
 /// pgdemote_{kswapd,direct,khugepaged} delta; the workload's node 1 residency against numa_maps.
 fn demotion(r: &Report) -> Vec<Figure> {
     let p = r.process();
     vec![
         Figure::close("demoted pages", r.truth("pgdemote"), migrated(r, "demotion"), 0.02, 64.0),
+        timed(r, "demotion"),
         Figure::close(
             "resident_pages node1",
             r.truth("numa_maps.N1"),
@@ -209,6 +225,7 @@ fn promotion(r: &Report) -> Vec<Figure> {
     let p = r.process();
     vec![
         Figure::close("promoted pages", r.truth("pgpromote_success"), migrated(r, "numa_misplaced"), 0.02, 64.0),
+        timed(r, "numa_misplaced"),
         Figure::close(
             "resident_pages node0",
             r.truth("numa_maps.N0"),
