@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use tokio::sync::watch;
 
 use crate::{
-    collect::{procfs, session::Session},
+    collect::session::Session,
     export::{
         cgroup,
         config::{Config, Flags, Protocol},
@@ -102,26 +102,6 @@ struct Tracking {
     /// When a tracked process was first seen exited.
     exited: BTreeMap<u32, Instant>,
     full_warned: bool,
-}
-
-/// Adds to the model the processes the selection names that the kernel has not shown doing
-/// memory work since the agent started (an idle trainer still holds its memory).
-fn discover(model: &mut Model, cfg: &Config) {
-    if cfg.track_pids.is_empty() && cfg.track_pattern.is_none() {
-        return;
-    }
-    for pid in procfs::list_pids(Path::new("/proc")) {
-        if model.processes.contains_key(&pid) {
-            continue;
-        }
-        let by_pid = cfg.track_pids.contains(&pid);
-        let Some(st) = procfs::read_stat(pid) else { continue };
-        let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
-        let by_pattern = cfg.track_pattern.as_ref().is_some_and(|re| re.is_match(&st.comm) || re.is_match(&cmdline));
-        if by_pid || by_pattern {
-            model.set_identity(pid, &st.comm, &cmdline, st.ppid);
-        }
-    }
 }
 
 impl Tracking {
@@ -322,7 +302,14 @@ async fn agent(cfg: Config) -> Result<i32> {
         }
         let scan_due = Instant::now() >= next_scan;
         if scan_due {
-            discover(&mut s.model, &cfg);
+            // Processes the selection names that the kernel has not shown doing memory work since
+            // the agent started (an idle trainer still holds its memory).
+            if !cfg.track_pids.is_empty() || cfg.track_pattern.is_some() {
+                let (pids, pattern) = (&cfg.track_pids, &cfg.track_pattern);
+                s.discover(|pid, comm, cmdline| {
+                    pids.contains(&pid) || pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
+                });
+            }
         }
         let before = tracking.tracked.len();
         tracking.update(&s.model, &cfg);
