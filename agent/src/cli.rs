@@ -1,10 +1,11 @@
-//! The command line (the contract in design.md) and dispatch to the commands.
-use std::{path::PathBuf, time::Duration};
+//! The command line (the contract in design.md): every command's arguments, checked while
+//! parsing. The commands take these values; [`crate::commands::run`] dispatches to them.
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::{commands, model::snapshot::ProcessFilter};
+use crate::model::snapshot::ProcessFilter;
 
 #[derive(Parser)]
 #[command(
@@ -38,9 +39,9 @@ pub enum Command {
         tiers: TierFlags,
     },
     /// The live terminal UI (the default command).
-    Top(commands::top::TopArgs),
+    Top(TopArgs),
     /// The headless agent: OTLP and Prometheus export.
-    Run(commands::run::RunArgs),
+    Run(RunArgs),
     /// Nodes, CPUs, memory, distances, tiers with their evidence, CXL devices.
     Topology {
         #[arg(long)]
@@ -50,7 +51,7 @@ pub enum Command {
         sysfs_root: PathBuf,
     },
     /// Idle load latency (pointer chase) and read bandwidth of each node's memory, beside HMAT.
-    ProbeLatency(commands::probe_latency::ProbeLatencyArgs),
+    ProbeLatency(ProbeLatencyArgs),
     /// The `top --demo` workload (started by the TUI, not by hand).
     #[command(hide = true)]
     DemoWorkload(crate::demo::DemoArgs),
@@ -71,8 +72,14 @@ fn valid_regex(s: &str) -> Result<String, String> {
     match regex::Regex::new(s) {
         Ok(_) => Ok(s.to_string()),
         Err(e) => {
-            let why =
-                e.to_string().lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("invalid").trim().to_string();
+            let why = e
+                .to_string()
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .next_back()
+                .unwrap_or("invalid")
+                .trim()
+                .to_string();
             Err(format!("not a valid regular expression ({why})"))
         }
     }
@@ -101,42 +108,77 @@ pub struct TierFlags {
     pub site_sample_every: u32,
 }
 
-impl TierFlags {
-    pub fn session_options(&self, pattern: Option<regex::Regex>) -> crate::collect::session::SessionOptions {
-        crate::collect::session::SessionOptions {
-            pattern,
-            tiers: crate::topology::TierOverrides { cxl: self.cxl_nodes.clone(), dram: vec![] },
-            site_sample_every: Some(self.site_sample_every),
-        }
+// `tierscope top`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub select: Select,
+    /// Show a recorded session instead of the live system (no root needed).
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// Start a small built-in training-like workload and track it.
+    #[arg(long)]
+    pub demo: bool,
+    /// Data rate: read the kernel counters every this many milliseconds (50-60000).
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// Render rate: redraw at most this many times a second (1-120).
+    #[arg(long, default_value_t = 30)]
+    pub fps: u32,
+}
+
+impl Default for TopArgs {
+    fn default() -> Self {
+        TopArgs { select: Select::default(), replay: None, demo: false, tick_ms: 1000, fps: 30 }
     }
 }
 
-/// Runs the command; returns the exit code.
-pub fn run(cli: Cli) -> Result<i32> {
-    let command = cli.command.unwrap_or(Command::Top(commands::top::TopArgs::default()));
-    match command {
-        Command::Top(args) => commands::top::run(args),
-        Command::Run(args) => commands::run::run(args),
-        Command::Check { json } => commands::check::run(json),
-        Command::Snapshot { json: _, duration, select, tiers } => {
-            if !(duration.is_finite() && duration > 0.0 && duration < 86_400.0) {
-                anyhow::bail!("--duration {duration}: give seconds between 0 and 86400");
-            }
-            let filter = select.filter()?;
-            let opts = tiers.session_options(filter.pattern.clone());
-            runtime()?.block_on(commands::snapshot::run(Duration::from_secs_f64(duration), filter, opts))?;
-            Ok(0)
-        }
-        Command::Topology { json, sysfs_root } => commands::topology::run(json, &sysfs_root).map(|()| 0),
-        Command::ProbeLatency(args) => commands::probe_latency::run(args),
-        Command::DemoWorkload(args) => crate::demo::run_workload(args),
-    }
+// `tierscope run`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RunArgs {
+    /// TOML config file; command-line flags win over it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// OTLP endpoint, e.g. http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (HTTP).
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
+    /// grpc or http.
+    #[arg(long)]
+    pub otlp_protocol: Option<String>,
+    /// Serve Prometheus text on this address (loopback by default), e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub prometheus: Option<String>,
+    /// Export per-process series for this process (repeatable); the rest are summed as "other".
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// Export per-process series for processes whose comm or command line matches this regex.
+    #[arg(long = "match")]
+    pub pattern: Option<String>,
+    /// OTLP export interval in seconds (default 10, or OTEL_METRIC_EXPORT_INTERVAL).
+    #[arg(long)]
+    pub interval: Option<f64>,
+    /// Measure every node's memory latency and read bandwidth every SECS seconds on a background
+    /// thread (0: off, the default; costs CPU and memory bandwidth for a few seconds each round).
+    #[arg(long = "probe-interval", value_name = "SECS")]
+    pub probe_interval: Option<u64>,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
+// `tierscope probe-latency`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ProbeLatencyArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Measure this node (repeatable; default: every online node with memory).
+    #[arg(long = "node")]
+    pub nodes: Vec<u32>,
+    /// Buffer per node in MiB (default: 8x the last-level cache, 64 MiB to 1 GiB, at most a
+    /// quarter of the node's free memory).
+    #[arg(long)]
+    pub buffer_mib: Option<u64>,
+    /// Repeats of each measurement; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub repeats: u32,
+    /// Reader threads for bandwidth (default: every usable CPU of the measuring node).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }

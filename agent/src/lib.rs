@@ -12,4 +12,5 @@ pub mod latency;
 pub mod logging;
 pub mod model;
 pub mod topology;
+pub mod trace_format;
 pub mod tui;

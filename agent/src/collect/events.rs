@@ -4,10 +4,12 @@ use tierscope_common::event::{
     RawTraceEvent,
 };
 
-use super::tracefs::EventFormat;
-use crate::model::{
-    event::{Event, NumaMove, NumaMoveKind, PolicyDecision},
-    policy,
+use crate::{
+    model::{
+        event::{Event, NumaMove, NumaMoveKind, PolicyDecision},
+        policy,
+    },
+    trace_format::EventFormat,
 };
 
 /// Why a record could not be decoded (counted, never fatal).

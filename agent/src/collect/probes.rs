@@ -13,7 +13,7 @@ use tierscope_common::{
 
 use super::{
     programs::{Hook, ProgramSpec, PROGRAMS},
-    tracefs::{self, EventFormat},
+    tracefs,
 };
 use crate::{
     model::{
@@ -21,6 +21,7 @@ use crate::{
         migration::MigrationNames,
     },
     topology::memory_blocks::MemoryBlocks,
+    trace_format::EventFormat,
 };
 
 /// The compiled kernel object, embedded at build time.

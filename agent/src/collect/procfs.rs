@@ -1,65 +1,8 @@
 //! /proc readers. The parsers are pure functions over `&str`; the readers add the I/O and say
 //! which file failed.
-use std::{collections::BTreeMap, path::Path};
+use std::path::Path;
 
-/// What `/proc/PID/numa_maps` says about where a process's pages are.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NumaResidency {
-    /// Base pages (of `base_page_size`) per node, all mapped pages.
-    pub pages_by_node: BTreeMap<u32, u64>,
-    /// Of which anonymous (private, not file-backed).
-    pub anon_pages_by_node: BTreeMap<u32, u64>,
-    /// Of which in huge pages (hugetlbfs mappings, counted by their page size).
-    pub huge_pages_by_node: BTreeMap<u32, u64>,
-}
-
-impl NumaResidency {
-    pub fn total_pages(&self) -> u64 {
-        self.pages_by_node.values().sum()
-    }
-}
-
-/// Parses numa_maps text. `N<node>=<count>` counts pages of the mapping's `kernelpagesize_kB`,
-/// which is 4 for THP-backed mappings and 2048/1048576 for hugetlbfs; we convert everything to
-/// base pages of `base_page_size` bytes so the numbers compare with `move_pages(2)` and the
-/// allocation counts.
-pub fn parse_numa_maps(text: &str, base_page_size: u64) -> NumaResidency {
-    let mut r = NumaResidency::default();
-    let base_kb = (base_page_size / 1024).max(1);
-    for line in text.lines() {
-        let mut page_kb = base_kb;
-        let mut anon = false;
-        let mut huge = false;
-        let mut per_node: Vec<(u32, u64)> = Vec::new();
-        for tok in line.split_ascii_whitespace().skip(1) {
-            if let Some(v) = tok.strip_prefix("kernelpagesize_kB=") {
-                page_kb = v.parse().unwrap_or(base_kb);
-            } else if tok.starts_with("anon=") {
-                anon = true;
-            } else if tok == "huge" {
-                huge = true;
-            } else if let Some(rest) = tok.strip_prefix('N') {
-                if let Some((n, c)) = rest.split_once('=') {
-                    if let (Ok(n), Ok(c)) = (n.parse::<u32>(), c.parse::<u64>()) {
-                        per_node.push((n, c));
-                    }
-                }
-            }
-        }
-        let scale = (page_kb / base_kb).max(1);
-        for (node, count) in per_node {
-            let pages = count.saturating_mul(scale);
-            *r.pages_by_node.entry(node).or_default() += pages;
-            if anon {
-                *r.anon_pages_by_node.entry(node).or_default() += pages;
-            }
-            if huge {
-                *r.huge_pages_by_node.entry(node).or_default() += pages;
-            }
-        }
-    }
-    r
-}
+use crate::model::residency::{parse_numa_maps, NumaResidency};
 
 /// The fields of `/proc/PID/stat` we use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,45 +83,11 @@ pub fn page_size() -> u64 {
 mod tests {
     use super::*;
 
-    /// Captured on this machine from a process with a THP-backed 64 MiB anonymous region,
-    /// libc, a stack and a hugetlbfs mapping (hand-added line: none configured here).
-    const NUMA_MAPS: &str = "\
-55d3c5a00000 default file=/usr/bin/python3.11 mapped=130 N0=130 kernelpagesize_kB=4
-7f0c40000000 default anon=16384 dirty=16384 active=0 N0=16384 kernelpagesize_kB=4
-7f0c44c00000 default file=/usr/lib/x86_64-linux-gnu/libc.so.6 mapped=160 mapmax=40 N0=160 kernelpagesize_kB=4
-7f0c45000000 bind:1 file=/dev/hugepages/x huge dirty=2 N1=2 kernelpagesize_kB=2048
-7ffd2c3f0000 default stack anon=9 dirty=9 N0=8 N1=1 kernelpagesize_kB=4
-7ffd2c3fa000 default
-";
-
     #[test]
-    fn numa_maps_counts_base_pages_per_node() {
-        let r = parse_numa_maps(NUMA_MAPS, 4096);
-        assert_eq!(r.pages_by_node.get(&0), Some(&(130 + 16384 + 160 + 8)));
-        assert_eq!(r.pages_by_node.get(&1), Some(&(2 * 512 + 1)));
-        assert_eq!(r.anon_pages_by_node.get(&0), Some(&(16384 + 8)));
-        assert_eq!(r.anon_pages_by_node.get(&1), Some(&1));
-        assert_eq!(r.huge_pages_by_node.get(&1), Some(&1024));
-        assert_eq!(r.total_pages(), 130 + 16384 + 160 + 8 + 1024 + 1);
-    }
-
-    #[test]
-    fn numa_maps_of_a_real_python_process() {
-        // Captured here from python3 after touching a 64 MiB shared anonymous mmap (shmem, so
-        // counted in the total but not as `anon=`); totals computed with awk at capture time.
-        let r = parse_numa_maps(include_str!("../../fixtures/proc/numa_maps-python-64mib.txt"), 4096);
-        assert_eq!(r.total_pages(), 19774);
-        assert_eq!(r.anon_pages_by_node.get(&0), Some(&1725));
-        assert_eq!(r.pages_by_node.keys().copied().collect::<Vec<_>>(), vec![0]);
+    fn stat_of_a_real_python_process() {
         let st = parse_stat(include_str!("../../fixtures/proc/stat-python.txt")).unwrap();
         assert_eq!(st.comm, "python3");
         assert!(st.minflt >= 16384, "the capture touched 16384 pages: minflt {}", st.minflt);
-    }
-
-    #[test]
-    fn numa_maps_tolerates_garbage() {
-        let r = parse_numa_maps("x\n\nN0=\nabc N=5 Nx=1 N0=-3 N4294967296=1 N2=7\n", 4096);
-        assert_eq!(r.pages_by_node, BTreeMap::from([(2, 7)]));
     }
 
     #[test]

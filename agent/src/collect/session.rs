@@ -15,6 +15,7 @@ use super::{
 };
 use crate::{
     model::{
+        cgroup,
         event::Event,
         job,
         scan_plan::{ScanBudget, ScanState},
@@ -164,9 +165,8 @@ impl Session {
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
         // The cgroup path names the pod and container (the same parser the exporter uses).
-        let origin = std::fs::read_to_string(format!("/proc/{tgid}/cgroup"))
-            .map(|t| crate::export::cgroup::parse(&t))
-            .unwrap_or_default();
+        let origin =
+            std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).map(|t| cgroup::parse(&t)).unwrap_or_default();
         self.model.set_origin(tgid, origin.pod_uid, origin.container_id, start_time);
         let environ =
             std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();

@@ -1,7 +1,57 @@
-//! One file per subcommand: each turns model values into what the user sees.
+//! One file per subcommand: each turns model values into what the user sees. [`run`] dispatches
+//! the parsed command line ([`crate::cli`]) to them.
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    cli::{Cli, Command, TierFlags, TopArgs},
+    collect::session::SessionOptions,
+    topology::TierOverrides,
+};
+
 pub mod check;
 pub mod probe_latency;
 pub mod run;
 pub mod snapshot;
 pub mod top;
 pub mod topology;
+
+/// Runs the command; returns the exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    let command = cli.command.unwrap_or(Command::Top(TopArgs::default()));
+    match command {
+        Command::Top(args) => top::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Check { json } => check::run(json),
+        Command::Snapshot { json: _, duration, select, tiers } => {
+            if !(duration.is_finite() && duration > 0.0 && duration < 86_400.0) {
+                anyhow::bail!("--duration {duration}: give seconds between 0 and 86400");
+            }
+            let filter = select.filter()?;
+            let opts = session_options(&tiers, filter.pattern.clone());
+            runtime()?.block_on(snapshot::run(Duration::from_secs_f64(duration), filter, opts))?;
+            Ok(0)
+        }
+        Command::Topology { json, sysfs_root } => topology::run(json, &sysfs_root).map(|()| 0),
+        Command::ProbeLatency(args) => probe_latency::run(args),
+        Command::DemoWorkload(args) => crate::demo::run_workload(args),
+    }
+}
+
+/// What the tier and sampling flags ask of a watching session.
+fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) -> SessionOptions {
+    SessionOptions {
+        pattern,
+        tiers: TierOverrides { cxl: tiers.cxl_nodes.clone(), dram: vec![] },
+        site_sample_every: Some(tiers.site_sample_every),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}

@@ -5,28 +5,10 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 
 use crate::{
+    cli::ProbeLatencyArgs,
     latency::{self, ProbeOptions, ProbeReport},
     topology::Topology,
 };
-
-#[derive(clap::Args, Clone, Debug)]
-pub struct ProbeLatencyArgs {
-    #[arg(long)]
-    pub json: bool,
-    /// Measure this node (repeatable; default: every online node with memory).
-    #[arg(long = "node")]
-    pub nodes: Vec<u32>,
-    /// Buffer per node in MiB (default: 8x the last-level cache, 64 MiB to 1 GiB, at most a
-    /// quarter of the node's free memory).
-    #[arg(long)]
-    pub buffer_mib: Option<u64>,
-    /// Repeats of each measurement; the median is reported.
-    #[arg(long, default_value_t = 5)]
-    pub repeats: u32,
-    /// Reader threads for bandwidth (default: every usable CPU of the measuring node).
-    #[arg(long)]
-    pub threads: Option<usize>,
-}
 
 pub fn run(args: ProbeLatencyArgs) -> Result<i32> {
     if let Some(m) = args.buffer_mib {

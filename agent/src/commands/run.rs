@@ -12,9 +12,9 @@ use anyhow::{Context as _, Result};
 use tokio::sync::watch;
 
 use crate::{
+    cli::RunArgs,
     collect::session::Session,
     export::{
-        cgroup,
         config::{Config, Flags, Protocol},
         instruments::{self, AgentHealth, ExportInput, NodeState, Tracked},
         logs,
@@ -23,37 +23,8 @@ use crate::{
         tier_probe::PeriodicProbe,
     },
     model::scan_plan::ScanBudget,
-    model::{agent::Attach, Model},
+    model::{agent::Attach, cgroup, Model},
 };
-
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct RunArgs {
-    /// TOML config file; command-line flags win over it.
-    #[arg(long)]
-    pub config: Option<std::path::PathBuf>,
-    /// OTLP endpoint, e.g. http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 (HTTP).
-    #[arg(long)]
-    pub otlp_endpoint: Option<String>,
-    /// grpc or http.
-    #[arg(long)]
-    pub otlp_protocol: Option<String>,
-    /// Serve Prometheus text on this address (loopback by default), e.g. 127.0.0.1:9464.
-    #[arg(long)]
-    pub prometheus: Option<String>,
-    /// Export per-process series for this process (repeatable); the rest are summed as "other".
-    #[arg(long = "pid")]
-    pub pids: Vec<u32>,
-    /// Export per-process series for processes whose comm or command line matches this regex.
-    #[arg(long = "match")]
-    pub pattern: Option<String>,
-    /// OTLP export interval in seconds (default 10, or OTEL_METRIC_EXPORT_INTERVAL).
-    #[arg(long)]
-    pub interval: Option<f64>,
-    /// Measure every node's memory latency and read bandwidth every SECS seconds on a background
-    /// thread (0: off, the default; costs CPU and memory bandwidth for a few seconds each round).
-    #[arg(long = "probe-interval", value_name = "SECS")]
-    pub probe_interval: Option<u64>,
-}
 
 /// How long an exited tracked process keeps its own series before it is summed into "other".
 const EXITED_GRACE: Duration = Duration::from_secs(60);

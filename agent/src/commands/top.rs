@@ -15,7 +15,7 @@ use crossterm::event::{Event as TermEvent, KeyEventKind};
 use tokio::sync::mpsc;
 
 use crate::{
-    cli::Select,
+    cli::TopArgs,
     collect::{
         counters,
         session::{Session, SessionOptions},
@@ -26,6 +26,7 @@ use crate::{
     topology::{parse, Topology},
     tui::{
         app::View,
+        mouse,
         probe::{ProbeProgress, TierProbe},
         rows, screen,
         terminal::{set_mouse_capture, StderrToLog, TerminalGuard},
@@ -37,30 +38,6 @@ use crate::{
 const RESIDENCY_EVERY: Duration = Duration::from_secs(2);
 /// At most this many numa_maps scans per tick.
 const RESIDENCY_SCANS_PER_TICK: usize = 16;
-
-#[derive(clap::Args, Clone, Debug)]
-pub struct TopArgs {
-    #[command(flatten)]
-    pub select: Select,
-    /// Show a recorded session instead of the live system (no root needed).
-    #[arg(long)]
-    pub replay: Option<std::path::PathBuf>,
-    /// Start a small built-in training-like workload and track it.
-    #[arg(long)]
-    pub demo: bool,
-    /// Data rate: read the kernel counters every this many milliseconds (50-60000).
-    #[arg(long, default_value_t = 1000)]
-    pub tick_ms: u64,
-    /// Render rate: redraw at most this many times a second (1-120).
-    #[arg(long, default_value_t = 30)]
-    pub fps: u32,
-}
-
-impl Default for TopArgs {
-    fn default() -> Self {
-        TopArgs { select: Select::default(), replay: None, demo: false, tick_ms: 1000, fps: 30 }
-    }
-}
 
 pub fn run(args: TopArgs) -> Result<i32> {
     if args.replay.is_some() {
@@ -306,7 +283,10 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                 let changed = match ev {
                     Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => app.handle_key(k, &pids(&app)),
                     // Read against the regions of the last frame (kept in `app`).
-                    Some(TermEvent::Mouse(m)) => app.handle_mouse(m, &pids(&app)),
+                    Some(TermEvent::Mouse(m)) => {
+                        let pids = pids(&app);
+                        mouse::apply(&mut app, m, &pids)
+                    }
                     Some(TermEvent::Resize(..)) => true,
                     Some(_) => false,
                     None => break Ok(()),

@@ -840,10 +840,7 @@ fn health_points(h: &HealthModel, out: &mut Points) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        collect::procfs::NumaResidency,
-        model::{agent::Attach, migration::MigrationTotals, reading::CounterReading},
-    };
+    use crate::model::{agent::Attach, migration::MigrationTotals, reading::CounterReading, residency::NumaResidency};
 
     fn find<'a>(p: &'a Points, name: &str, want: &[(&str, &str)]) -> Vec<&'a Point> {
         p.get(name)

@@ -22,6 +22,7 @@ use opentelemetry_sdk::{
 };
 
 use super::instruments::{self, Kind, MetricDef, Points, Value};
+use crate::model::cgroup::CgroupIdentity;
 
 /// The latest points, replaced whole by the collection loop.
 #[derive(Default)]
@@ -82,7 +83,7 @@ pub struct Telemetry {
 
 /// The resource: the SDK's detectors (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`), then
 /// `host.name` and what the agent's own cgroup says, then the config file's attributes.
-pub fn resource(host: &str, own_cgroup: &super::cgroup::CgroupIdentity, extra: &BTreeMap<String, String>) -> Resource {
+pub fn resource(host: &str, own_cgroup: &CgroupIdentity, extra: &BTreeMap<String, String>) -> Resource {
     let mut b = Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         b = b.with_service_name("tierscope");

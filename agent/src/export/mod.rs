@@ -2,7 +2,6 @@
 //! bounded, retrying queue, and a Prometheus text endpoint. The metric catalog and the mapping
 //! from the model are pure ([`instruments`]); the SDK glue is [`meter`]; transports are [`otlp`]
 //! and [`prometheus`]; settings are [`config`]; the periodic tier probe is [`tier_probe`]. See docs/metrics.md for the table.
-pub mod cgroup;
 pub mod config;
 pub mod instruments;
 pub mod logs;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::collect::tracefs::{EventFormat, Field};
+use crate::trace_format::{EventFormat, Field};
 
 /// A parsed format plus its value tables.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

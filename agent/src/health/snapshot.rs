@@ -10,7 +10,7 @@ use super::{
     mailbox::HealthInfoResult,
     model::{DeviceState, HealthModel, PoisonEntry, PoisonListReads},
 };
-use crate::{model::process::Process, topology::CxlMemdev};
+use crate::topology::CxlMemdev;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct HealthSnapshot {
@@ -50,19 +50,9 @@ pub struct EventSnapshot {
     pub processes_on_node: Vec<u32>,
 }
 
-pub fn build(h: &HealthModel, processes: &BTreeMap<u32, Process>) -> HealthSnapshot {
-    let on_node = |node: Option<u32>| -> Vec<u32> {
-        let Some(n) = node else { return vec![] };
-        processes
-            .values()
-            .filter(|p| p.exited_at_ns.is_none())
-            .filter(|p| {
-                p.residency.as_ref().is_some_and(|(r, _)| r.pages_by_node.get(&n).is_some_and(|&v| v > 0))
-                    || p.alloc_pages_by_node.get(&n).is_some_and(|&v| v > 0)
-            })
-            .map(|p| p.tgid)
-            .collect()
-    };
+/// `processes_on_node` names the processes with memory on a node (the model knows them).
+pub fn build(h: &HealthModel, processes_on_node: impl Fn(u32) -> Vec<u32>) -> HealthSnapshot {
+    let on_node = |node: Option<u32>| node.map(&processes_on_node).unwrap_or_default();
     HealthSnapshot {
         status: h.status_line(),
         devices: h

@@ -1,6 +1,7 @@
 //! The pure model: state built from counter readings, events and /proc readings. No I/O, no
 //! aya, no tokio: everything here is driven by values and unit tested.
 pub mod agent;
+pub mod cgroup;
 pub mod event;
 pub mod histogram;
 pub mod job;
@@ -8,6 +9,7 @@ pub mod migration;
 pub mod policy;
 pub mod process;
 pub mod reading;
+pub mod residency;
 pub mod scan_plan;
 pub mod snapshot;
 pub mod tiering;
@@ -19,8 +21,7 @@ use histogram::Log2Histogram;
 use migration::{MigrationNames, MigrationTotals};
 use process::Process;
 use reading::CounterReading;
-
-use crate::collect::procfs::NumaResidency;
+use residency::NumaResidency;
 
 /// NUMA task moves kept for display.
 pub const NUMA_MOVE_HISTORY: usize = 64;

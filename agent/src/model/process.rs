@@ -6,8 +6,8 @@ use super::{
     histogram::Log2Histogram,
     job::{Rank, TrainingRole},
     migration::MigrationTotals,
+    residency::NumaResidency,
 };
-use crate::collect::procfs::NumaResidency;
 
 /// Policy decisions kept per process.
 pub const POLICY_HISTORY: usize = 16;
@@ -110,4 +110,18 @@ impl Process {
             || !self.migrations.is_empty()
             || !self.policy_events.is_empty()
     }
+}
+
+/// The live processes with memory resident on (or allocated from) `node`: the ones whose pages a
+/// memory error on that node may have hit.
+pub fn tgids_on_node(processes: &BTreeMap<u32, Process>, node: u32) -> Vec<u32> {
+    processes
+        .values()
+        .filter(|p| p.exited_at_ns.is_none())
+        .filter(|p| {
+            p.residency.as_ref().is_some_and(|(r, _)| r.pages_by_node.get(&node).is_some_and(|&v| v > 0))
+                || p.alloc_pages_by_node.get(&node).is_some_and(|&v| v > 0)
+        })
+        .map(|p| p.tgid)
+        .collect()
 }

@@ -9,7 +9,7 @@ use super::{
     event::{NumaMove, PolicyDecision},
     histogram::LatencySummary,
     migration::MigrationTotals,
-    process::Process,
+    process::{self, Process},
     Model,
 };
 
@@ -270,7 +270,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         numa_moves: model.numa_moves.clone(),
         processes,
         tiering: model.tiering.since_start(),
-        health: crate::health::snapshot::build(&model.health, &model.processes),
+        health: crate::health::snapshot::build(&model.health, |n| process::tgids_on_node(&model.processes, n)),
         agent: AgentSnapshot {
             programs: ctx.programs,
             drops,
@@ -284,7 +284,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{collect::procfs::NumaResidency, model::reading::CounterReading};
+    use crate::model::{reading::CounterReading, residency::NumaResidency};
 
     fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
         SnapshotContext {

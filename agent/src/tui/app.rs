@@ -1,8 +1,7 @@
 //! The UI state and what each key and mouse event does to it. Pure: no terminal, no model; unit
 //! tested. Keys and the mouse both become [`Action`]s, applied by one function.
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent};
-
-use super::mouse::{self, Regions};
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Position, Rect};
 
 /// The views, in Tab order; the number keys 1-6 pick them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +122,38 @@ pub struct App {
     /// [`super::screen::draw`] returns); mouse events are read against it.
     pub regions: Regions,
     pub quit: bool,
+}
+
+/// Rows of a process list on screen: the line at `area.y + k` shows row `first + k` of the
+/// list (of `count` rows) when that exists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowArea {
+    pub area: Rect,
+    pub first: usize,
+    pub count: usize,
+}
+
+impl RowArea {
+    /// The list row at a screen cell.
+    pub fn row_at(&self, p: Position) -> Option<usize> {
+        if !self.area.contains(p) {
+            return None;
+        }
+        let i = self.first.checked_add(usize::from(p.y - self.area.y))?;
+        (i < self.count).then_some(i)
+    }
+}
+
+/// What the last frame drew where, as far as the mouse cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Regions {
+    /// The view drawn (`None`: nothing clickable, such as the too-small notice).
+    pub view: Option<View>,
+    pub tabs: Vec<(Rect, View)>,
+    /// The process list of the Overview or the Processes view.
+    pub rows: Option<RowArea>,
+    /// Column headings that sort.
+    pub headings: Vec<(Rect, SortKey)>,
 }
 
 /// What a key or a mouse event asks for.
@@ -254,18 +285,6 @@ impl App {
             KeyCode::Esc => Action::Back,
             _ => return None,
         })
-    }
-
-    /// Applies one mouse event through [`mouse::action`], read against the regions of the last
-    /// frame. Returns whether anything changed.
-    pub fn handle_mouse(&mut self, ev: MouseEvent, pids: &[u32]) -> bool {
-        let Some(a) = mouse::action(ev, &self.regions, self) else {
-            return false;
-        };
-        let before = self.clone();
-        self.apply(a, pids);
-        self.clamp_selection(pids.len());
-        *self != before
     }
 
     /// Does what `a` asks. `pids` as for [`App::handle_key`].

@@ -10,18 +10,18 @@ use ratatui::{
 };
 
 use super::{
-    format,
-    screen::{heading, pad, rpad, scrolled},
-    theme, App, Scene,
+    format, theme,
+    widgets::{heading, pad, rpad, scrolled},
+    App, Scene,
 };
 use crate::{
     health::{
         mailbox::HealthInfoResult,
         meaning::Severity,
         model::{state_word, DeviceState},
-        snapshot::{DeviceSnapshot, HealthSnapshot},
+        snapshot::{self, DeviceSnapshot, HealthSnapshot},
     },
-    model::agent::Attach,
+    model::{agent::Attach, process},
     topology::Tier,
 };
 
@@ -33,7 +33,7 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     let h = &scene.model.health;
     // The snapshot's own view of the health model: states with why, events with the processes
     // that have memory on their node.
-    let snap = crate::health::snapshot::build(h, &scene.model.processes);
+    let snap = snapshot::build(h, |n| process::tgids_on_node(&scene.model.processes, n));
     let mut out =
         vec![Line::from(vec![Span::styled("CXL memory devices  ", theme::title()), Span::raw(snap.status.clone())])];
     if snap.devices.is_empty() {

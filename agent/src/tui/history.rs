@@ -145,7 +145,10 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{collect::procfs::NumaResidency, model::reading::CounterReading, topology::Tier};
+    use crate::{
+        model::{reading::CounterReading, residency::NumaResidency},
+        topology::Tier,
+    };
 
     const S: u64 = 1_000_000_000;
 

@@ -11,8 +11,9 @@ use super::{
     format,
     probe::TierProbe,
     process_detail::{fault_latency_unavailable, histogram_lines, summary_line},
-    screen::{heading, pad, rpad, scrolled},
-    theme, App, Scene,
+    theme,
+    widgets::{heading, pad, rpad, scrolled},
+    App, Scene,
 };
 use crate::{
     latency::{NodeResult, ProbeReport},

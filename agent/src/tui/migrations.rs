@@ -10,8 +10,9 @@ use ratatui::{
 use super::{
     format,
     history::{DEMOTION, PROMOTION},
-    screen::{heading, pad, rpad, scrolled, spark},
-    theme, App, Scene,
+    theme,
+    widgets::{heading, pad, rpad, scrolled, spark},
+    App, Scene,
 };
 
 pub fn draw(f: &mut Frame<'_>, area: Rect, scene: &Scene<'_>, app: &App) {

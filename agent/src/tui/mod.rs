@@ -20,6 +20,7 @@ mod snapshot_tests;
 pub mod terminal;
 pub mod theme;
 pub mod tiering;
+pub mod widgets;
 
 #[cfg(test)]
 mod test_scene;

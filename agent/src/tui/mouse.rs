@@ -1,4 +1,4 @@
-//! The mouse: where the last frame put its tabs, process rows and column headings ([`Regions`],
+//! The mouse: where the last frame put its tabs, process rows and column headings ([`Regions`](super::app::Regions),
 //! filled in by the draw), and a pure mapping of a mouse event over them to the same
 //! [`Action`]s the keys give. A click on a tab opens its view, on a row selects it, on the row
 //! already selected (the second click of a double-click) opens it, on a column heading sorts by
@@ -6,39 +6,7 @@
 use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Position, Rect};
 
-use super::app::{Action, App, SortKey, View};
-
-/// Rows of a process list on screen: the line at `area.y + k` shows row `first + k` of the
-/// list (of `count` rows) when that exists.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RowArea {
-    pub area: Rect,
-    pub first: usize,
-    pub count: usize,
-}
-
-impl RowArea {
-    /// The list row at a screen cell.
-    pub fn row_at(&self, p: Position) -> Option<usize> {
-        if !self.area.contains(p) {
-            return None;
-        }
-        let i = self.first.checked_add(usize::from(p.y - self.area.y))?;
-        (i < self.count).then_some(i)
-    }
-}
-
-/// What the last frame drew where, as far as the mouse cares.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Regions {
-    /// The view drawn (`None`: nothing clickable, such as the too-small notice).
-    pub view: Option<View>,
-    pub tabs: Vec<(Rect, View)>,
-    /// The process list of the Overview or the Processes view.
-    pub rows: Option<RowArea>,
-    /// Column headings that sort.
-    pub headings: Vec<(Rect, SortKey)>,
-}
+use super::app::{Action, App, Regions, View};
 
 /// Rows the wheel moves by in the views that scroll text (one notch, as terminals do).
 pub const WHEEL_SCROLL: isize = 3;
@@ -77,6 +45,18 @@ pub fn action(ev: MouseEvent, regions: &Regions, app: &App) -> Option<Action> {
     }
 }
 
+/// Applies one mouse event to `app` through [`action`], read against the regions of the last
+/// frame. `pids` as for [`App::handle_key`]. Returns whether anything changed.
+pub fn apply(app: &mut App, ev: MouseEvent, pids: &[u32]) -> bool {
+    let Some(a) = action(ev, &app.regions, app) else {
+        return false;
+    };
+    let before = app.clone();
+    app.apply(a, pids);
+    app.clamp_selection(pids.len());
+    *app != before
+}
+
 /// Rects of consecutive labels on one line from `area.x`, cut at its right edge (labels that do
 /// not show at all are left out).
 pub fn spans_at<T: Copy>(area: Rect, labels: &[(u16, T)]) -> Vec<(Rect, T)> {
@@ -101,6 +81,7 @@ mod tests {
     use crossterm::event::KeyModifiers;
 
     use super::*;
+    use crate::tui::app::{RowArea, SortKey};
 
     fn ev(kind: MouseEventKind, column: u16, row: u16) -> MouseEvent {
         MouseEvent { kind, column, row, modifiers: KeyModifiers::NONE }
@@ -151,9 +132,9 @@ mod tests {
         // Through the app: a double-click selects, then opens.
         let pids = [10, 20, 30, 40, 50];
         let mut a = processes_app();
-        assert!(a.handle_mouse(click(3, 5), &pids));
+        assert!(apply(&mut a, click(3, 5), &pids));
         assert_eq!((a.view, a.selected), (View::Processes, 3));
-        assert!(a.handle_mouse(click(3, 5), &pids));
+        assert!(apply(&mut a, click(3, 5), &pids));
         assert_eq!((a.view, a.detail_pid), (View::ProcessDetail, Some(40)));
     }
 
@@ -162,11 +143,11 @@ mod tests {
         let pids = [1, 2, 3];
         let mut a = processes_app();
         assert_eq!(action(click(10, 3), &a.regions, &a), Some(Action::SortBy(SortKey::Comm)));
-        a.handle_mouse(click(10, 3), &pids);
+        apply(&mut a, click(10, 3), &pids);
         assert_eq!((a.sort, a.descending), (SortKey::Comm, false), "text sorts ascending first");
-        a.handle_mouse(click(21, 3), &pids);
+        apply(&mut a, click(21, 3), &pids);
         assert_eq!((a.sort, a.descending), (SortKey::Comm, true), "the same heading reverses");
-        a.handle_mouse(click(25, 3), &pids);
+        apply(&mut a, click(25, 3), &pids);
         assert_eq!((a.sort, a.descending), (SortKey::Rss, true), "numbers sort biggest first");
         assert_eq!(action(click(40, 3), &a.regions, &a), None, "past the last sorting heading");
     }
@@ -175,16 +156,16 @@ mod tests {
     fn the_wheel_moves_the_cursor_or_scrolls() {
         let pids = [1, 2, 3, 4, 5];
         let mut a = processes_app();
-        a.handle_mouse(ev(MouseEventKind::ScrollDown, 0, 0), &pids);
+        apply(&mut a, ev(MouseEventKind::ScrollDown, 0, 0), &pids);
         assert_eq!(a.selected, 3);
         for _ in 0..5 {
-            a.handle_mouse(ev(MouseEventKind::ScrollDown, 40, 10), &pids);
+            apply(&mut a, ev(MouseEventKind::ScrollDown, 40, 10), &pids);
         }
         assert_eq!(a.selected, 4, "stops at the last row");
-        a.handle_mouse(ev(MouseEventKind::ScrollUp, 40, 10), &pids);
+        apply(&mut a, ev(MouseEventKind::ScrollUp, 40, 10), &pids);
         assert_eq!(a.selected, 3);
         let mut m = App { view: View::Migrations, ..App::default() };
-        m.handle_mouse(ev(MouseEventKind::ScrollDown, 40, 10), &pids);
+        apply(&mut m, ev(MouseEventKind::ScrollDown, 40, 10), &pids);
         assert_eq!((m.scroll, m.selected), (WHEEL_SCROLL as usize, 0));
     }
 
@@ -202,7 +183,7 @@ mod tests {
         let mut a = App { help: true, ..processes_app() };
         assert_eq!(action(click(0, 1), &a.regions, &a), Some(Action::CloseHelp));
         assert_eq!(action(ev(MouseEventKind::ScrollDown, 0, 1), &a.regions, &a), None);
-        assert!(a.handle_mouse(click(50, 20), &[1]));
+        assert!(apply(&mut a, click(50, 20), &[1]));
         assert!(!a.help);
         let a = App { editing_filter: true, ..processes_app() };
         assert_eq!(action(click(0, 1), &a.regions, &a), None);

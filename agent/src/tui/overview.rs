@@ -8,13 +8,14 @@ use ratatui::{
 };
 
 use super::{
-    app::SortKey,
+    app::{RowArea, SortKey},
     format,
     history::{Series, DEMOTION, PROMOTION},
-    mouse::{spans_at, RowArea},
+    mouse::spans_at,
     rows::ProcessRow,
-    screen::{heading, pad, rpad},
-    theme, App, Scene,
+    theme,
+    widgets::{heading, pad, rpad},
+    App, Scene,
 };
 use crate::{
     health::{meaning::Severity, model::DeviceState},

@@ -9,8 +9,9 @@ use ratatui::{
 use super::{
     format,
     rows::ProcessRow,
-    screen::{heading, pad, rpad, scrolled, spark},
-    theme, App, Scene,
+    theme,
+    widgets::{heading, pad, rpad, scrolled, spark},
+    App, Scene,
 };
 use crate::model::{agent::Attach, histogram::Log2Histogram};
 

@@ -7,7 +7,12 @@ use ratatui::{
     Frame,
 };
 
-use super::{app::SortKey, format, mouse::RowArea, rows::ProcessRow, theme, App, Scene};
+use super::{
+    app::{RowArea, SortKey},
+    format,
+    rows::ProcessRow,
+    theme, App, Scene,
+};
 use crate::topology::Tier;
 
 struct Column {

@@ -5,9 +5,8 @@ use ratatui::{backend::TestBackend, Terminal};
 use crossterm::event::{KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 
 use super::{
-    app::{Action, SortKey, View},
-    mouse::{self, Regions},
-    rows, screen,
+    app::{Action, Regions, SortKey, View},
+    mouse, rows, screen,
     test_scene::Fixture,
     App,
 };
@@ -113,9 +112,9 @@ fn tiny_and_odd_sizes_never_panic() {
             for y in (0..=h).step_by(usize::from(h / 12).max(1)) {
                 for x in (0..=w).step_by(usize::from(w / 40).max(1)) {
                     let mut b = App { regions: regions.clone(), help: false, ..a.clone() };
-                    b.handle_mouse(click_at((x, y)), &pids);
+                    mouse::apply(&mut b, click_at((x, y)), &pids);
                     let wheel = MouseEvent { kind: MouseEventKind::ScrollDown, ..click_at((x, y)) };
-                    b.handle_mouse(wheel, &pids);
+                    mouse::apply(&mut b, wheel, &pids);
                 }
             }
         }
@@ -255,12 +254,12 @@ fn clicks_on_the_overview_pick_from_the_busiest_list_and_sort_it() {
     let pids: Vec<u32> = rows::process_rows(&f.scene(), &a).iter().map(|r| r.pid).collect();
     let heading = s.lines().position(|l| l.contains("FAULTS/s")).expect("busiest heading");
     let mut a = App { regions, ..a };
-    a.handle_mouse(click_at(cell_of(&s, heading, "RSS")), &pids);
+    mouse::apply(&mut a, click_at(cell_of(&s, heading, "RSS")), &pids);
     assert_eq!((a.sort, a.descending), (SortKey::Rss, true));
     let second = cell_of(&s, heading + 2, &pids[1].to_string());
-    assert!(a.handle_mouse(click_at(second), &pids));
+    assert!(mouse::apply(&mut a, click_at(second), &pids));
     assert_eq!(a.selected, 1);
-    assert!(a.handle_mouse(click_at(second), &pids), "the second click of a double-click");
+    assert!(mouse::apply(&mut a, click_at(second), &pids), "the second click of a double-click");
     assert_eq!((a.view, a.detail_pid), (View::ProcessDetail, Some(pids[1])));
 }
 

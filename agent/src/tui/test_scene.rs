@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    collect::procfs::NumaResidency,
     model::{
         agent::{Attach, ProgramStatus},
         event::{Event, NumaMove, NumaMoveKind, PolicyDecision},
         migration::MigrationTotals,
         reading::CounterReading,
+        residency::NumaResidency,
         snapshot::ProcessFilter,
         Model,
     },

@@ -5,9 +5,8 @@
 use ratatui::text::{Line, Span};
 
 use super::{
-    format,
-    screen::{heading, pad, rpad},
-    theme,
+    format, theme,
+    widgets::{heading, pad, rpad},
 };
 use crate::model::tiering::{CounterWindow, TieringSnapshot};
 

@@ -1,4 +1,5 @@
-//! Kubernetes pod and container identity from a `/proc/PID/cgroup` text. Pure.
+//! Kubernetes pod and container identity from a `/proc/PID/cgroup` text: the value the
+//! collector reads for each process and the exporter for itself, and its pure parser.
 //!
 //! The shapes kubelet and the runtimes use:
 //! - systemd driver: `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope`
