@@ -134,12 +134,12 @@ fn observe_i64(latest: &Latest, name: &str, o: &dyn opentelemetry::metrics::Asyn
 /// The export counters are read live (not from the model).
 fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
     let a = match def.name {
-        n if n == instruments::EXPORT_COLLECTIONS.name => &stats.collections,
-        n if n == instruments::EXPORT_DROPPED.name => &stats.dropped,
-        n if n == instruments::EXPORT_FAILURES.name => &stats.failures,
-        n if n == instruments::EXPORT_QUEUED.name => &stats.queued,
-        n if n == instruments::EXPORT_LOGS_DROPPED.name => &stats.logs_dropped,
-        n if n == instruments::EXPORT_LOGS_SENT.name => &stats.logs_sent,
+        n if n == instruments::agent::EXPORT_COLLECTIONS.name => &stats.collections,
+        n if n == instruments::agent::EXPORT_DROPPED.name => &stats.dropped,
+        n if n == instruments::agent::EXPORT_FAILURES.name => &stats.failures,
+        n if n == instruments::agent::EXPORT_QUEUED.name => &stats.queued,
+        n if n == instruments::agent::EXPORT_LOGS_DROPPED.name => &stats.logs_dropped,
+        n if n == instruments::agent::EXPORT_LOGS_SENT.name => &stats.logs_sent,
         _ => return None,
     };
     Some(a.load(Ordering::Relaxed))
@@ -248,13 +248,13 @@ mod tests {
         stats.dropped.store(3, Ordering::Relaxed);
         let mut p = Points::new();
         p.insert(
-            instruments::PROCESS_RESIDENT.name,
+            instruments::process::PROCESS_RESIDENT.name,
             vec![Point {
                 attributes: vec![KeyValue::new(instruments::PID, 42i64), KeyValue::new(instruments::TIER, "cxl")],
                 value: Value::U64(8192),
             }],
         );
-        p.insert(instruments::SCAN_DURATION.name, vec![Point { attributes: vec![], value: Value::F64(0.5) }]);
+        p.insert(instruments::agent::SCAN_DURATION.name, vec![Point { attributes: vec![], value: Value::F64(0.5) }]);
         latest.publish(p);
         let t = build(Resource::builder_empty().build(), false, true, latest, stats).unwrap();
         let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
@@ -280,7 +280,10 @@ mod tests {
     /// machine without it, so tests/dashboards.rs allow-lists exactly these names).
     #[test]
     fn hardware_only_series_have_these_prometheus_names() {
-        use instruments::*;
+        use instruments::{
+            health::{CXL_CORRECTED, CXL_HEALTH_INFO, CXL_LIFE_USED, CXL_TEMPERATURE, HW_ERRORS, HW_STATUS},
+            HW_ID, HW_NAME, HW_TYPE,
+        };
         let latest = Arc::new(Latest::default());
         let hw = || vec![KeyValue::new(HW_ID, "0x1"), KeyValue::new(HW_NAME, "mem0"), KeyValue::new(HW_TYPE, "memory")];
         let mut p = Points::new();

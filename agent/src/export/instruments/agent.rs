@@ -1,0 +1,152 @@
+//! The agent's own health: kernel-side drops, ring-buffer losses, events, programs by status,
+//! tracked processes, residency scans, and the exporter's own counters (observed in
+//! [`super::super::meter`]).
+use std::collections::BTreeMap;
+
+use opentelemetry::KeyValue;
+
+use super::{push, ExportInput, Points, Value, DROP_REASON, PROGRAM_STATUS};
+use crate::model::agent::Attach;
+
+def!(
+    KERNEL_DROPPED,
+    "tierscope.agent.kernel.dropped",
+    "{event}",
+    Counter,
+    false,
+    &[DROP_REASON],
+    "Events the kernel programs could not count (map full, read failed, unmapped pfn...)"
+);
+def!(
+    RINGBUF_LOST,
+    "tierscope.agent.ringbuf.lost",
+    "{event}",
+    Counter,
+    false,
+    &[DROP_REASON],
+    "Discrete events lost between kernel and model: ring buffer full (kernel), agent channel full, undecodable"
+);
+def!(
+    EVENTS_RECEIVED,
+    "tierscope.agent.events.received",
+    "{event}",
+    Counter,
+    false,
+    &[],
+    "Discrete events (exec, exit, policy, NUMA moves) folded into the model"
+);
+def!(
+    PROGRAMS,
+    "tierscope.agent.programs",
+    "{program}",
+    Gauge,
+    false,
+    &[PROGRAM_STATUS],
+    "Kernel programs by status: attached, unsupported (kernel lacks the hook), failed"
+);
+def!(
+    TRACKED,
+    "tierscope.agent.tracked.processes",
+    "{process}",
+    Gauge,
+    false,
+    &[],
+    "Processes exported with their own series (the rest are summed under \"other\")"
+);
+def!(
+    SCAN_DURATION,
+    "tierscope.agent.scan.duration",
+    "s",
+    Counter,
+    true,
+    &[],
+    "Time spent reading numa_maps for residency (a page-table walk per process)"
+);
+def!(
+    SCANS,
+    "tierscope.agent.scans",
+    "{process}",
+    Counter,
+    false,
+    &[],
+    "numa_maps scans done (one per tracked process per residency interval)"
+);
+def!(
+    EXPORT_COLLECTIONS,
+    "tierscope.agent.export.collections",
+    "{batch}",
+    Counter,
+    false,
+    &[],
+    "OTLP batches collected (one per export interval); the batch's own number"
+);
+def!(
+    EXPORT_DROPPED,
+    "tierscope.agent.export.dropped",
+    "{batch}",
+    Counter,
+    false,
+    &[],
+    "OTLP batches dropped: the queue was full while the receiver was down or slow, or the receiver rejected them"
+);
+def!(
+    EXPORT_FAILURES,
+    "tierscope.agent.export.failures",
+    "{attempt}",
+    Counter,
+    false,
+    &[],
+    "OTLP export attempts that failed (each is retried with backoff until its batch is dropped)"
+);
+def!(EXPORT_LOGS_DROPPED, "tierscope.agent.export.logs.dropped", "{log_record}", Counter, false, &[],
+    "OTLP log records dropped: the log queue was full while the receiver was down or slow, or the receiver rejected them");
+def!(
+    EXPORT_LOGS_SENT,
+    "tierscope.agent.export.logs.sent",
+    "{log_record}",
+    Counter,
+    false,
+    &[],
+    "OTLP log records the receiver accepted"
+);
+def!(
+    EXPORT_QUEUED,
+    "tierscope.agent.export.queue.size",
+    "{batch}",
+    Gauge,
+    false,
+    &[],
+    "OTLP batches waiting in the export queue"
+);
+
+pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
+    let m = input.model;
+    // The agent's own health.
+    let h = input.health;
+    for (name, &v) in m.kernel_stats.iter() {
+        match *name {
+            // Not a loss: the kernel programs skip the agent's own tgid on purpose.
+            "agent_filtered" => {}
+            "ringbuf_full" => push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v)),
+            other => push(out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
+        }
+    }
+    push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "channel_full")], Value::U64(h.channel_full));
+    push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "undecodable")], Value::U64(h.undecodable));
+    push(out, &EVENTS_RECEIVED, vec![], Value::U64(m.events_seen));
+    let mut by_status: BTreeMap<&'static str, u64> =
+        [("attached", 0), ("unsupported", 0), ("failed", 0)].into_iter().collect();
+    for p in &h.programs {
+        let s = match p.status {
+            Attach::Attached => "attached",
+            Attach::Unsupported => "unsupported",
+            Attach::Failed => "failed",
+        };
+        *by_status.entry(s).or_default() += 1;
+    }
+    for (s, n) in by_status {
+        push(out, &PROGRAMS, vec![KeyValue::new(PROGRAM_STATUS, s)], Value::U64(n));
+    }
+    push(out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
+    push(out, &SCANS, vec![], Value::U64(h.scans));
+}

@@ -1,0 +1,56 @@
+//! Host-wide page migrations (kswapd's demotions included): pages by reason and result, calls,
+//! and the duration of `migrate_pages()` calls.
+use opentelemetry::KeyValue;
+
+use super::{push, Points, Value, QUANTILE, REASON, RESULT};
+use crate::model::Model;
+
+def!(
+    MIGRATIONS,
+    "tierscope.memory.migrations",
+    "{page}",
+    Counter,
+    false,
+    &[REASON, RESULT],
+    "Base pages migrated on the host by reason and result, kernel threads (kswapd demotion) included"
+);
+def!(
+    MIGRATION_CALLS,
+    "tierscope.memory.migration.calls",
+    "{call}",
+    Counter,
+    false,
+    &[REASON],
+    "migrate_pages() calls by reason"
+);
+def!(
+    MIGRATION_DURATION,
+    "tierscope.memory.migration.duration",
+    "s",
+    Gauge,
+    true,
+    &[REASON, QUANTILE],
+    "migrate_pages() duration quantiles (0.5, 0.99, 1 = max) since the agent started; upper bounds of log2 buckets"
+);
+
+pub(super) fn points(m: &Model, out: &mut Points) {
+    // Host-wide migrations (kswapd's demotions included).
+    for (reason, t) in &m.migrations {
+        for (result, v) in [("succeeded", t.succeeded), ("failed", t.failed)] {
+            push(
+                out,
+                &MIGRATIONS,
+                vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)],
+                Value::U64(v),
+            );
+        }
+        push(out, &MIGRATION_CALLS, vec![KeyValue::new(REASON, reason.clone())], Value::U64(t.calls));
+    }
+    for (reason, h) in m.migrate_latency.iter().filter(|(_, h)| h.count() > 0) {
+        let s = h.summary();
+        for (q, ns) in [("0.5", s.p50_ns), ("0.99", s.p99_ns), ("1", s.max_ns)] {
+            let attrs = vec![KeyValue::new(REASON, reason.clone()), KeyValue::new(QUANTILE, q)];
+            push(out, &MIGRATION_DURATION, attrs, Value::F64(ns as f64 / 1e9));
+        }
+    }
+}

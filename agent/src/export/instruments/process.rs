@@ -1,0 +1,119 @@
+//! Per-process series: faults, page allocations and residency by node and tier, migrations by
+//! reason, NUMA task moves. Untracked processes are summed into one `other` series.
+use std::collections::BTreeMap;
+
+use opentelemetry::KeyValue;
+
+use super::{
+    agent::TRACKED, node_attrs, push, with, ExportInput, Points, Tracked, Value, CONTAINER_ID, EXE, JOB, NODE, OTHER,
+    PID, POD_UID, RANK, REASON, RESULT, TIER,
+};
+
+const PROC: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID];
+const PROC_NODE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, NODE, TIER];
+const PROC_MIGRATE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, REASON, RESULT];
+
+def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
+    "User page faults taken by the process (kernel-mode faults on user addresses included); untracked processes are summed under process.executable.name=\"other\"");
+def!(
+    PROCESS_ALLOCATIONS,
+    "tierscope.process.page.allocations",
+    "{page}",
+    Counter,
+    false,
+    PROC_NODE,
+    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages)"
+);
+def!(
+    PROCESS_RESIDENT,
+    "tierscope.process.memory.resident",
+    "By",
+    Gauge,
+    false,
+    PROC_NODE,
+    "Resident memory of a tracked process by NUMA node and tier, from its last numa_maps scan"
+);
+def!(PROCESS_MIGRATIONS, "tierscope.process.migrations", "{page}", Counter, false, PROC_MIGRATE,
+    "Base pages migrated in the process's context, by reason (numa_misplaced = promotion, demotion, compaction...) and result");
+def!(
+    PROCESS_NUMA_MOVES,
+    "tierscope.process.numa.moves",
+    "{move}",
+    Counter,
+    false,
+    PROC,
+    "Scheduler NUMA task moves and swaps of the process's threads"
+);
+
+fn attrs(t: &Tracked) -> Vec<KeyValue> {
+    let mut a = vec![KeyValue::new(PID, t.pid as i64), KeyValue::new(EXE, t.executable.clone())];
+    if let Some(j) = &t.job {
+        a.push(KeyValue::new(JOB, j.clone()));
+    }
+    if let Some(r) = t.rank {
+        a.push(KeyValue::new(RANK, r as i64));
+    }
+    if let Some(p) = &t.pod_uid {
+        a.push(KeyValue::new(POD_UID, p.clone()));
+    }
+    if let Some(c) = &t.container_id {
+        a.push(KeyValue::new(CONTAINER_ID, c.clone()));
+    }
+    a
+}
+
+pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
+    let m = input.model;
+    let tier_of = |n: u32| input.tier_of(n);
+
+    // Per process; untracked summed into `other`.
+    let other = vec![KeyValue::new(EXE, OTHER)];
+    let mut other_faults = 0u64;
+    let mut other_moves = 0u64;
+    let mut other_allocs: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut other_migr: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let mut tracked_seen = 0u64;
+    for p in m.processes.values() {
+        let Some(t) = input.tracked.get(&p.tgid) else {
+            other_faults += p.faults;
+            other_moves += p.numa_moves;
+            for (&n, &c) in &p.alloc_pages_by_node {
+                *other_allocs.entry(n).or_default() += c;
+            }
+            for (reason, tot) in &p.migrations {
+                *other_migr.entry((reason.clone(), "succeeded")).or_default() += tot.succeeded;
+                *other_migr.entry((reason.clone(), "failed")).or_default() += tot.failed;
+            }
+            continue;
+        };
+        tracked_seen += 1;
+        let a = attrs(t);
+        push(out, &PROCESS_FAULTS, a.clone(), Value::U64(p.faults));
+        push(out, &PROCESS_NUMA_MOVES, a.clone(), Value::U64(p.numa_moves));
+        for (&n, &c) in &p.alloc_pages_by_node {
+            push(out, &PROCESS_ALLOCATIONS, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
+        }
+        for (reason, tot) in &p.migrations {
+            for (result, v) in [("succeeded", tot.succeeded), ("failed", tot.failed)] {
+                let attrs = with(a.clone(), [KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, result)]);
+                push(out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
+            }
+        }
+        if let Some((r, _)) = &p.residency {
+            for (&n, &pages) in &r.pages_by_node {
+                let bytes = pages.saturating_mul(input.page_size);
+                push(out, &PROCESS_RESIDENT, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(bytes));
+            }
+        }
+    }
+    push(out, &PROCESS_FAULTS, other.clone(), Value::U64(other_faults));
+    push(out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(other_moves));
+    for (n, c) in other_allocs {
+        push(out, &PROCESS_ALLOCATIONS, with(other.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
+    }
+    for ((reason, result), v) in other_migr {
+        let attrs = with(other.clone(), [KeyValue::new(REASON, reason), KeyValue::new(RESULT, result)]);
+        push(out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
+    }
+    push(out, &TRACKED, vec![], Value::U64(tracked_seen));
+}

@@ -1,0 +1,308 @@
+//! The mapping from model values to points, checked against the catalog.
+use std::collections::BTreeSet;
+
+use super::{
+    probe::{HMAT_READ_BANDWIDTH, HMAT_READ_LATENCY, MEMORY_LATENCY, MEMORY_READ_BANDWIDTH, PROBE_ROUNDS},
+    *,
+};
+use crate::model::{agent::Attach, migration::MigrationTotals, reading::CounterReading, residency::NumaResidency};
+
+pub(super) fn find<'a>(p: &'a Points, name: &str, want: &[(&str, &str)]) -> Vec<&'a Point> {
+    p.get(name)
+        .map(|v| {
+            v.iter()
+                .filter(|pt| {
+                    want.iter().all(|(k, val)| {
+                        pt.attributes.iter().any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *val)
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub(super) fn one(p: &Points, name: &str, want: &[(&str, &str)]) -> Value {
+    let f = find(p, name, want);
+    assert_eq!(f.len(), 1, "{name} {want:?}: {f:?}");
+    f[0].value
+}
+
+fn model() -> Model {
+    let mut m = Model::default();
+    let mut r = CounterReading {
+        at_ns: 1,
+        faults: [(10, 500), (11, 7), (12, 3)].into(),
+        allocs: [((10, 0), 100), ((10, 2), 40), ((11, 2), 5), ((12, 2), 1)].into(),
+        frees_by_node: [(0, 30)].into(),
+        ..Default::default()
+    };
+    r.migrations.insert((10, 8, 0), MigrationTotals { calls: 2, succeeded: 64, failed: 1, ..Default::default() });
+    r.migrations.insert((11, 5, 0), MigrationTotals { calls: 1, succeeded: 9, failed: 0, ..Default::default() });
+    r.migrate_latency.insert(8, {
+        let mut b = vec![0u64; 40];
+        b[10] = 1; // ~1-2 us
+        b[20] = 1; // ~1-2 ms
+        b
+    });
+    r.kernel_stats.insert("map_full", 3);
+    r.kernel_stats.insert("ringbuf_full", 2);
+    r.kernel_stats.insert("agent_filtered", 999);
+    m.apply_reading(&r);
+    m.set_identity(10, "python3", "python3 train.py", 1);
+    m.set_residency(10, NumaResidency { pages_by_node: [(0, 256), (2, 1024)].into(), ..Default::default() }, 1);
+    m
+}
+
+fn nodes() -> Vec<NodeState> {
+    vec![
+        NodeState {
+            id: 0,
+            tier: "dram".into(),
+            total_bytes: Some(1 << 30),
+            free_bytes: Some(1 << 29),
+            vmstat: [
+                ("pgdemote_kswapd".into(), 77),
+                ("numa_hit".into(), 5),
+                ("pgpromote_candidate".into(), 12),
+                ("numa_pages_migrated".into(), 4),
+            ]
+            .into(),
+        },
+        NodeState { id: 2, tier: "cxl".into(), total_bytes: Some(1 << 31), free_bytes: None, vmstat: BTreeMap::new() },
+    ]
+}
+
+fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
+    let m = model();
+    let n = nodes();
+    let h = AgentHealth {
+        programs: vec![ProgramStatus {
+            name: "a",
+            hook: "h".into(),
+            feature: "f",
+            status: Attach::Unsupported,
+            reason: None,
+        }],
+        channel_full: 4,
+        undecodable: 1,
+        scan_seconds: 0.25,
+        scans: 3,
+    };
+    let sys: BTreeMap<String, u64> =
+        [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
+    points(&ExportInput {
+        model: &m,
+        nodes: &n,
+        tracked,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &sys,
+        probe: Some(&probe_state()),
+    })
+}
+
+fn probe_state() -> ProbeState {
+    use crate::latency::{stats::Repeats, HmatFigures, NodeResult};
+    use crate::topology::Tier;
+    let node = |id: u32, tier: Tier, lat: &[f64], bw: &[f64], hmat: Option<HmatFigures>| NodeResult {
+        node: id,
+        tier,
+        initiator_node: 0,
+        cpu: 3,
+        buffer_bytes: 256 << 20,
+        huge_page_bytes: 2 << 20,
+        on_node_pct: 100.0,
+        latency_ns: Repeats::of(lat).unwrap_or(Repeats {
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+            spread_pct: 0.0,
+            samples: vec![],
+        }),
+        bandwidth_gbps: Repeats::of(bw).unwrap(),
+        bandwidth_threads: 4,
+        hmat,
+    };
+    ProbeState {
+        nodes: vec![
+            node(0, Tier::Dram, &[90.0, 100.0, 110.0], &[20.0, 21.0, 22.0], None),
+            node(
+                2,
+                Tier::Cxl,
+                &[250.0],
+                &[8.0],
+                Some(HmatFigures { read_latency_ns: Some(240), read_bandwidth_gbps: None }),
+            ),
+            // A round with no latency sample for the node: no latency series, not 0.
+            node(3, Tier::Cxl, &[], &[5.0], None),
+        ],
+        completed: 4,
+        skipped: 2,
+        failed: 1,
+    }
+}
+
+#[test]
+fn probe_results_map_to_base_units_per_node_and_tier() {
+    let p = run(&BTreeMap::new());
+    let f = |v: Value| match v {
+        Value::F64(x) => x,
+        other => panic!("{other:?}"),
+    };
+    let lat = f(one(&p, "tierscope.memory.latency", &[(NODE, "0"), (TIER, "dram")]));
+    assert!((lat - 100e-9).abs() < 1e-15, "{lat}");
+    let bw = f(one(&p, "tierscope.memory.read_bandwidth", &[(NODE, "2"), (TIER, "cxl")]));
+    assert!((bw - 8e9).abs() < 1.0, "{bw}");
+    let hmat = f(one(&p, "tierscope.memory.hmat.read_latency", &[(NODE, "2"), (TIER, "cxl")]));
+    assert!((hmat - 240e-9).abs() < 1e-15, "{hmat}");
+    assert_eq!(find(&p, "tierscope.memory.latency", &[]).len(), 2, "node 3 had no latency sample");
+    assert_eq!(find(&p, "tierscope.memory.read_bandwidth", &[]).len(), 3);
+    assert_eq!(find(&p, "tierscope.memory.hmat.read_latency", &[]).len(), 1, "only where HMAT says");
+    assert!(find(&p, "tierscope.memory.hmat.read_bandwidth", &[]).is_empty(), "HMAT gave no bandwidth");
+    assert_eq!(one(&p, "tierscope.agent.probe.rounds", &[(PROBE_OUTCOME, "skipped")]), Value::U64(2));
+    assert_eq!(one(&p, "tierscope.agent.probe.rounds", &[(PROBE_OUTCOME, "completed")]), Value::U64(4));
+
+    // The probe off: none of its series, not zeros.
+    let m = model();
+    let (n, h, sys) = (nodes(), AgentHealth::default(), BTreeMap::new());
+    let tracked = BTreeMap::new();
+    let off = points(&ExportInput {
+        model: &m,
+        nodes: &n,
+        tracked: &tracked,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &sys,
+        probe: None,
+    });
+    for d in [MEMORY_LATENCY, MEMORY_READ_BANDWIDTH, HMAT_READ_LATENCY, HMAT_READ_BANDWIDTH, PROBE_ROUNDS] {
+        assert!(!off.contains_key(d.name), "{} present with the probe off", d.name);
+    }
+}
+
+#[test]
+fn tracked_processes_get_series_and_the_rest_fold_into_other() {
+    let tracked =
+        BTreeMap::from([(10, Tracked { pid: 10, executable: "python3".into(), rank: Some(3), ..Default::default() })]);
+    let p = run(&tracked);
+    assert_eq!(one(&p, "tierscope.process.faults", &[(PID, "10"), (RANK, "3")]), Value::U64(500));
+    assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(10));
+    assert_eq!(p["tierscope.process.faults"].len(), 2);
+    assert_eq!(
+        one(&p, "tierscope.process.page.allocations", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]),
+        Value::U64(40)
+    );
+    assert_eq!(one(&p, "tierscope.process.page.allocations", &[(EXE, OTHER), (NODE, "2")]), Value::U64(6));
+    assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "cxl")]), Value::U64(1024 * 4096));
+    assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "dram")]), Value::U64(256 * 4096));
+    assert_eq!(
+        one(&p, "tierscope.process.migrations", &[(PID, "10"), (REASON, "demotion"), (RESULT, "succeeded")]),
+        Value::U64(64)
+    );
+    assert_eq!(
+        one(&p, "tierscope.process.migrations", &[(EXE, OTHER), (REASON, "numa_misplaced"), (RESULT, "succeeded")]),
+        Value::U64(9)
+    );
+    assert_eq!(one(&p, "tierscope.agent.tracked.processes", &[]), Value::U64(1));
+    // No pid on the folded series.
+    assert!(find(&p, "tierscope.process.faults", &[(EXE, OTHER)])[0]
+        .attributes
+        .iter()
+        .all(|kv| kv.key.as_str() != PID));
+}
+
+#[test]
+fn nothing_tracked_still_adds_up() {
+    let p = run(&BTreeMap::new());
+    assert_eq!(p["tierscope.process.faults"].len(), 1);
+    assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(510));
+    assert!(!p.contains_key("tierscope.process.memory.resident"));
+}
+
+#[test]
+fn nodes_migrations_and_health() {
+    let p = run(&BTreeMap::new());
+    assert_eq!(one(&p, "tierscope.node.memory.capacity", &[(NODE, "2"), (TIER, "cxl")]), Value::U64(1 << 31));
+    assert!(find(&p, "tierscope.node.memory.free", &[(NODE, "2")]).is_empty(), "unknown free is not exported as 0");
+    assert_eq!(one(&p, "tierscope.node.page.allocations", &[(NODE, "0")]), Value::U64(100));
+    assert_eq!(one(&p, "tierscope.node.page.frees", &[(NODE, "0")]), Value::U64(30));
+    assert_eq!(one(&p, "tierscope.node.page.frees", &[(NODE, "2")]), Value::U64(0));
+    assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "pgdemote_kswapd")]), Value::U64(77));
+    assert!(find(&p, "tierscope.node.tiering.pages", &[(VMSTAT, "numa_hit")]).is_empty());
+    assert_eq!(
+        one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "pgpromote_candidate")]),
+        Value::U64(12)
+    );
+    assert_eq!(one(&p, "tierscope.node.tiering.pages", &[(NODE, "0"), (VMSTAT, "numa_pages_migrated")]), Value::U64(4));
+    assert_eq!(one(&p, "tierscope.memory.numa.hint_faults", &[(VMSTAT, "numa_hint_faults")]), Value::U64(1000));
+    assert_eq!(one(&p, "tierscope.memory.numa.hint_faults", &[(VMSTAT, "numa_hint_faults_local")]), Value::U64(900));
+    assert_eq!(p["tierscope.memory.numa.hint_faults"].len(), 2, "only the hint fault counters");
+    // No devices, no EDAC: no hw.* series, but the event counters exist (at 0).
+    assert!(!p.contains_key("hw.status") && !p.contains_key("hw.errors"));
+    assert_eq!(one(&p, "tierscope.health.events", &[(HEALTH_KIND, "mc_event")]), Value::U64(0));
+    assert_eq!(one(&p, "tierscope.health.event.severities", &[(HEALTH_SEVERITY, "fatal")]), Value::U64(0));
+    assert_eq!(one(&p, "tierscope.memory.migrations", &[(REASON, "demotion"), (RESULT, "failed")]), Value::U64(1));
+    assert_eq!(one(&p, "tierscope.memory.migration.calls", &[(REASON, "demotion")]), Value::U64(2));
+    let Value::F64(max) = one(&p, "tierscope.memory.migration.duration", &[(REASON, "demotion"), (QUANTILE, "1")])
+    else {
+        panic!("duration is not f64")
+    };
+    assert!((0.001..0.0022).contains(&max), "max {max}");
+    assert_eq!(one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "map_full")]), Value::U64(3));
+    assert!(find(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "agent_filtered")]).is_empty());
+    assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "ringbuf_full")]), Value::U64(2));
+    assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "channel_full")]), Value::U64(4));
+    assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, "unsupported")]), Value::U64(1));
+    assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, "attached")]), Value::U64(0));
+    assert_eq!(one(&p, "tierscope.agent.scan.duration", &[]), Value::F64(0.25));
+}
+
+#[test]
+fn every_point_belongs_to_a_cataloged_metric_with_its_declared_attributes() {
+    let tracked = BTreeMap::from([(
+        10,
+        Tracked {
+            pid: 10,
+            executable: "python3".into(),
+            job: Some("j".into()),
+            rank: Some(0),
+            pod_uid: Some("u".into()),
+            container_id: Some("c".into()),
+        },
+    )]);
+    let p = run(&tracked);
+    for (name, pts) in &p {
+        let def = CATALOG.iter().find(|d| d.name == *name).unwrap_or_else(|| panic!("{name} not in the catalog"));
+        for pt in pts {
+            for kv in &pt.attributes {
+                assert!(def.attributes.contains(&kv.key.as_str()), "{name} carries undeclared {}", kv.key);
+            }
+            assert_eq!(matches!(pt.value, Value::F64(_)), def.float, "{name}: value type");
+        }
+    }
+}
+
+#[test]
+fn catalog_names_follow_the_naming_rules() {
+    let mut seen = BTreeSet::new();
+    for d in CATALOG {
+        assert!(seen.insert(d.name), "{} twice", d.name);
+        // Semantic-convention names only where the convention defines exactly this metric.
+        let semconv = [("hw.status", Kind::UpDownCounter, "1"), ("hw.errors", Kind::Counter, "{error}")];
+        match semconv.iter().find(|(n, _, _)| *n == d.name) {
+            Some((_, kind, unit)) => {
+                assert_eq!((d.kind, d.unit), (*kind, *unit), "{}: instrument and unit as the convention says", d.name);
+                assert!(
+                    d.attributes.contains(&HW_ID) && d.attributes.contains(&HW_TYPE),
+                    "{}: hw.id and hw.type are required",
+                    d.name
+                );
+            }
+            None => assert!(d.name.starts_with("tierscope."), "{}", d.name),
+        }
+        assert!(d.name.split('.').all(|s| !s.is_empty()), "{}", d.name);
+        assert!(!d.name.ends_with("total"), "{}: the Prometheus exporter adds _total", d.name);
+        assert!(!d.unit.is_empty(), "{} has no unit", d.name);
+        assert!(!d.description.is_empty());
+    }
+}
