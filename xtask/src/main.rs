@@ -1,10 +1,11 @@
-//! `cargo xtask`: setup, build, run, test, vm-test, bench.
+//! `cargo xtask`: setup, build, run, test, vm-test, layers, bench.
 //!
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
 mod bench;
 mod build;
 mod cmd;
+mod layers;
 mod setup;
 mod test;
 mod vm;
@@ -39,6 +40,8 @@ enum Task {
     },
     /// Run the scenarios in a QEMU guest with real memory tiers and an emulated CXL device.
     VmTest(vm::VmTestArgs),
+    /// Check the agent's layers against ARCHITECTURE.md's table, and every file's length.
+    Layers,
     /// The agent's cost to a fault-heavy workload: interleaved runs with and without it, ratios.
     Bench(bench::BenchArgs),
 }
@@ -51,6 +54,7 @@ fn main() {
         Task::Run { args } => run(args),
         Task::Test { no_vm } => test::run(!no_vm),
         Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)),
+        Task::Layers => layers::run(),
         Task::Bench(args) => setup::run().and_then(|()| bench::run(args)),
     };
     if let Err(e) = result {
