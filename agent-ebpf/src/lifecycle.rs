@@ -6,8 +6,8 @@ use tierscope_common::{
 };
 
 use crate::{
-    common::{count, current_unless_agent, header},
-    maps::EVENTS,
+    common::{add_to, count, current_unless_agent, header},
+    maps::{ALLOCS, ALLOC_CACHE, EVENTS, FAULTS, FAULT_CACHE},
 };
 
 #[tracepoint(category = "sched", name = "sched_process_exec")]
@@ -27,9 +27,35 @@ fn emit(kind: EventKind) -> i32 {
     if kind == EventKind::Exit && tgid != pid {
         return 0;
     }
+    if kind == EventKind::Exit {
+        flush_slots_of(tgid);
+    }
     let ev = LifecycleEvent { header: header(kind as u32, tgid, pid), comm: bpf_get_current_comm().unwrap_or([0; 16]) };
     if EVENTS.output::<LifecycleEvent>(&ev, 0).is_err() {
         count(Stat::RingbufFull);
     }
     0
+}
+
+/// Moves what this CPU's pending slots hold for an exiting process into its map entries, so the
+/// agent can delete them without a later flush bringing a dead tgid back (slots of other CPUs
+/// are flushed by their next event; the agent waits for them before it deletes).
+#[inline(always)]
+fn flush_slots_of(tgid: u32) {
+    if let Some(slot) = FAULT_CACHE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
+        let slot = unsafe { &mut *slot };
+        if slot.tgid == tgid && slot.pending != 0 {
+            add_to(&FAULTS, &slot.tgid, slot.pending);
+            slot.pending = 0;
+        }
+    }
+    if let Some(slot) = ALLOC_CACHE.get_ptr_mut(0) {
+        // SAFETY: as above.
+        let slot = unsafe { &mut *slot };
+        if slot.key.tgid == tgid && slot.pending != 0 {
+            add_to(&ALLOCS, &slot.key, slot.pending);
+            slot.pending = 0;
+        }
+    }
 }

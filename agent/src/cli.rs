@@ -1,6 +1,6 @@
 //! The command line (the contract in design.md): every command's arguments, checked while
 //! parsing. The commands take these values; [`crate::commands::run`] dispatches to them.
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -106,6 +106,18 @@ pub struct TierFlags {
     /// Take the user stack of one in N page allocations on CXL-tier nodes (0: never).
     #[arg(long, default_value_t = 1)]
     pub site_sample_every: u32,
+    /// Seconds an exited process stays in the model before its kernel map entries are freed
+    /// (windows that saw it still list it, with its final totals).
+    #[arg(long = "exited-grace", value_name = "SECS", value_parser = grace_seconds)]
+    pub exited_grace: Option<Duration>,
+}
+
+/// Parses `--exited-grace` (seconds, 0.1 to 3600).
+pub fn grace_seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(Duration::from_secs_f64(v)),
+        _ => Err("give seconds between 0.1 and 3600".to_string()),
+    }
 }
 
 // `tierscope top`.
@@ -161,6 +173,10 @@ pub struct RunArgs {
     /// thread (0: off, the default; costs CPU and memory bandwidth for a few seconds each round).
     #[arg(long = "probe-interval", value_name = "SECS")]
     pub probe_interval: Option<u64>,
+    /// Seconds an exited process stays in the model before its kernel map entries are freed;
+    /// an exited tracked process keeps its own series twice as long, then folds into "other".
+    #[arg(long = "exited-grace", value_name = "SECS", value_parser = grace_seconds)]
+    pub exited_grace: Option<Duration>,
 }
 
 // `tierscope probe-latency`.

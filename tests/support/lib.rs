@@ -131,6 +131,11 @@ impl Agent {
         Agent { child }
     }
 
+    /// The agent's pid (its open map fds name its kernel maps).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the document and parses it.
     pub fn finish(self) -> serde_json::Value {
         let out = self.child.wait_with_output().expect("agent output");

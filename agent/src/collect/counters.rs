@@ -46,6 +46,7 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
         if let Ok(vals) = cache.get(&0, 0) {
             for s in vals.iter().filter(|s| s.pending > 0) {
                 *r.faults.entry(s.tgid).or_default() += s.pending;
+                r.held_by_slots.insert(s.tgid);
             }
         }
     }
@@ -58,6 +59,7 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
         if let Ok(vals) = cache.get(&0, 0) {
             for s in vals.iter().filter(|s| s.pending > 0) {
                 *r.allocs.entry((s.key.tgid, s.key.node)).or_default() += s.pending;
+                r.held_by_slots.insert(s.key.tgid);
             }
         }
     }
@@ -117,35 +119,30 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
     r
 }
 
-/// Deletes every kernel map entry of the given tgids (exited and pruned from the model), so the
-/// maps never fill up on a long-running node.
-pub fn forget(ebpf: &mut Ebpf, tgids: &[u32]) {
+/// Deletes every kernel map entry of the given tgids (exited, pruned from the model and held
+/// by no per-CPU pending slot), so the maps never fill up on a long-running node. The keys come
+/// from `last`, the reading the pruning was decided on: one delete per entry, no walk over the
+/// maps. Returns how many entries were deleted.
+pub fn forget(ebpf: &mut Ebpf, tgids: &[u32], last: &CounterReading) -> usize {
     use std::collections::HashSet;
     let gone: HashSet<u32> = tgids.iter().copied().collect();
-    fn remove_keys<K: aya::Pod>(ebpf: &mut Ebpf, name: &str, keep: impl Fn(&K) -> bool) {
-        let Some(m) = ebpf.map_mut(name) else { return };
-        let Ok(mut h) = PerCpuHashMap::<&mut MapData, K, u64>::try_from(m) else { return };
-        let doomed: Vec<K> = h.keys().flatten().filter(|k| !keep(k)).collect();
-        for k in doomed {
-            let _ = h.remove(&k);
-        }
+    fn remove<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) -> usize {
+        let Some(m) = ebpf.map_mut(name) else { return 0 };
+        let Ok(mut h) = PerCpuHashMap::<&mut MapData, K, V>::try_from(m) else { return 0 };
+        keys.filter(|k| h.remove(k).is_ok()).count()
     }
-    remove_keys::<u32>(ebpf, map::FAULTS, |t| !gone.contains(t));
-    remove_keys::<TgidNode>(ebpf, map::ALLOCS, |k| !gone.contains(&k.tgid));
-    remove_keys::<SiteKey>(ebpf, map::CXL_SITES, |k| !gone.contains(&k.tgid));
-    if let Some(m) = ebpf.map_mut(map::MIGRATIONS) {
-        if let Ok(mut h) = PerCpuHashMap::<&mut MapData, MigrateKey, MigrateCounts>::try_from(m) {
-            let doomed: Vec<MigrateKey> = h.keys().flatten().filter(|k| gone.contains(&k.tgid)).collect();
-            for k in doomed {
-                let _ = h.remove(&k);
-            }
-        }
-    }
-    if let Some(m) = ebpf.map_mut(map::FAULT_LATENCY) {
-        if let Ok(mut h) = PerCpuHashMap::<&mut MapData, u32, Log2Hist>::try_from(m) {
-            for t in tgids {
-                let _ = h.remove(t);
-            }
-        }
-    }
+    let mut n = remove::<u32, u64>(ebpf, map::FAULTS, tgids.iter().copied());
+    n += remove::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY, tgids.iter().copied());
+    let allocs = last.allocs.keys().filter(|(t, _)| gone.contains(t)).map(|&(tgid, node)| TgidNode { tgid, node });
+    n += remove::<TgidNode, u64>(ebpf, map::ALLOCS, allocs);
+    let sites =
+        last.cxl_sites.keys().filter(|(t, _)| gone.contains(t)).map(|&(tgid, stack_id)| SiteKey { tgid, stack_id });
+    n += remove::<SiteKey, u64>(ebpf, map::CXL_SITES, sites);
+    let migrations = last
+        .migrations
+        .keys()
+        .filter(|(t, _, _)| gone.contains(t))
+        .map(|&(tgid, reason, mode)| MigrateKey { tgid, reason, mode });
+    n += remove::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS, migrations);
+    n
 }

@@ -25,8 +25,9 @@ use crate::{
     topology::{Tier, TierOverrides, Topology},
 };
 
-/// How long an exited process stays visible before it is pruned (and its kernel entries freed).
-const EXITED_GRACE_NS: u64 = 30_000_000_000;
+/// How long an exited process stays in the model before it is pruned (its kernel entries freed,
+/// its final record kept for the windows that saw it: `model::departed`).
+pub const EXITED_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
@@ -37,6 +38,8 @@ pub struct SessionOptions {
     pub tiers: TierOverrides,
     /// Take the user stack of one in this many CXL-tier allocations (0: never; default 1).
     pub site_sample_every: Option<u32>,
+    /// How long exited processes stay in the model before pruning (default [`EXITED_GRACE`]).
+    pub exited_grace: Option<std::time::Duration>,
 }
 
 pub struct Session {
@@ -48,6 +51,9 @@ pub struct Session {
     pub page_size: u64,
     pub started_ns: u64,
     pub site_sample_every: u32,
+    pub exited_grace_ns: u64,
+    /// Kernel map entries deleted for pruned processes so far.
+    pub entries_forgotten: u64,
     pattern: Option<regex::Regex>,
     identified: HashSet<u32>,
     symbolizer: SiteSymbolizer,
@@ -91,6 +97,8 @@ impl Session {
             page_size: procfs::page_size(),
             started_ns: counters::monotonic_ns(),
             site_sample_every,
+            exited_grace_ns: opts.exited_grace.unwrap_or(EXITED_GRACE).as_nanos() as u64,
+            entries_forgotten: 0,
             pattern: opts.pattern,
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
@@ -134,9 +142,9 @@ impl Session {
         }
         self.model.assign_jobs();
         self.symbolize_sites();
-        let gone = self.model.prune_exited(r.at_ns, EXITED_GRACE_NS);
+        let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         if !gone.is_empty() {
-            counters::forget(&mut self.probes.ebpf, &gone);
+            self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
             for tgid in gone {
                 self.identified.remove(&tgid);
                 self.symbolizer.forget(tgid);

@@ -45,6 +45,7 @@ fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) -> SessionO
         pattern,
         tiers: TierOverrides { cxl: tiers.cxl_nodes.clone(), dram: vec![] },
         site_sample_every: Some(tiers.site_sample_every),
+        exited_grace: tiers.exited_grace,
     }
 }
 

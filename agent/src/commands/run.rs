@@ -26,8 +26,6 @@ use crate::{
     model::{agent::Attach, cgroup, Model},
 };
 
-/// How long an exited tracked process keeps its own series before it is summed into "other".
-const EXITED_GRACE: Duration = Duration::from_secs(60);
 /// How long the OTLP task may try to send what is queued at shutdown.
 const DRAIN: Duration = Duration::from_secs(3);
 /// Log records kept while the receiver is down (older ones are dropped and counted).
@@ -57,6 +55,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         pids: args.pids,
         pattern: args.pattern,
         probe_interval_s: args.probe_interval,
+        exited_grace: args.exited_grace,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -67,21 +66,25 @@ pub fn run(args: RunArgs) -> Result<i32> {
     rt.block_on(agent(cfg))
 }
 
-/// Which processes get their own series: sticky once chosen, bounded by `max_tracked`.
+/// Which processes get their own series: sticky once chosen, bounded by `max_tracked`. An
+/// exited one keeps its series (from its departed record once pruned) for `series_grace`, then
+/// folds into "other".
 struct Tracking {
     tracked: BTreeMap<u32, Tracked>,
-    /// When a tracked process was first seen exited.
-    exited: BTreeMap<u32, Instant>,
+    /// Exited tracked processes and when they exited (monotonic ns).
+    exited: BTreeMap<u32, u64>,
     full_warned: bool,
+    series_grace_ns: u64,
+    other: crate::export::other::OtherFold,
 }
 
 impl Tracking {
     fn update(&mut self, model: &Model, cfg: &Config) {
-        let now = Instant::now();
-        for p in model.processes.values() {
+        let now_ns = model.last_reading_ns;
+        for p in model.processes_in_window() {
             if let Some(t) = self.tracked.get_mut(&p.tgid) {
-                if p.exited_at_ns.is_some() {
-                    self.exited.entry(p.tgid).or_insert(now);
+                if let Some(at) = p.exited_at_ns {
+                    self.exited.entry(p.tgid).or_insert(at);
                 }
                 // Jobs are assigned once the launcher is known; ranks once environ was read.
                 t.job = p.job.clone();
@@ -126,14 +129,20 @@ impl Tracking {
                 },
             );
         }
-        let gone: Vec<u32> =
-            self.exited.iter().filter(|(_, t)| now.duration_since(**t) > EXITED_GRACE).map(|(p, _)| *p).collect();
+        let gone: Vec<u32> = self
+            .exited
+            .iter()
+            .filter(|(_, &at)| now_ns.saturating_sub(at) > self.series_grace_ns)
+            .map(|(p, _)| *p)
+            .collect();
         for pid in gone {
             self.exited.remove(&pid);
             self.tracked.remove(&pid);
         }
-        // Processes the model no longer knows cannot keep series either.
-        self.tracked.retain(|pid, _| model.processes.contains_key(pid));
+        // Processes no window knows any more cannot keep series either.
+        self.tracked
+            .retain(|pid, _| model.processes.contains_key(pid) || model.departed.iter().any(|d| d.tgid == *pid));
+        self.exited.retain(|pid, _| self.tracked.contains_key(pid));
     }
 
     fn live(&self) -> Vec<u32> {
@@ -175,8 +184,13 @@ async fn agent(cfg: Config) -> Result<i32> {
     let mut s = Session::start_with(crate::collect::session::SessionOptions {
         pattern: cfg.track_pattern.clone(),
         tiers: cfg.tiers.clone(),
+        exited_grace: cfg.exited_grace,
         ..Default::default()
     })?;
+    // Exited tracked processes keep their series twice the model's grace; their final records
+    // stay that long (this window slides with every reading).
+    let series_grace_ns = 2 * s.exited_grace_ns;
+    let recent_exits = s.model.departed.open_window(s.started_ns);
     let latest = Arc::new(Latest::default());
     let stats = Arc::new(ExportStats::default());
     let host = super::snapshot::hostname();
@@ -254,7 +268,13 @@ async fn agent(cfg: Config) -> Result<i32> {
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
 
-    let mut tracking = Tracking { tracked: BTreeMap::new(), exited: BTreeMap::new(), full_warned: false };
+    let mut tracking = Tracking {
+        tracked: BTreeMap::new(),
+        exited: BTreeMap::new(),
+        full_warned: false,
+        series_grace_ns,
+        other: Default::default(),
+    };
     let mut health = AgentHealth { programs: s.probes.programs.clone(), ..Default::default() };
     let mut next_scan = Instant::now();
     let mut tick = tokio::time::interval(cfg.read_interval);
@@ -282,11 +302,10 @@ async fn agent(cfg: Config) -> Result<i32> {
                 });
             }
         }
-        let before = tracking.tracked.len();
         tracking.update(&s.model, &cfg);
+        s.model.departed.slide_window(recent_exits, s.model.last_reading_ns.saturating_sub(series_grace_ns));
         // A newly tracked process gets its residency at once; the others when the CPU budget
         // for numa_maps reads allows (costly scans of big processes wait longer).
-        let _ = before;
         if scan_due {
             next_scan = Instant::now() + cfg.residency_interval;
         }
@@ -311,10 +330,13 @@ async fn agent(cfg: Config) -> Result<i32> {
             .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
             .unwrap_or_default();
         let probe_state = probe.as_ref().map(PeriodicProbe::state);
+        let own = &tracking.tracked;
+        let other = tracking.other.totals(&s.model, |pid| own.contains_key(&pid));
         let points = instruments::points(&ExportInput {
             model: &s.model,
             nodes: &nodes,
             tracked: &tracking.tracked,
+            other: &other,
             page_size: s.page_size,
             health: &health,
             system_vmstat: &system_vmstat,

@@ -16,6 +16,8 @@ const READ_EVERY: Duration = Duration::from_millis(500);
 
 pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions) -> Result<()> {
     let mut s = Session::start_with(opts)?;
+    // Processes that exit and are pruned while we watch stay listed with their final totals.
+    let window = s.model.departed.open_window(s.started_ns);
     let attached = s.probes.programs.iter().filter(|p| p.status == crate::model::agent::Attach::Attached).count();
     // Tests and scripts wait for this line before starting their workload.
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
@@ -61,8 +63,11 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             channel_dropped: s.channel_dropped(),
             now_ns: counters::monotonic_ns(),
             site_sample_every: s.site_sample_every,
+            window_start_ns: s.started_ns,
+            map_entries_forgotten: s.entries_forgotten,
         },
     );
+    s.model.departed.close_window(window);
     println!("{}", serde_json::to_string_pretty(&snap)?);
     Ok(())
 }

@@ -119,6 +119,8 @@ pub struct Flags {
     pub pattern: Option<String>,
     /// `--probe-interval SECS` (0: off).
     pub probe_interval_s: Option<u64>,
+    /// `--exited-grace SECS`.
+    pub exited_grace: Option<Duration>,
 }
 
 /// The longest probe interval accepted: a week.
@@ -160,6 +162,8 @@ pub struct Config {
     pub tiers: crate::topology::TierOverrides,
     /// Time between rounds of the tier latency/bandwidth probe; `None`: off (the default).
     pub probe_interval: Option<Duration>,
+    /// How long exited processes stay in the model (`--exited-grace`; default 30 s).
+    pub exited_grace: Option<Duration>,
 }
 
 impl Config {
@@ -382,6 +386,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         resource_attributes: file.resource.attributes.clone(),
         tiers: file.tiers.clone(),
         probe_interval,
+        exited_grace: flags.exited_grace,
     })
 }
 
@@ -460,6 +465,7 @@ mod tests {
             pids: vec![9],
             pattern: Some("torchrun".into()),
             probe_interval_s: None,
+            exited_grace: Some(Duration::from_secs(2)),
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();
@@ -468,6 +474,7 @@ mod tests {
         assert_eq!(c.interval, Duration::from_millis(500));
         assert_eq!(c.track_pids, vec![9]);
         assert!(c.track_pattern.unwrap().is_match("torchrun"));
+        assert_eq!(c.exited_grace, Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod config;
 pub mod instruments;
 pub mod logs;
 pub mod meter;
+pub mod other;
 pub mod otlp;
 pub mod prometheus;
 pub mod queue;

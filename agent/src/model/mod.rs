@@ -2,6 +2,7 @@
 //! aya, no tokio: everything here is driven by values and unit tested.
 pub mod agent;
 pub mod cgroup;
+pub mod departed;
 pub mod event;
 pub mod histogram;
 pub mod job;
@@ -14,7 +15,7 @@ pub mod scan_plan;
 pub mod snapshot;
 pub mod tiering;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use event::{Event, NumaMove};
 use histogram::Log2Histogram;
@@ -40,12 +41,19 @@ pub struct Model {
     pub health: crate::health::HealthModel,
     pub kernel_stats: BTreeMap<&'static str, u64>,
     /// Totals of processes pruned after they exited (their kernel map entries are deleted):
-    /// kept so node and reason totals never go backwards.
+    /// kept so node, reason and `other` totals never go backwards.
     pub retired_allocs_by_node: BTreeMap<u32, u64>,
     pub retired_migrations: BTreeMap<String, MigrationTotals>,
-    /// Pruned tgids and when: a reading that still carries one (a per-CPU pending slot not yet
-    /// flushed) must not bring it back. An exec of a reused pid removes it.
-    retired: BTreeMap<u32, u64>,
+    pub retired_faults: u64,
+    pub retired_numa_moves: u64,
+    /// Final records of pruned processes that an open window saw alive.
+    pub departed: departed::Departed,
+    /// Exits of processes the model did not know yet (a child that forked, faulted and exited
+    /// between two readings): the reading that shows its counts creates it already exited.
+    recent_exits: BTreeMap<u32, (u64, String)>,
+    /// Tgids a per-CPU pending slot still holds at the last reading: a process is not pruned
+    /// (nor its map entries deleted) while a slot could still flush counts into its entry.
+    held_by_slots: BTreeSet<u32>,
     pub events_seen: u64,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
@@ -64,33 +72,37 @@ impl Model {
         self.processes.entry(tgid).or_insert_with(|| Process::new(tgid))
     }
 
-    /// Folds in a reading of the kernel maps (cumulative values replace the previous ones).
+    /// Folds in a reading of the kernel maps (cumulative values replace the previous ones; a
+    /// value that lags a per-CPU flush never lowers a count).
     pub fn apply_reading(&mut self, r: &CounterReading) {
-        // Taken out for the borrow checker; put back at the end.
-        let retired = std::mem::take(&mut self.retired);
-        self.apply_reading_except(r, &retired);
-        self.retired = retired;
-    }
-
-    fn apply_reading_except(&mut self, r: &CounterReading, retired: &BTreeMap<u32, u64>) {
         self.last_reading_ns = r.at_ns;
+        self.held_by_slots = r.held_by_slots.clone();
         for (&tgid, &faults) in &r.faults {
-            if !retired.contains_key(&tgid) {
-                self.process(tgid).set_faults(faults, r.at_ns);
+            self.process(tgid).set_faults(faults, r.at_ns);
+        }
+        let mut allocs: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
+        for (&(tgid, node), &pages) in &r.allocs {
+            *allocs.entry(tgid).or_default().entry(node).or_default() += pages;
+        }
+        for (tgid, by_node) in allocs {
+            let p = self.process(tgid);
+            for (node, pages) in by_node {
+                let v = p.alloc_pages_by_node.entry(node).or_default();
+                *v = pages.max(*v);
             }
         }
         self.alloc_pages_by_node = self.retired_allocs_by_node.clone();
-        for p in self.processes.values_mut() {
-            p.alloc_pages_by_node.clear();
-            p.migrations.clear();
+        for p in self.processes.values() {
+            for (&node, &pages) in &p.alloc_pages_by_node {
+                *self.alloc_pages_by_node.entry(node).or_default() += pages;
+            }
         }
-        for (&(tgid, node), &pages) in r.allocs.iter().filter(|((t, _), _)| !retired.contains_key(t)) {
-            *self.process(tgid).alloc_pages_by_node.entry(node).or_default() += pages;
-            *self.alloc_pages_by_node.entry(node).or_default() += pages;
+        for p in self.processes.values_mut() {
+            p.migrations.clear();
         }
         self.freed_pages_by_node = r.frees_by_node.clone();
         self.migrations = self.retired_migrations.clone();
-        for (&(tgid, reason, _mode), t) in r.migrations.iter().filter(|((t, _, _), _)| !retired.contains_key(t)) {
+        for (&(tgid, reason, _mode), t) in &r.migrations {
             let name = self.names.reason(reason);
             self.process(tgid).migrations.entry(name.clone()).or_default().add(t);
             self.migrations.entry(name).or_default().add(t);
@@ -103,7 +115,7 @@ impl Model {
         for p in self.processes.values_mut() {
             p.cxl_site_pages.clear();
         }
-        for (&(tgid, stack), &pages) in r.cxl_sites.iter().filter(|((t, _), _)| !retired.contains_key(t)) {
+        for (&(tgid, stack), &pages) in &r.cxl_sites {
             *self.process(tgid).cxl_site_pages.entry(stack).or_default() += pages;
         }
         for p in self.processes.values_mut() {
@@ -113,26 +125,44 @@ impl Model {
             self.process(tgid).fault_latency = Log2Histogram::from_buckets(b);
         }
         self.kernel_stats = r.kernel_stats.clone();
+        // Processes first seen after their exit event was read.
+        let exits = std::mem::take(&mut self.recent_exits);
+        for (tgid, (at, comm)) in exits {
+            match self.processes.get_mut(&tgid) {
+                Some(p) => {
+                    p.exited_at_ns.get_or_insert(at);
+                    if p.comm.is_empty() {
+                        p.comm = comm;
+                    }
+                }
+                None => {
+                    self.recent_exits.insert(tgid, (at, comm));
+                }
+            }
+        }
     }
 
     pub fn apply_event(&mut self, e: Event) {
         self.events_seen += 1;
         match e {
             Event::Exec { tgid, comm, .. } => {
-                self.retired.remove(&tgid);
+                self.recent_exits.remove(&tgid);
                 let p = self.process(tgid);
                 p.comm = comm;
                 p.cmdline.clear();
                 p.exited_at_ns = None;
             }
-            Event::Exit { tgid, comm, ts_ns } => {
-                if let Some(p) = self.processes.get_mut(&tgid) {
+            Event::Exit { tgid, comm, ts_ns } => match self.processes.get_mut(&tgid) {
+                Some(p) => {
                     p.exited_at_ns = Some(ts_ns);
                     if p.comm.is_empty() {
                         p.comm = comm;
                     }
                 }
-            }
+                None => {
+                    self.recent_exits.insert(tgid, (ts_ns, comm));
+                }
+            },
             Event::Policy(d) => self.process(d.tgid).push_policy(d),
             Event::NumaMove(m) => {
                 self.process(m.tgid).numa_moves += 1;
@@ -157,13 +187,16 @@ impl Model {
         p.ppid = ppid;
     }
 
-    /// Forgets processes that exited more than `grace_ns` ago, folding their counts into the
-    /// retired totals. Returns their tgids so the collector can delete their kernel map entries.
+    /// Forgets processes that exited more than `grace_ns` ago and that no per-CPU pending slot
+    /// still holds, folding their counts into the retired totals and keeping their final records
+    /// for the windows that saw them. Returns their tgids so the collector can delete their
+    /// kernel map entries.
     pub fn prune_exited(&mut self, now_ns: u64, grace_ns: u64) -> Vec<u32> {
         let gone: Vec<u32> = self
             .processes
             .values()
             .filter(|p| p.exited_at_ns.is_some_and(|at| now_ns.saturating_sub(at) >= grace_ns))
+            .filter(|p| !self.held_by_slots.contains(&p.tgid))
             .map(|p| p.tgid)
             .collect();
         for tgid in &gone {
@@ -174,12 +207,20 @@ impl Model {
                 for (reason, t) in &p.migrations {
                     self.retired_migrations.entry(reason.clone()).or_default().add(t);
                 }
+                self.retired_faults += p.faults;
+                self.retired_numa_moves += p.numa_moves;
+                self.departed.keep(p);
             }
-            self.retired.insert(*tgid, now_ns);
         }
-        // Remember retired tgids for ten minutes: long enough for any pending slot to flush.
-        self.retired.retain(|_, at| now_ns.saturating_sub(*at) < 600_000_000_000);
+        // An exit nobody's counters followed within the grace period names no process.
+        self.recent_exits.retain(|_, (at, _)| now_ns.saturating_sub(*at) < grace_ns);
+        self.departed.drain();
         gone
+    }
+
+    /// Every process a window sees: those in the model and the departed ones kept for windows.
+    pub fn processes_in_window(&self) -> impl Iterator<Item = &Process> {
+        self.processes.values().chain(self.departed.iter())
     }
 
     /// Records where a process runs (pod, container) and when it started.
@@ -309,25 +350,69 @@ mod tests {
     }
 
     #[test]
-    fn pruned_processes_keep_totals_and_stay_gone() {
+    fn pruned_processes_keep_totals_and_their_final_record_for_open_windows() {
         let t = |s| MigrationTotals { calls: 1, succeeded: s, ..Default::default() };
         let mut m = Model::default();
+        let window = m.departed.open_window(0);
         let mut r = reading(1, &[(5, 10), (6, 1)], &[((5, 1), 100), ((6, 1), 7)]);
         r.migrations.insert((5, 8, 0), t(40));
         m.apply_reading(&r);
         m.apply_event(Event::Exit { tgid: 5, comm: "w".into(), ts_ns: 2 });
         assert!(m.prune_exited(3, 10).is_empty(), "still within the grace period");
         assert_eq!(m.prune_exited(20, 10), vec![5]);
-        // The kernel entries of 5 are deleted; a stale pending slot still reports 3 faults.
-        let r2 = reading(30, &[(5, 3), (6, 2)], &[((6, 1), 9)]);
-        m.apply_reading(&r2);
+        // The kernel entries of 5 are deleted: the next reading no longer carries it.
+        m.apply_reading(&reading(30, &[(6, 2)], &[((6, 1), 9)]));
         assert!(!m.processes.contains_key(&5));
         assert_eq!(m.alloc_pages_by_node[&1], 109, "retired 100 + live 9");
         assert_eq!(m.migrations["demotion"].succeeded, 40);
-        // The pid is reused by a new exec: it counts again.
-        m.apply_event(Event::Exec { tgid: 5, comm: "new".into(), ts_ns: 40 });
+        assert_eq!(m.retired_faults, 10);
+        let kept: Vec<_> = m.processes_in_window().map(|p| (p.tgid, p.faults, p.exited_at_ns)).collect();
+        assert_eq!(kept, vec![(6, 2, None), (5, 10, Some(2))], "the window still lists 5 with its totals");
+        m.departed.close_window(window);
+        assert_eq!(m.processes_in_window().count(), 1);
+        // The pid is reused by a process that never execs: it counts from zero.
         m.apply_reading(&reading(50, &[(5, 4)], &[]));
         assert_eq!(m.processes[&5].faults, 4);
+    }
+
+    #[test]
+    fn a_pending_slot_holding_an_exited_process_delays_its_pruning() {
+        let mut m = Model::default();
+        let mut r = reading(1, &[(5, 10)], &[]);
+        r.held_by_slots.insert(5);
+        m.apply_reading(&r);
+        m.apply_event(Event::Exit { tgid: 5, comm: "w".into(), ts_ns: 2 });
+        assert!(m.prune_exited(100, 10).is_empty(), "a flush could still recreate its entry");
+        m.apply_reading(&reading(101, &[(5, 12)], &[]));
+        assert_eq!(m.prune_exited(102, 10), vec![5]);
+        assert_eq!(m.retired_faults, 12, "the flushed count is in the final total");
+    }
+
+    #[test]
+    fn a_child_that_exits_before_any_reading_is_created_exited() {
+        let mut m = Model::default();
+        m.apply_event(Event::Exit { tgid: 77, comm: "sh".into(), ts_ns: 5 });
+        assert!(!m.processes.contains_key(&77), "an exit alone does not create a process");
+        m.apply_reading(&reading(10, &[(77, 3)], &[((77, 0), 8)]));
+        let p = &m.processes[&77];
+        assert_eq!((p.exited_at_ns, p.comm.as_str(), p.faults), (Some(5), "sh", 3));
+        assert_eq!(m.prune_exited(20, 10), vec![77], "so it is pruned like any other");
+        assert!(m.processes.is_empty());
+        // An exit whose counters never show is forgotten after the grace period.
+        m.apply_event(Event::Exit { tgid: 78, comm: "true".into(), ts_ns: 30 });
+        m.prune_exited(50, 10);
+        m.apply_reading(&reading(60, &[(78, 1)], &[]));
+        assert_eq!(m.processes[&78].exited_at_ns, None, "a later process with that pid is alive");
+    }
+
+    #[test]
+    fn allocation_counts_never_go_backwards_on_a_lagging_reading() {
+        let mut m = Model::default();
+        m.apply_reading(&reading(1, &[], &[((7, 0), 100), ((8, 0), 10)]));
+        // The slot of 7 flushed between the map read and the slot read: 7 reads low once.
+        m.apply_reading(&reading(2, &[], &[((7, 0), 96), ((8, 0), 11)]));
+        assert_eq!(m.processes[&7].alloc_pages_by_node[&0], 100);
+        assert_eq!(m.alloc_pages_by_node[&0], 111);
     }
 
     #[test]

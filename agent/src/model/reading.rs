@@ -1,6 +1,6 @@
 //! One read of the kernel's aggregation maps, summed over CPUs: cumulative since the programs
 //! were loaded. Plain data, produced by `collect::counters`.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::migration::MigrationTotals;
 
@@ -22,6 +22,8 @@ pub struct CounterReading {
     pub fault_latency: HashMap<u32, Vec<u64>>,
     /// (tgid, user stack id) -> sampled pages allocated on CXL-tier nodes.
     pub cxl_sites: HashMap<(u32, u32), u64>,
+    /// Tgids whose counts a per-CPU pending slot holds (not yet flushed into the maps).
+    pub held_by_slots: BTreeSet<u32>,
     /// Kernel-side drop and error counters by name.
     pub kernel_stats: BTreeMap<&'static str, u64>,
 }

@@ -76,6 +76,9 @@ pub struct ProcessSnapshot {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_latency: Option<LatencySummary>,
     pub exited: bool,
+    /// When it exited: seconds after the window started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exited_at_s: Option<f64>,
     /// The busiest sampled allocation sites on CXL-tier nodes.
     pub top_cxl_alloc_sites: Vec<AllocSite>,
 }
@@ -102,6 +105,11 @@ pub struct AgentSnapshot {
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
+    /// Processes in the model, and final records of pruned ones kept for this window.
+    pub processes_in_model: usize,
+    pub departed_kept: usize,
+    /// Kernel map entries deleted for pruned processes.
+    pub map_entries_forgotten: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -144,7 +152,7 @@ impl ProcessFilter {
     /// The jobs of the processes this filter matches: their launchers and ranks are shown with
     /// them (`--match torchrun` brings the workers, whose command lines do not say torchrun).
     pub fn matched_jobs<'m>(&self, model: &'m Model) -> std::collections::BTreeSet<&'m str> {
-        model.processes.values().filter(|p| self.matches(p)).filter_map(|p| p.job.as_deref()).collect()
+        model.processes_in_window().filter(|p| self.matches(p)).filter_map(|p| p.job.as_deref()).collect()
     }
 
     /// Whether `p` is selected: matched itself, or in the job of a matched process.
@@ -165,6 +173,9 @@ pub struct SnapshotContext<'a> {
     pub now_ns: u64,
     /// One in this many CXL-tier allocations had its stack taken.
     pub site_sample_every: u32,
+    /// When the window started (monotonic ns).
+    pub window_start_ns: u64,
+    pub map_entries_forgotten: u64,
 }
 
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
@@ -176,9 +187,9 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         |node: u32| ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone());
     // A selected process brings its whole job along (a matched launcher, its ranks).
     let jobs = filter.matched_jobs(model);
+    // Departed processes too: the window saw them.
     let mut processes: Vec<ProcessSnapshot> = model
-        .processes
-        .values()
+        .processes_in_window()
         .filter(|p| filter.selects(p, &jobs))
         .map(|p| {
             let (res, anon, age) = match &p.residency {
@@ -232,6 +243,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 numa_moves: p.numa_moves,
                 fault_latency: (p.fault_latency.count() > 0).then(|| p.fault_latency.summary()),
                 exited: p.exited_at_ns.is_some(),
+                exited_at_s: p.exited_at_ns.map(|at| at.saturating_sub(ctx.window_start_ns) as f64 / 1e9),
             }
         })
         .collect();
@@ -260,6 +272,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
     drops.insert("agent.event_channel_full".into(), ctx.channel_dropped);
+    drops.insert("agent.departed_evicted".into(), model.departed.evicted);
     Snapshot {
         schema: SCHEMA,
         host: ctx.host,
@@ -277,6 +290,9 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             events_received: model.events_seen,
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
+            processes_in_model: model.processes.len(),
+            departed_kept: model.departed.len(),
+            map_entries_forgotten: ctx.map_entries_forgotten,
         },
     }
 }
@@ -297,7 +313,31 @@ mod tests {
             channel_dropped: 2,
             now_ns: 5_000_000_000,
             site_sample_every: 4,
+            window_start_ns: 1_000_000_000,
+            map_entries_forgotten: 0,
         }
+    }
+
+    #[test]
+    fn a_process_pruned_during_the_window_is_listed_exited_with_its_totals() {
+        use crate::model::event::Event;
+        let mut m = Model::default();
+        let _window = m.departed.open_window(1_000_000_000);
+        m.apply_reading(&CounterReading {
+            at_ns: 1_500_000_000,
+            faults: [(10, 5), (11, 7)].into(),
+            allocs: [((11, 0), 64)].into(),
+            ..Default::default()
+        });
+        m.apply_event(Event::Exit { tgid: 11, comm: "child".into(), ts_ns: 2_000_000_000 });
+        assert_eq!(m.prune_exited(4_000_000_000, 1_000_000_000), vec![11]);
+        m.apply_reading(&CounterReading { at_ns: 4_500_000_000, faults: [(10, 6)].into(), ..Default::default() });
+        let s = build(&m, &ProcessFilter::default(), ctx(&[]));
+        let p = s.processes.iter().find(|p| p.pid == 11).expect("the window saw 11");
+        assert_eq!((p.exited, p.exited_at_s, p.faults, p.comm.as_str()), (true, Some(1.0), 7, "child"));
+        assert_eq!(p.alloc_pages_by_node["0"], 64);
+        assert_eq!((s.agent.processes_in_model, s.agent.departed_kept), (1, 1));
+        assert!(!s.processes.iter().find(|p| p.pid == 10).expect("live").exited);
     }
 
     #[test]

@@ -209,6 +209,8 @@ pub struct ExportInput<'a> {
     pub nodes: &'a [NodeState],
     /// By pid; processes not here are folded into `other`.
     pub tracked: &'a BTreeMap<u32, Tracked>,
+    /// What `other` carries (see [`crate::export::other::OtherFold`]).
+    pub other: &'a crate::export::other::OtherTotals,
     pub page_size: u64,
     pub health: &'a AgentHealth,
     /// `/proc/vmstat`'s tiering counters (numa_hint_faults, numa_hint_faults_local...).

@@ -1,7 +1,5 @@
 //! Per-process series: faults, page allocations and residency by node and tier, migrations by
 //! reason, NUMA task moves. Untracked processes are summed into one `other` series.
-use std::collections::BTreeMap;
-
 use opentelemetry::KeyValue;
 
 use super::{
@@ -66,26 +64,13 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     let m = input.model;
     let tier_of = |n: u32| input.tier_of(n);
 
-    // Per process; untracked summed into `other`.
+    // Per process: tracked ones (departed ones too, while their series lives) on their own,
+    // the rest in `other` (folded by the caller so it never goes back).
     let other = vec![KeyValue::new(EXE, OTHER)];
-    let mut other_faults = 0u64;
-    let mut other_moves = 0u64;
-    let mut other_allocs: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut other_migr: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     let mut tracked_seen = 0u64;
-    for p in m.processes.values() {
-        let Some(t) = input.tracked.get(&p.tgid) else {
-            other_faults += p.faults;
-            other_moves += p.numa_moves;
-            for (&n, &c) in &p.alloc_pages_by_node {
-                *other_allocs.entry(n).or_default() += c;
-            }
-            for (reason, tot) in &p.migrations {
-                *other_migr.entry((reason.clone(), "succeeded")).or_default() += tot.succeeded;
-                *other_migr.entry((reason.clone(), "failed")).or_default() += tot.failed;
-            }
-            continue;
-        };
+    let departed = m.departed.iter().filter(|d| !m.processes.contains_key(&d.tgid));
+    for p in m.processes.values().chain(departed) {
+        let Some(t) = input.tracked.get(&p.tgid) else { continue };
         tracked_seen += 1;
         let a = attrs(t);
         push(out, &PROCESS_FAULTS, a.clone(), Value::U64(p.faults));
@@ -106,13 +91,14 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
             }
         }
     }
-    push(out, &PROCESS_FAULTS, other.clone(), Value::U64(other_faults));
-    push(out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(other_moves));
-    for (n, c) in other_allocs {
+    let o = input.other;
+    push(out, &PROCESS_FAULTS, other.clone(), Value::U64(o.faults));
+    push(out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(o.numa_moves));
+    for (&n, &c) in &o.allocs_by_node {
         push(out, &PROCESS_ALLOCATIONS, with(other.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
     }
-    for ((reason, result), v) in other_migr {
-        let attrs = with(other.clone(), [KeyValue::new(REASON, reason), KeyValue::new(RESULT, result)]);
+    for ((reason, result), &v) in &o.migrations {
+        let attrs = with(other.clone(), [KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, *result)]);
         push(out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
     }
     push(out, &TRACKED, vec![], Value::U64(tracked_seen));

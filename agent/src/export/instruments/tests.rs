@@ -90,10 +90,12 @@ fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
     };
     let sys: BTreeMap<String, u64> =
         [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
+    let other = crate::export::other::OtherFold::default().totals(&m, |p| tracked.contains_key(&p));
     points(&ExportInput {
         model: &m,
         nodes: &n,
         tracked,
+        other: &other,
         page_size: 4096,
         health: &h,
         system_vmstat: &sys,
@@ -166,10 +168,12 @@ fn probe_results_map_to_base_units_per_node_and_tier() {
     let m = model();
     let (n, h, sys) = (nodes(), AgentHealth::default(), BTreeMap::new());
     let tracked = BTreeMap::new();
+    let other = Default::default();
     let off = points(&ExportInput {
         model: &m,
         nodes: &n,
         tracked: &tracked,
+        other: &other,
         page_size: 4096,
         health: &h,
         system_vmstat: &sys,

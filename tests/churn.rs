@@ -1,0 +1,155 @@
+//! Root integration tests of what the agent keeps and frees as processes come and go: a window
+//! keeps the processes it saw, pruning frees the kernel map entries, no ghost is left behind.
+use std::{
+    collections::BTreeSet,
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tierscope_tests::{process, require_root_and_agent, Agent};
+
+const CHURN: &str = env!("CARGO_BIN_EXE_tierscope-churn");
+
+/// A process that exits 5 s into a 60 s snapshot is pruned from the model at 35 s (the default
+/// grace, 30 s): the snapshot still lists it, exited, with its totals.
+#[test]
+#[ignore = "requires root"]
+fn a_long_snapshot_lists_a_process_that_exited_early_with_its_totals() {
+    require_root_and_agent!();
+    let tag = format!("window-keeps-{}", std::process::id());
+    let agent = Agent::snapshot(&["--duration", "60", "--match", &tag]);
+    let started = Instant::now();
+    let child = Command::new(CHURN)
+        .args(["exit-after", "5", "64", &tag])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {CHURN}: {e}"));
+    let pid = child.id();
+    let out = child.wait_with_output().expect("churn output");
+    let own: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .strip_prefix("exit faults=")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad output {:?}", String::from_utf8_lossy(&out.stdout)));
+    eprintln!(
+        "pid {pid} exited after {:.1}s with {own} faults by its own /proc/self/stat",
+        started.elapsed().as_secs_f64()
+    );
+    let snap = agent.finish();
+    let p = process(&snap, pid);
+    let faults = p["faults"].as_u64().expect("faults");
+    eprintln!("snapshot: {p}");
+    assert_eq!(p["exited"], true);
+    let at = p["exited_at_s"].as_f64().expect("exited_at_s");
+    assert!((4.0..15.0).contains(&at), "exited {at}s into the window");
+    let err = (faults as f64 - own as f64).abs() / own as f64;
+    assert!(err <= 0.01, "faults {faults} vs its own minflt+majflt {own}: {:.2}% apart", err * 100.0);
+    // It was pruned (its map entries freed) and listed from its final record.
+    assert!(snap["agent"]["departed_kept"].as_u64().unwrap_or(0) >= 1, "{}", snap["agent"]);
+    assert!(snap["agent"]["map_entries_forgotten"].as_u64().unwrap_or(0) >= 2, "{}", snap["agent"]);
+}
+
+/// 10,000 children that fork without exec, fault and exit: the agent prunes every one, deletes
+/// their kernel map entries (read back with bpftool from the agent's own maps) and keeps them
+/// only as final records of the window.
+#[test]
+#[ignore = "requires root"]
+fn ten_thousand_forked_children_leave_no_entry_behind() {
+    require_root_and_agent!();
+    const CHILDREN: usize = 10_000;
+    let agent = Agent::snapshot(&["--duration", "14", "--exited-grace", "1", "--match", "^tierscope-chur"]);
+    let pidfile = std::env::temp_dir().join(format!("tierscope-churn-{}.pids", std::process::id()));
+    let started = Instant::now();
+    let out = Command::new(CHURN)
+        .args(["fork", &CHILDREN.to_string()])
+        .arg(&pidfile)
+        .output()
+        .unwrap_or_else(|e| panic!("starting {CHURN}: {e}"));
+    assert!(out.status.success(), "churn failed: {}", String::from_utf8_lossy(&out.stderr));
+    let children: BTreeSet<u32> =
+        std::fs::read_to_string(&pidfile).expect("pid file").lines().filter_map(|l| l.parse().ok()).collect();
+    let _ = std::fs::remove_file(&pidfile);
+    assert_eq!(children.len(), CHILDREN);
+    eprintln!("{CHILDREN} children forked and reaped in {:.1}s", started.elapsed().as_secs_f64());
+    // Grace 1 s, readings every 0.5 s: every child is pruned within a few seconds. Ask the
+    // kernel what the agent's maps still hold.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let left = loop {
+        let left = tgids_in_agent_maps(agent.pid(), &["FAULTS", "ALLOCS"]);
+        let left: Vec<u32> = left.intersection(&children).copied().collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        left.is_empty(),
+        "{} children still have kernel map entries, e.g. {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
+    let snap = agent.finish();
+    let a = &snap["agent"];
+    eprintln!("agent: {a}");
+    let listed: Vec<&serde_json::Value> = snap["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|p| p["pid"].as_u64().is_some_and(|pid| children.contains(&(pid as u32))))
+        .collect();
+    // The children match the pattern by comm (a fork keeps its parent's).
+    assert_eq!(listed.len(), CHILDREN, "every child is in the window");
+    assert!(listed.iter().all(|p| p["exited"] == true), "every child is listed exited");
+    assert!(listed.iter().all(|p| p["faults"].as_u64().unwrap_or(0) >= 8), "each touched 8 pages");
+    // In the model only what lives on the host; the children only as departed records.
+    let in_model = a["processes_in_model"].as_u64().expect("processes_in_model");
+    assert!(in_model < 2_000, "{in_model} processes in the model");
+    assert!(a["departed_kept"].as_u64().unwrap_or(0) >= CHILDREN as u64);
+    assert!(a["map_entries_forgotten"].as_u64().unwrap_or(0) >= 2 * CHILDREN as u64);
+    for drop in ["kernel.map_full", "kernel.ringbuf_full", "agent.event_channel_full", "agent.departed_evicted"] {
+        assert_eq!(a["drops"][drop].as_u64(), Some(0), "{drop}: {}", a["drops"]);
+    }
+}
+
+/// Tgids (the first 4 key bytes) in the agent's maps of these names, read with bpftool from
+/// the map ids in the agent's fdinfo.
+fn tgids_in_agent_maps(agent: u32, names: &[&str]) -> BTreeSet<u32> {
+    let mut tgids = BTreeSet::new();
+    let fds = std::fs::read_dir(format!("/proc/{agent}/fdinfo")).expect("agent fdinfo");
+    let ids: BTreeSet<u64> = fds
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| t.lines().find_map(|l| l.strip_prefix("map_id:")).and_then(|v| v.trim().parse().ok()))
+        .collect();
+    assert!(!ids.is_empty(), "no BPF map among the agent's fds");
+    for id in ids {
+        let show = bpftool(&["map", "show", "id", &id.to_string()]);
+        if !names.iter().any(|n| show["name"] == *n) {
+            continue;
+        }
+        let dump = bpftool(&["map", "dump", "id", &id.to_string()]);
+        for e in dump.as_array().expect("dump is a list") {
+            let bytes: Vec<u8> = e["key"]
+                .as_array()
+                .expect("key bytes")
+                .iter()
+                .filter_map(|b| b.as_str().and_then(|s| u8::from_str_radix(s.trim_start_matches("0x"), 16).ok()))
+                .collect();
+            tgids.insert(u32::from_le_bytes(bytes[..4].try_into().expect("4 key bytes")));
+        }
+    }
+    tgids
+}
+
+fn bpftool(args: &[&str]) -> serde_json::Value {
+    let out = Command::new("bpftool")
+        .arg("-j")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("bpftool {args:?}: {e} (cargo xtask setup installs it)"));
+    assert!(out.status.success(), "bpftool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut text = String::new();
+    BufReader::new(&out.stdout[..]).lines().map_while(Result::ok).for_each(|l| text.push_str(&l));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bpftool {args:?} JSON: {e}"))
+}

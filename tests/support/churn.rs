@@ -1,0 +1,87 @@
+//! `tierscope-churn`: processes that come and go, for the tests of what the agent keeps and
+//! frees when processes exit.
+//!
+//!   fork N PIDFILE     fork N children one after another without exec; each touches 8 fresh
+//!                      pages and exits; their pids go to PIDFILE (one a line); prints
+//!                      `done children=N`
+//!   exit-after SECS MIB [TAG]
+//!                      touch MIB MiB, then at SECS seconds after start print `exit faults=F`
+//!                      (its own minflt + majflt from /proc/self/stat) and exit; TAG is only
+//!                      there to be matched
+use std::io::Write as _;
+
+/// minflt + majflt of this process.
+fn own_faults() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest.split_ascii_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+    // After the comm: state(0) ppid(1) ... minflt(7) cminflt(8) majflt(9).
+    f.get(7).copied().unwrap_or(0) + f.get(9).copied().unwrap_or(0)
+}
+
+fn touch_fresh(bytes: usize) {
+    // SAFETY: anonymous private mapping, checked, written inside its bounds.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            libc::_exit(3);
+        }
+        for off in (0..bytes).step_by(4096) {
+            (p as *mut u8).add(off).write_volatile(1);
+        }
+    }
+}
+
+fn fork_children(n: usize, pidfile: &str) {
+    let mut pids = String::new();
+    for _ in 0..n {
+        // SAFETY: single-threaded; the child only maps, writes and _exits.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+            0 => {
+                touch_fresh(8 * 4096);
+                // SAFETY: ends the child without running the parent's atexit handlers.
+                unsafe { libc::_exit(0) }
+            }
+            child => {
+                let mut status = 0;
+                // SAFETY: waits for our own child.
+                unsafe { libc::waitpid(child, &mut status, 0) };
+                pids.push_str(&format!("{child}\n"));
+            }
+        }
+    }
+    std::fs::write(pidfile, pids).unwrap_or_else(|e| panic!("writing {pidfile}: {e}"));
+    println!("done children={n}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    match arg(0) {
+        "fork" => fork_children(arg(1).parse().expect("fork N PIDFILE"), arg(2)),
+        "exit-after" => {
+            let start = std::time::Instant::now();
+            let secs: f64 = arg(1).parse().expect("exit-after SECS MIB");
+            let mib: usize = arg(2).parse().expect("exit-after SECS MIB");
+            touch_fresh(mib << 20);
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs).saturating_sub(start.elapsed()));
+            let faults = own_faults();
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "exit faults={faults}");
+            let _ = out.flush();
+        }
+        other => {
+            eprintln!("tierscope-churn: unknown action `{other}` (fork N PIDFILE | exit-after SECS MIB [TAG])");
+            std::process::exit(2);
+        }
+    }
+}
