@@ -85,7 +85,8 @@ pub struct NodeResult {
     pub on_node_pct: f64,
     /// Nanoseconds per dependent load.
     pub latency_ns: Repeats,
-    /// Read bandwidth, 10^9 bytes/s: per reader thread, bytes over its CPU time, summed.
+    /// Read bandwidth, 10^9 bytes/s: bytes every reader read over the wall time of the
+    /// concurrent phase.
     pub bandwidth_gbps: Repeats,
     pub bandwidth_threads: usize,
     /// Absent when the firmware describes nothing for the node.
