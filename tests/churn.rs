@@ -153,3 +153,90 @@ fn bpftool(args: &[&str]) -> serde_json::Value {
     BufReader::new(&out.stdout[..]).lines().map_while(Result::ok).for_each(|l| text.push_str(&l));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bpftool {args:?} JSON: {e}"))
 }
+
+#[path = "export_support.rs"]
+mod export_support;
+
+/// Counters scraped from `tierscope run` never go back while processes (tracked and not) come,
+/// exit, are pruned and their exited series end: what leaves a series folds into `other` and
+/// the node totals.
+#[test]
+#[ignore = "requires root"]
+fn exported_counters_never_decrease_as_processes_exit() {
+    use std::collections::BTreeMap;
+    require_root_and_agent!();
+    let bin = std::path::PathBuf::from(tierscope_tests::tierscope_bin().expect("TIERSCOPE_BIN"));
+    let listen = format!("127.0.0.1:{}", export_support::free_port());
+    let tag = format!("counters-keep-{}", std::process::id());
+    // Grace 0.5 s: processes are pruned half a second after they exit, tracked series end 1 s
+    // after; readings every second (the default).
+    let agent = export_support::Agent::start(&bin, &["--prometheus", &listen, "--match", &tag, "--exited-grace", "0.5"], &[]);
+    let watched = [
+        "tierscope_process_faults_total",
+        "tierscope_process_page_allocations_total",
+        "tierscope_process_numa_moves_total",
+        "tierscope_process_migrations_total",
+        "tierscope_node_page_allocations_total",
+        "tierscope_node_page_frees_total",
+        "tierscope_migrations_total",
+    ];
+    // A series is checked while it is there; `other` and node series must always be there.
+    let mut last: BTreeMap<String, f64> = BTreeMap::new();
+    let mut tracked_seen: BTreeSet<String> = BTreeSet::new();
+    let mut tracked_ended = 0;
+    let mut scrapes = 0;
+    let mut scrape = |last: &mut BTreeMap<String, f64>| {
+        let (status, body) = export_support::http_get(&listen, "/metrics").expect("scrape");
+        assert_eq!(status, 200);
+        let now: BTreeMap<String, f64> = body
+            .lines()
+            .filter(|l| watched.iter().any(|m| l.starts_with(&format!("{m}{{"))))
+            .filter_map(|l| {
+                let (series, v) = l.rsplit_once(' ')?;
+                Some((series.to_string(), v.parse().ok()?))
+            })
+            .collect();
+        for (series, &v) in &now {
+            if let Some(&before) = last.get(series) {
+                assert!(v >= before, "{series} went back from {before} to {v}");
+            }
+            if let Some(pid) = series.split("process_pid=\"").nth(1).and_then(|r| r.split('"').next()) {
+                tracked_seen.insert(pid.to_string());
+            }
+        }
+        for (series, _) in last.iter().filter(|(s, _)| !now.contains_key(*s)) {
+            assert!(series.contains("process_pid="), "{series} vanished");
+            if series.starts_with("tierscope_process_faults_total{") {
+                tracked_ended += 1;
+            }
+        }
+        *last = now;
+        scrapes += 1;
+    };
+    let pidfile = std::env::temp_dir().join(format!("tierscope-counters-{}.pids", std::process::id()));
+    for round in 0..6 {
+        // A tracked process and an untracked one that exit quickly, and 200 forked children.
+        let tracked = Command::new(CHURN).args(["exit-after", "1.5", "4", &tag]).stdout(Stdio::null()).spawn();
+        let untracked = Command::new(CHURN).args(["exit-after", "0.3", "4"]).stdout(Stdio::null()).spawn();
+        let forks = Command::new(CHURN).args(["fork", "200"]).arg(&pidfile).stdout(Stdio::null()).status();
+        assert!(forks.is_ok_and(|s| s.success()), "round {round}: fork churn failed");
+        for c in [tracked, untracked] {
+            let _ = c.expect("spawn churn").wait();
+        }
+        for _ in 0..4 {
+            std::thread::sleep(Duration::from_millis(300));
+            scrape(&mut last);
+        }
+    }
+    // Let the last exited series end.
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(300));
+        scrape(&mut last);
+    }
+    let _ = std::fs::remove_file(&pidfile);
+    eprintln!("{scrapes} scrapes, {} tracked processes seen, {tracked_ended} of their series ended", tracked_seen.len());
+    assert!(last.keys().any(|s| s.contains("process_executable_name=\"other\"")), "no other series");
+    assert!(tracked_seen.len() >= 5, "the 6 tracked processes got series of their own: {tracked_seen:?}");
+    assert!(tracked_ended >= 5, "their series ended after they exited (and folded into other)");
+    assert_eq!(agent.stop(), Some(0));
+}
