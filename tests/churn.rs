@@ -170,7 +170,8 @@ fn exported_counters_never_decrease_as_processes_exit() {
     let tag = format!("counters-keep-{}", std::process::id());
     // Grace 0.5 s: processes are pruned half a second after they exit, tracked series end 1 s
     // after; readings every second (the default).
-    let agent = export_support::Agent::start(&bin, &["--prometheus", &listen, "--match", &tag, "--exited-grace", "0.5"], &[]);
+    let agent =
+        export_support::Agent::start(&bin, &["--prometheus", &listen, "--match", &tag, "--exited-grace", "0.5"], &[]);
     let watched = [
         "tierscope_process_faults_total",
         "tierscope_process_page_allocations_total",
@@ -234,7 +235,10 @@ fn exported_counters_never_decrease_as_processes_exit() {
         scrape(&mut last);
     }
     let _ = std::fs::remove_file(&pidfile);
-    eprintln!("{scrapes} scrapes, {} tracked processes seen, {tracked_ended} of their series ended", tracked_seen.len());
+    eprintln!(
+        "{scrapes} scrapes, {} tracked processes seen, {tracked_ended} of their series ended",
+        tracked_seen.len()
+    );
     assert!(last.keys().any(|s| s.contains("process_executable_name=\"other\"")), "no other series");
     assert!(tracked_seen.len() >= 5, "the 6 tracked processes got series of their own: {tracked_seen:?}");
     assert!(tracked_ended >= 5, "their series ended after they exited (and folded into other)");
