@@ -13,6 +13,7 @@ use crate::{
 pub mod check;
 pub mod probe_latency;
 pub mod run;
+pub mod signals;
 pub mod snapshot;
 pub mod top;
 pub mod topology;

@@ -15,7 +15,7 @@ use crate::{
     cli::RunArgs,
     collect::session::Session,
     export::{
-        config::{Config, Flags, Protocol},
+        config::{Config, ConfigError, Flags, Protocol},
         instruments::{self, AgentHealth, ExportInput, NodeState, Tracked},
         logs,
         meter::{self, ExportStats, Latest},
@@ -25,6 +25,8 @@ use crate::{
     model::scan_plan::ScanBudget,
     model::{agent::Attach, cgroup, Model},
 };
+
+use super::signals::{Request, Signals};
 
 /// How long the OTLP task may try to send what is queued at shutdown.
 const DRAIN: Duration = Duration::from_secs(3);
@@ -63,7 +65,54 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(agent(cfg))
+    let path = args.config.clone();
+    rt.block_on(agent(cfg, move || Config::load(path.as_deref(), &flags)))
+}
+
+/// Applies a configuration read again on SIGHUP: what can change while running changes now; the
+/// rest (endpoints, listen address, intervals of the exporters, tiers, resource) is reported as
+/// taking effect at the next start. Returns (applied, needs a restart), both by setting name.
+fn reload(running: &mut Config, new: Config) -> (Vec<&'static str>, Vec<&'static str>) {
+    let (mut applied, mut restart) = (Vec::new(), Vec::new());
+    let pattern = |c: &Config| c.track_pattern.as_ref().map(|r| r.as_str().to_string());
+    if running.track_pids != new.track_pids {
+        running.track_pids = new.track_pids.clone();
+        applied.push("track.pids");
+    }
+    if pattern(running) != pattern(&new) {
+        running.track_pattern = new.track_pattern.clone();
+        applied.push("track.match");
+    }
+    if running.max_tracked != new.max_tracked {
+        running.max_tracked = new.max_tracked;
+        applied.push("collect.max_tracked");
+    }
+    if running.read_interval != new.read_interval {
+        running.read_interval = new.read_interval;
+        applied.push("collect.read_interval_ms");
+    }
+    if running.residency_interval != new.residency_interval {
+        running.residency_interval = new.residency_interval;
+        applied.push("collect.residency_interval_ms");
+    }
+    if running.probe_interval != new.probe_interval {
+        running.probe_interval = new.probe_interval;
+        applied.push("latency.probe_interval_s");
+    }
+    for (changed, name) in [
+        (running.otlp != new.otlp, "otlp"),
+        (running.prometheus != new.prometheus, "prometheus.listen"),
+        (running.interval != new.interval, "export.interval_ms"),
+        (running.queue_batches != new.queue_batches, "export.queue_batches"),
+        (running.backoff_initial != new.backoff_initial || running.backoff_max != new.backoff_max, "export.backoff_*"),
+        (running.resource_attributes != new.resource_attributes, "resource"),
+        (running.tiers != new.tiers, "tiers"),
+    ] {
+        if changed {
+            restart.push(name);
+        }
+    }
+    (applied, restart)
 }
 
 /// Which processes get their own series: sticky once chosen, bounded by `max_tracked`. An
@@ -173,7 +222,9 @@ fn node_states(s: &Session) -> Vec<NodeState> {
         .collect()
 }
 
-async fn agent(cfg: Config) -> Result<i32> {
+async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) -> Result<i32> {
+    // Before anything slow: a signal from now on is seen, however busy the first turns are.
+    let mut signals = Signals::install()?;
     // Bind first: a taken port fails in a second, before the probes load.
     let listener = match cfg.prometheus {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
@@ -279,13 +330,39 @@ async fn agent(cfg: Config) -> Result<i32> {
     let mut next_scan = Instant::now();
     let mut tick = tokio::time::interval(cfg.read_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
     loop {
         tokio::select! {
+            // Signals first: a stop that arrived during a long turn is not put off by one more.
+            biased;
+            req = signals.recv() => match req {
+                Request::Stop(name) => {
+                    eprintln!("tierscope: {name}: flushing and stopping");
+                    break;
+                }
+                Request::Reload => {
+                    match load() {
+                        Err(e) => eprintln!("tierscope: SIGHUP: keeping the running configuration: {e}"),
+                        Ok(new) => {
+                            let (applied, restart) = reload(&mut cfg, new);
+                            if applied.contains(&"collect.read_interval_ms") {
+                                tick = tokio::time::interval(cfg.read_interval);
+                                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                            }
+                            if applied.contains(&"latency.probe_interval_s") {
+                                probe = cfg.probe_interval.map(|i| PeriodicProbe::new(i, cfg.tiers.clone()));
+                            }
+                            tracking.full_warned = false;
+                            eprintln!(
+                                "tierscope: SIGHUP: configuration reloaded; applied: {}; at the next start: {}",
+                                if applied.is_empty() { "nothing changed".to_string() } else { applied.join(", ") },
+                                if restart.is_empty() { "nothing".to_string() } else { restart.join(", ") },
+                            );
+                        }
+                    }
+                    continue;
+                }
+            },
             _ = tick.tick() => {}
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
         }
         s.read_counters();
         if let Some(p) = &mut probe {

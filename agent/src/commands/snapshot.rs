@@ -15,6 +15,7 @@ use crate::{
 const READ_EVERY: Duration = Duration::from_millis(500);
 
 pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions) -> Result<()> {
+    let mut signals = super::signals::Signals::install()?;
     let mut s = Session::start_with(opts)?;
     // Processes that exit and are pruned while we watch stay listed with their final totals.
     let window = s.model.departed.open_window(s.started_ns);
@@ -27,7 +28,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             _ = tick.tick() => s.read_counters(),
-            _ = tokio::signal::ctrl_c() => break,
+            // Ctrl-C ends the watch early; the document covers what was seen.
+            _ = signals.stop() => break,
         }
     }
     // Let the ring buffer reader deliver what the kernel already wrote.

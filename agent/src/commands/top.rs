@@ -187,11 +187,9 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     let mut render = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(args.fps)));
     render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("SIGTERM handler")?;
-    // The terminal going away (tmux kill-session, a closed ssh) ends the UI the same clean way.
-    let mut hangup =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
+    // SIGINT, SIGTERM and the terminal going away (SIGHUP: tmux kill-session, a closed ssh) end
+    // the UI the same clean way.
+    let mut signals = super::signals::Signals::install()?;
     let mut dirty = true;
     let page_size = session.page_size;
     let mut probe = TierProbe::NotRun;
@@ -320,9 +318,7 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                 probe.apply(msg, counters::monotonic_ns());
                 dirty = true;
             }
-            _ = tokio::signal::ctrl_c() => break Ok(()),
-            _ = term.recv() => break Ok(()),
-            _ = hangup.recv() => break Ok(()),
+            _ = signals.stop() => break Ok(()),
         }
     };
 
