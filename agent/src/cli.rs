@@ -52,6 +52,10 @@ pub enum Command {
     },
     /// Idle load latency (pointer chase) and read bandwidth of each node's memory, beside HMAT.
     ProbeLatency(ProbeLatencyArgs),
+    /// Record a profiling session to a file (with a command: start it, follow it to its exit).
+    Record(RecordArgs),
+    /// A recorded session as one self-contained HTML page (or Markdown, or JSON).
+    Report(ReportArgs),
     /// The `top --demo` workload (started by the TUI, not by hand).
     #[command(hide = true)]
     DemoWorkload(crate::demo::DemoArgs),
@@ -197,4 +201,46 @@ pub struct ProbeLatencyArgs {
     /// Reader threads for bandwidth (default: every usable CPU of the measuring node).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+// `tierscope record`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RecordArgs {
+    /// The session file to write (mode 0600).
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Stop after this many seconds (default: when the command exits, or at Ctrl-C).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Milliseconds between two frames of the model (100-60000).
+    #[arg(long, default_value_t = 1000)]
+    pub interval_ms: u64,
+    #[command(flatten)]
+    pub select: Select,
+    #[command(flatten)]
+    pub tiers: TierFlags,
+    /// The command to start and record, with its arguments (after `--`).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// What `report` writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    #[default]
+    Html,
+    Md,
+    Json,
+}
+
+// `tierscope report`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ReportArgs {
+    /// A session file written by `tierscope record`.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
+    pub format: ReportFormat,
+    /// Write here instead of standard output.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
 }

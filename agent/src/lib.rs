@@ -11,6 +11,8 @@ pub mod health;
 pub mod latency;
 pub mod logging;
 pub mod model;
+pub mod recording;
+pub mod report;
 pub mod topology;
 pub mod trace_format;
 pub mod tui;

@@ -12,6 +12,8 @@ use crate::{
 
 pub mod check;
 pub mod probe_latency;
+pub mod record;
+pub mod report;
 pub mod run;
 pub mod signals;
 pub mod snapshot;
@@ -36,12 +38,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Topology { json, sysfs_root } => topology::run(json, &sysfs_root).map(|()| 0),
         Command::ProbeLatency(args) => probe_latency::run(args),
+        Command::Record(args) => record::run(args),
+        Command::Report(args) => report::run(args),
         Command::DemoWorkload(args) => crate::demo::run_workload(args),
     }
 }
 
 /// What the tier and sampling flags ask of a watching session.
-fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) -> SessionOptions {
+pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) -> SessionOptions {
     SessionOptions {
         pattern,
         tiers: TierOverrides { cxl: tiers.cxl_nodes.clone(), dram: vec![] },

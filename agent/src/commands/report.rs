@@ -1,0 +1,49 @@
+//! `tierscope report FILE [--format html|md|json] [-o OUT]`: a recorded session as a
+//! self-contained HTML page, Markdown, or JSON for scripts.
+use anyhow::{Context as _, Result};
+
+use crate::{
+    cli::{ReportArgs, ReportFormat},
+    recording,
+    report::{analysis, html, markdown},
+};
+
+/// Reads a session, printing its warnings (a truncated file, no end record) on stderr.
+pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
+    let rec = recording::read(path)?;
+    for w in &rec.warnings {
+        eprintln!("tierscope: warning: {w}");
+    }
+    Ok(rec)
+}
+
+/// Writes `text` to `out`, or standard output.
+pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
+    match out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display())),
+        None => {
+            use std::io::Write as _;
+            let mut o = std::io::stdout().lock();
+            o.write_all(text.as_bytes()).and_then(|()| o.flush()).context("writing to standard output")
+        }
+    }
+}
+
+pub fn run(args: ReportArgs) -> Result<i32> {
+    let rec = open(&args.file)?;
+    let a = analysis::analyze(&rec);
+    let title = format!(
+        "tierscope report: {}",
+        args.file.file_name().map_or_else(|| args.file.display().to_string(), |n| n.to_string_lossy().into_owned())
+    );
+    let text = match args.format {
+        ReportFormat::Html => html::render(&a, &title),
+        ReportFormat::Md => markdown::render(&a, &title),
+        ReportFormat::Json => serde_json::to_string_pretty(&a)? + "\n",
+    };
+    emit(&text, args.output.as_deref())?;
+    if let Some(p) = &args.output {
+        eprintln!("tierscope: wrote {}", p.display());
+    }
+    Ok(0)
+}

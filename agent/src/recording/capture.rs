@@ -1,0 +1,174 @@
+//! What a recorder writes at each interval, taken from the snapshot document of the model
+//! (`model::snapshot`) plus the histogram buckets the document summarizes. Pure: values in,
+//! records out; remembers what it wrote so identities, events and sites are written on change.
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::records::{
+    EventKind, EventRec, Frame, Migrations, NodeFrame, NodeRec, ProcessFrame, ProcessInfo, Record, SiteRec, SitesRec,
+    TopologyRec,
+};
+use crate::model::{migration::MigrationTotals, snapshot::Snapshot, Model};
+
+/// The topology record from the snapshot's nodes.
+pub fn topology(snap: &Snapshot) -> Record {
+    Record::Topology(TopologyRec {
+        nodes: snap
+            .nodes
+            .iter()
+            .map(|n| NodeRec {
+                id: n.info.id,
+                tier: n.info.tier.clone(),
+                tier_evidence: n.info.tier_evidence.clone(),
+                cpus: n.info.cpus.clone(),
+                mem_total_bytes: n.info.mem_total_bytes,
+            })
+            .collect(),
+    })
+}
+
+fn migrations(m: &MigrationTotals) -> Migrations {
+    Migrations { calls: m.calls, succeeded: m.succeeded, failed: m.failed }
+}
+
+fn by_node(m: &BTreeMap<String, u64>) -> BTreeMap<u32, u64> {
+    m.iter().filter_map(|(k, v)| Some((k.parse().ok()?, *v))).collect()
+}
+
+/// Remembers what was written so far.
+#[derive(Debug, Default)]
+pub struct Capture {
+    identities: BTreeMap<u32, ProcessInfo>,
+    live: BTreeSet<u32>,
+    exited: BTreeSet<u32>,
+    last_policy_ns: BTreeMap<u32, u64>,
+    last_health_ns: u64,
+    last_migrations: BTreeMap<String, Migrations>,
+    sites: BTreeMap<u32, Vec<SiteRec>>,
+}
+
+impl Capture {
+    /// The records for one interval: identities that changed, events since the last call, the
+    /// frame, and sites that changed.
+    pub fn observe(&mut self, snap: &Snapshot, model: &Model, t_ms: u64) -> Vec<Record> {
+        let mut out = Vec::new();
+        let event = |kind| Record::Event(EventRec { t_ms, kind });
+        for p in &snap.processes {
+            let info = ProcessInfo {
+                t_ms,
+                pid: p.pid,
+                ppid: p.ppid,
+                comm: p.comm.clone(),
+                cmdline: p.cmdline.clone(),
+                job: p.job.clone(),
+                rank: p.rank,
+                local_rank: p.local_rank,
+                world_size: p.world_size,
+            };
+            let changed =
+                self.identities.get(&p.pid).is_none_or(|old| ProcessInfo { t_ms: old.t_ms, ..info.clone() } != *old);
+            if changed {
+                self.identities.insert(p.pid, info.clone());
+                out.push(Record::Process(info));
+            }
+            if !p.exited && self.live.insert(p.pid) {
+                self.exited.remove(&p.pid);
+                out.push(event(EventKind::Exec { pid: p.pid, comm: p.comm.clone() }));
+            }
+            if p.exited && self.exited.insert(p.pid) {
+                self.live.remove(&p.pid);
+                out.push(event(EventKind::Exit { pid: p.pid, comm: p.comm.clone() }));
+            }
+            let seen = self.last_policy_ns.get(&p.pid).copied().unwrap_or(0);
+            for d in p.policy_events.iter().filter(|d| d.ts_ns > seen) {
+                out.push(event(EventKind::Policy {
+                    pid: p.pid,
+                    syscall: d.syscall.to_string(),
+                    mode: d.mode.clone(),
+                    nodes: d.nodes.clone(),
+                }));
+            }
+            if let Some(last) = p.policy_events.iter().map(|d| d.ts_ns).max() {
+                self.last_policy_ns.insert(p.pid, last.max(seen));
+            }
+        }
+        for e in snap.health.events.iter().filter(|e| e.event.ts_ns > self.last_health_ns) {
+            let word = |v: serde_json::Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            out.push(event(EventKind::Health {
+                kind: word(serde_json::to_value(e.event.kind).unwrap_or_default()),
+                severity: word(serde_json::to_value(e.event.severity).unwrap_or_default()),
+                device: e.event.device.clone(),
+                node: e.event.node,
+                summary: e.event.summary.clone(),
+            }));
+        }
+        self.last_health_ns =
+            snap.health.events.iter().map(|e| e.event.ts_ns).max().unwrap_or(0).max(self.last_health_ns);
+        let frame = frame(snap, model, t_ms);
+        for (reason, m) in &frame.migrations {
+            let before = self.last_migrations.get(reason).copied().unwrap_or_default();
+            let (pages, failed) =
+                (m.succeeded.saturating_sub(before.succeeded), m.failed.saturating_sub(before.failed));
+            if pages > 0 || failed > 0 {
+                out.push(event(EventKind::Migration { reason: reason.clone(), pages, failed }));
+            }
+        }
+        self.last_migrations = frame.migrations.clone();
+        out.push(Record::Frame(frame));
+        for p in &snap.processes {
+            let sites: Vec<SiteRec> = p
+                .top_cxl_alloc_sites
+                .iter()
+                .map(|s| SiteRec { frames: s.frames.clone(), pages: s.pages, sampled_pages: s.sampled_pages })
+                .collect();
+            if !sites.is_empty() && self.sites.get(&p.pid) != Some(&sites) {
+                self.sites.insert(p.pid, sites.clone());
+                out.push(Record::Sites(SitesRec { t_ms, pid: p.pid, sites }));
+            }
+        }
+        out
+    }
+}
+
+/// The frame: the snapshot's figures, with the latency buckets the snapshot only summarizes.
+pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
+    Frame {
+        t_ms,
+        nodes: snap
+            .nodes
+            .iter()
+            .map(|n| NodeFrame {
+                id: n.info.id,
+                alloc_pages: n.alloc_pages,
+                freed_pages: n.freed_pages,
+                mem_free_bytes: n.info.mem_free_bytes,
+            })
+            .collect(),
+        migrations: snap.migrations.iter().map(|(k, m)| (k.clone(), migrations(&m.totals))).collect(),
+        migrate_latency: model
+            .migrate_latency
+            .iter()
+            .filter(|(_, h)| h.count() > 0)
+            .map(|(k, h)| (k.clone(), h.buckets.clone()))
+            .collect(),
+        tiering: snap.tiering.as_ref().map(|t| t.system.delta.clone()).unwrap_or_default(),
+        processes: snap
+            .processes
+            .iter()
+            .map(|p| ProcessFrame {
+                pid: p.pid,
+                faults: p.faults,
+                alloc_pages_by_node: by_node(&p.alloc_pages_by_node),
+                resident_pages_by_node: p.residency_age_ms.map(|_| by_node(&p.resident_pages_by_node)),
+                resident_bytes_by_tier: p.residency_age_ms.map(|_| p.resident_bytes_by_tier.clone()),
+                migrations: p.migrations.iter().map(|(k, m)| (k.clone(), migrations(m))).collect(),
+                fault_latency: model
+                    .processes
+                    .get(&p.pid)
+                    .map(|m| m.fault_latency.buckets.clone())
+                    .filter(|b| b.iter().any(|&c| c > 0))
+                    .unwrap_or_default(),
+                exited: p.exited,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,191 @@
+//! Profiling sessions on disk: the file format ([`format`]), its records ([`records`]), the
+//! writer and the reader here, and what a recorder takes from each snapshot of the model
+//! ([`capture`]). Documented in docs/session-format.md.
+pub mod capture;
+pub mod format;
+pub mod records;
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::Write as _,
+    path::{Path, PathBuf},
+};
+
+use records::{EndRec, EventRec, Frame, Meta, ProcessInfo, Record, SitesRec, TopologyRec};
+
+/// Why a session file could not be read. Each is one line that names the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Format { path: PathBuf, source: format::FormatError },
+    #[error("{path}: corrupt record {line} of chunk {chunk} ({why})")]
+    BadRecord { path: PathBuf, chunk: usize, line: usize, why: String },
+    #[error("{path}: no session header record (the recorder stopped before its first interval?)")]
+    NoMeta { path: PathBuf },
+    #[error("{path}: schema {found} is not {expected}: update tierscope", expected = records::SCHEMA)]
+    Schema { path: PathBuf, found: String },
+}
+
+/// A whole session, as read.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub meta: Meta,
+    pub topology: Option<TopologyRec>,
+    /// The latest identity of every process seen.
+    pub processes: BTreeMap<u32, ProcessInfo>,
+    pub frames: Vec<Frame>,
+    pub events: Vec<EventRec>,
+    /// The latest CXL allocation sites of every process that had some.
+    pub sites: BTreeMap<u32, SitesRec>,
+    pub end: Option<EndRec>,
+    /// What the reader had to skip (a partial last chunk) or could not find (no end record).
+    pub warnings: Vec<String>,
+}
+
+impl Recording {
+    /// Seconds the recording covers (to its last frame).
+    pub fn duration_s(&self) -> f64 {
+        self.frames.last().map_or(0.0, |f| f.t_ms as f64 / 1e3)
+    }
+}
+
+/// Reads a session file.
+pub fn read(path: &Path) -> Result<Recording, ReadError> {
+    let bytes = std::fs::read(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+    parse(&bytes, path)
+}
+
+/// Reads a session from its bytes (`path` names it in errors).
+pub fn parse(bytes: &[u8], path: &Path) -> Result<Recording, ReadError> {
+    let p = || path.to_path_buf();
+    let chunks = format::decode(bytes).map_err(|source| ReadError::Format { path: p(), source })?;
+    let mut meta = None;
+    let mut rec = Recording {
+        meta: Meta {
+            schema: String::new(),
+            tool_version: String::new(),
+            host: String::new(),
+            kernel: String::new(),
+            started_unix_ms: 0,
+            interval_ms: 0,
+            page_size: 0,
+            site_sample_every: 0,
+            command: vec![],
+            selection: String::new(),
+        },
+        topology: None,
+        processes: BTreeMap::new(),
+        frames: vec![],
+        events: vec![],
+        sites: BTreeMap::new(),
+        end: None,
+        warnings: vec![],
+    };
+    for (ci, chunk) in chunks.chunks.iter().enumerate() {
+        for (li, line) in chunk.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+            let r: Record = serde_json::from_slice(line).map_err(|e| ReadError::BadRecord {
+                path: p(),
+                chunk: ci + 1,
+                line: li + 1,
+                why: e.to_string(),
+            })?;
+            match r {
+                Record::Meta(m) => {
+                    if m.schema != records::SCHEMA {
+                        return Err(ReadError::Schema { path: p(), found: m.schema });
+                    }
+                    meta = Some(m);
+                }
+                Record::Topology(t) => rec.topology = Some(t),
+                Record::Process(i) => {
+                    rec.processes.insert(i.pid, i);
+                }
+                Record::Frame(f) => rec.frames.push(f),
+                Record::Event(e) => rec.events.push(e),
+                Record::Sites(s) => {
+                    rec.sites.insert(s.pid, s);
+                }
+                Record::End(e) => rec.end = Some(e),
+            }
+        }
+    }
+    rec.meta = meta.ok_or_else(|| ReadError::NoMeta { path: p() })?;
+    if let Some((at, len)) = chunks.truncated {
+        rec.warnings.push(format!(
+            "{}: truncated: the last {len} bytes (a partial chunk at byte {at}) were ignored; read up to {:.1} s",
+            path.display(),
+            rec.duration_s()
+        ));
+    }
+    if rec.end.is_none() {
+        rec.warnings.push(format!(
+            "{}: the recording has no end (the recorder was killed or is still running): read up to {:.1} s",
+            path.display(),
+            rec.duration_s()
+        ));
+    }
+    Ok(rec)
+}
+
+/// Writes a session: records are buffered and written as one chunk per [`SessionWriter::flush`].
+pub struct SessionWriter {
+    file: File,
+    pending: Vec<u8>,
+    pub path: PathBuf,
+    pub bytes_written: u64,
+}
+
+impl SessionWriter {
+    /// Creates (or truncates) `path` with mode 0600 and writes the header. Under sudo the file is
+    /// given to the invoking user (SUDO_UID/SUDO_GID), who can then read it without root.
+    pub fn create(path: &Path) -> std::io::Result<SessionWriter> {
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+        // An existing file keeps its mode through open(): set it.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        if let (Some(uid), Some(gid)) = (sudo_id("SUDO_UID"), sudo_id("SUDO_GID")) {
+            if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
+                tracing::warn!("giving {} to uid {uid}: {e}", path.display());
+            }
+        }
+        let header = format::header();
+        file.write_all(&header)?;
+        Ok(SessionWriter { file, pending: Vec::new(), path: path.to_path_buf(), bytes_written: header.len() as u64 })
+    }
+
+    pub fn push(&mut self, r: &Record) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.pending, r)?;
+        self.pending.push(b'\n');
+        Ok(())
+    }
+
+    /// Writes what was pushed since the last flush as one chunk (one `write`).
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let chunk = format::encode_chunk(&self.pending)?;
+        self.file.write_all(&chunk)?;
+        self.bytes_written += chunk.len() as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Flushes and syncs.
+    pub fn finish(mut self) -> std::io::Result<u64> {
+        self.flush()?;
+        self.file.sync_all()?;
+        Ok(self.bytes_written)
+    }
+}
+
+/// SUDO_UID / SUDO_GID when running under sudo.
+pub fn sudo_id(var: &str) -> Option<u32> {
+    std::env::var(var).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests;

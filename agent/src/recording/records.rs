@@ -1,0 +1,190 @@
+//! What a session file holds: one JSON record per line inside the chunks (see
+//! docs/session-format.md). Maps are keyed by node id or tier name; counters are cumulative since
+//! the recording started, so a reader takes differences between frames for rates.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The schema name in the `meta` record.
+pub const SCHEMA: &str = "tierscope.session/v1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Externally tagged (`{"frame":{...}}`): the body is read without buffering, so maps keep
+/// their integer keys.
+#[serde(rename_all = "snake_case")]
+pub enum Record {
+    Meta(Meta),
+    Topology(TopologyRec),
+    /// A process seen for the first time, or whose identity (job, rank, command) changed.
+    Process(ProcessInfo),
+    Frame(Frame),
+    Event(EventRec),
+    /// The CXL allocation sites of a process (cumulative), when they changed.
+    Sites(SitesRec),
+    End(EndRec),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub schema: String,
+    pub tool_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall clock at the start (ms since the Unix epoch).
+    pub started_unix_ms: u64,
+    pub interval_ms: u64,
+    pub page_size: u64,
+    /// One in this many CXL-tier allocations had its stack taken.
+    pub site_sample_every: u32,
+    /// The command recorded (`record -- CMD ARGS`), empty when watching.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// What was selected, in words (`--pid 12`, `--match python`, `the command and its children`).
+    pub selection: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopologyRec {
+    pub nodes: Vec<NodeRec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeRec {
+    pub id: u32,
+    pub tier: String,
+    pub tier_evidence: String,
+    pub cpus: Vec<u32>,
+    pub mem_total_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub t_ms: u64,
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub job: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+/// The model at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Milliseconds since the recording started.
+    pub t_ms: u64,
+    pub nodes: Vec<NodeFrame>,
+    /// Every process's migrations by reason (kernel threads such as kswapd included).
+    pub migrations: BTreeMap<String, Migrations>,
+    /// Migration latency per reason: counts per log2 bucket of nanoseconds (cumulative).
+    #[serde(default)]
+    pub migrate_latency: BTreeMap<String, Vec<u64>>,
+    /// Kernel tiering counters (pgpromote_success, pgdemote_kswapd, numa_hint_faults...) since
+    /// the start.
+    #[serde(default)]
+    pub tiering: BTreeMap<String, u64>,
+    pub processes: Vec<ProcessFrame>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeFrame {
+    pub id: u32,
+    /// Base pages allocated on / freed from this node since the start, every process.
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
+    pub mem_free_bytes: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migrations {
+    pub calls: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessFrame {
+    pub pid: u32,
+    /// User page faults since the process was first seen.
+    pub faults: u64,
+    pub alloc_pages_by_node: BTreeMap<u32, u64>,
+    /// From numa_maps; absent when it was not read (yet) or unreadable.
+    #[serde(default)]
+    pub resident_pages_by_node: Option<BTreeMap<u32, u64>>,
+    #[serde(default)]
+    pub resident_bytes_by_tier: Option<BTreeMap<String, u64>>,
+    pub migrations: BTreeMap<String, Migrations>,
+    /// Fault latency, counts per log2 bucket of nanoseconds (where the kernel allows measuring).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fault_latency: Vec<u64>,
+    pub exited: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRec {
+    pub t_ms: u64,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A selected process appeared (exec'd or was found).
+    Exec {
+        pid: u32,
+        comm: String,
+    },
+    Exit {
+        pid: u32,
+        comm: String,
+    },
+    /// A placement syscall (mbind, set_mempolicy, migrate_pages, move_pages...).
+    Policy {
+        pid: u32,
+        syscall: String,
+        mode: Option<String>,
+        nodes: Vec<u32>,
+    },
+    /// Pages migrated for a reason during the last interval (every process).
+    Migration {
+        reason: String,
+        pages: u64,
+        failed: u64,
+    },
+    Health {
+        kind: String,
+        severity: String,
+        device: Option<String>,
+        node: Option<u32>,
+        summary: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SitesRec {
+    pub t_ms: u64,
+    pub pid: u32,
+    pub sites: Vec<SiteRec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteRec {
+    /// Innermost first.
+    pub frames: Vec<String>,
+    /// Estimated pages (sampled pages times the sampling rate).
+    pub pages: u64,
+    pub sampled_pages: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndRec {
+    pub t_ms: u64,
+    /// `duration`, `interrupted`, `command exited`, `terminated`.
+    pub reason: String,
+    pub exit_code: Option<i32>,
+    /// Everything lost while recording, by where.
+    pub drops: BTreeMap<String, u64>,
+}

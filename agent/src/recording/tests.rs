@@ -1,0 +1,243 @@
+//! The writer and reader together: round trips, every truncation, flipped bits, and a bounded
+//! random-mutation pass (the reader never panics; it reads or says why in one line).
+use std::path::Path;
+
+use super::{
+    format,
+    records::{EndRec, EventKind, EventRec, Frame, Meta, NodeFrame, ProcessFrame, Record, SiteRec, SitesRec, SCHEMA},
+    *,
+};
+
+fn meta() -> Meta {
+    Meta {
+        schema: SCHEMA.into(),
+        tool_version: "0.1.0".into(),
+        host: "h".into(),
+        kernel: "6.18".into(),
+        started_unix_ms: 1,
+        interval_ms: 1000,
+        page_size: 4096,
+        site_sample_every: 1,
+        command: vec!["python3".into(), "train.py".into()],
+        selection: "the command and its children".into(),
+    }
+}
+
+fn frame(t_ms: u64) -> Frame {
+    Frame {
+        t_ms,
+        nodes: vec![NodeFrame { id: 0, alloc_pages: t_ms, freed_pages: 1, mem_free_bytes: Some(1 << 30) }],
+        processes: vec![ProcessFrame {
+            pid: 42,
+            faults: t_ms * 3,
+            alloc_pages_by_node: [(0, t_ms), (1, 2 * t_ms)].into(),
+            resident_pages_by_node: Some([(1, 100 + t_ms)].into()),
+            resident_bytes_by_tier: Some([("cxl".to_string(), 4096 * (100 + t_ms))].into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// A session of three intervals, one chunk each, written by the real writer; returns the file
+/// and the offset where each chunk starts.
+pub(crate) fn sample_file(dir: &Path) -> (Vec<u8>, Vec<usize>) {
+    let path = dir.join("sample.tscope");
+    let mut w = SessionWriter::create(&path).unwrap();
+    let mut starts = vec![];
+    for i in 0..3u64 {
+        starts.push(w.bytes_written as usize);
+        if i == 0 {
+            w.push(&Record::Meta(meta())).unwrap();
+        }
+        w.push(&Record::Frame(frame(i * 1000))).unwrap();
+        w.push(&Record::Event(EventRec {
+            t_ms: i * 1000,
+            kind: EventKind::Migration { reason: "syscall_or_cpuset".into(), pages: 5, failed: 0 },
+        }))
+        .unwrap();
+        w.flush().unwrap();
+    }
+    starts.push(w.bytes_written as usize);
+    w.push(&Record::Sites(SitesRec {
+        t_ms: 2000,
+        pid: 42,
+        sites: vec![SiteRec { frames: vec!["alloc+0x1 (a.out)".into()], pages: 8, sampled_pages: 8 }],
+    }))
+    .unwrap();
+    w.push(&Record::End(EndRec { t_ms: 2000, reason: "duration".into(), exit_code: None, drops: Default::default() }))
+        .unwrap();
+    w.finish().unwrap();
+    (std::fs::read(&path).unwrap(), starts)
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tierscope-rec-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_written_session_reads_back_whole() {
+    let d = tmp("whole");
+    let (bytes, _) = sample_file(&d);
+    let r = parse(&bytes, Path::new("s")).unwrap();
+    assert_eq!(r.meta, meta());
+    assert_eq!(r.frames.len(), 3);
+    assert_eq!(r.frames[2], frame(2000));
+    assert_eq!(r.events.len(), 3);
+    assert_eq!(r.sites[&42].sites[0].pages, 8);
+    assert_eq!(r.end.as_ref().map(|e| e.reason.as_str()), Some("duration"));
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert_eq!(r.duration_s(), 2.0);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(d.join("sample.tscope")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn an_existing_file_is_made_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = tmp("mode");
+    let p = d.join("old");
+    std::fs::write(&p, b"old contents").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    SessionWriter::create(&p).unwrap().finish().unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read(&p).unwrap(), format::header());
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn every_truncation_reads_up_to_the_last_whole_chunk_or_says_why() {
+    let d = tmp("cut");
+    let (bytes, starts) = sample_file(&d);
+    for cut in 0..bytes.len() {
+        let r = parse(&bytes[..cut], Path::new("s"));
+        // Whole chunks before the cut.
+        let whole = starts.iter().skip(1).filter(|&&s| s <= cut).count();
+        match r {
+            Ok(r) => {
+                assert!(whole >= 1, "cut {cut}: read without its meta chunk");
+                assert_eq!(r.frames.len(), whole.min(3), "cut {cut}");
+                assert!(r.end.is_none() || cut == bytes.len());
+                assert!(!r.warnings.is_empty(), "cut {cut}: a cut file must warn");
+                let boundary = starts.contains(&cut);
+                assert_eq!(r.warnings.iter().any(|w| w.contains("truncated")), !boundary, "cut {cut}");
+            }
+            Err(e) => {
+                assert_eq!(whole, 0, "cut {cut}: {e}");
+                assert_eq!(e.to_string().lines().count(), 1);
+            }
+        }
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn every_single_bit_flip_is_caught_or_harmless() {
+    let d = tmp("flip");
+    let (bytes, _) = sample_file(&d);
+    let whole = parse(&bytes, Path::new("s")).unwrap();
+    for i in 0..bytes.len() {
+        for bit in [0, 3, 7] {
+            let mut b = bytes.clone();
+            b[i] ^= 1 << bit;
+            match parse(&b, Path::new("s")) {
+                // Only the reserved header bytes, or a length that now reads as a cut, may pass.
+                Ok(r) => assert!(
+                    (12..16).contains(&i) || !r.warnings.is_empty() && r.frames.len() <= whole.frames.len(),
+                    "byte {i} bit {bit} passed unnoticed"
+                ),
+                Err(e) => assert_eq!(e.to_string().lines().count(), 1, "{e}"),
+            }
+        }
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn wrong_magic_and_future_versions_are_one_line_errors() {
+    let d = tmp("magic");
+    let (mut bytes, _) = sample_file(&d);
+    let mut wrong = bytes.clone();
+    wrong[0] = b'X';
+    let e = parse(&wrong, Path::new("f.tscope")).unwrap_err().to_string();
+    assert!(e.starts_with("f.tscope: not a tierscope session file"), "{e}");
+    bytes[8..12].copy_from_slice(&(format::VERSION + 1).to_le_bytes());
+    let e = parse(&bytes, Path::new("f.tscope")).unwrap_err().to_string();
+    assert!(e.contains("newer than this tierscope reads"), "{e}");
+    let e = read(&d.join("absent")).unwrap_err().to_string();
+    assert!(e.contains("No such file"), "{e}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_bad_record_inside_a_good_chunk_is_an_error() {
+    let mut f = format::header().to_vec();
+    f.extend(format::encode_chunk(b"{\"frame\":{\"t_ms\":\"soon\"}}\n").unwrap());
+    let e = parse(&f, Path::new("s")).unwrap_err().to_string();
+    assert!(e.contains("corrupt record 1 of chunk 1"), "{e}");
+    let mut f = format::header().to_vec();
+    let m = serde_json::to_vec(&Record::Meta(Meta { schema: "tierscope.session/v9".into(), ..meta() })).unwrap();
+    f.extend(format::encode_chunk(&m).unwrap());
+    assert!(parse(&f, Path::new("s")).unwrap_err().to_string().contains("update tierscope"));
+}
+
+/// A small xorshift generator: the fuzz pass is the same on every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Random mutations (bit flips, overwrites, cuts, splices, inserted and repeated ranges) of a
+/// real file; the reader must answer each without a panic, an error in one line.
+#[test]
+fn bounded_random_mutations_never_panic() {
+    let d = tmp("fuzz");
+    let (bytes, _) = sample_file(&d);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..=rng.below(4) {
+            let len = b.len();
+            match rng.below(6) {
+                0 => b[rng.below(len)] ^= 1 << rng.below(8),
+                1 => b[rng.below(len)] = rng.next() as u8,
+                2 => b.truncate(rng.below(len)),
+                3 => {
+                    let at = rng.below(len);
+                    let n = rng.below(16);
+                    b.splice(at..at, (0..n).map(|_| rng.next() as u8));
+                }
+                4 => {
+                    let (a, z) = (rng.below(len), rng.below(len));
+                    let (a, z) = (a.min(z), a.max(z));
+                    let copy = b[a..z].to_vec();
+                    b.extend(copy);
+                }
+                _ => {
+                    let at = rng.below(len);
+                    let n = rng.below(len - at).min(32);
+                    b.drain(at..at + n);
+                }
+            }
+            if b.is_empty() {
+                break;
+            }
+        }
+        if let Err(e) = parse(&b, Path::new("s")) {
+            assert_eq!(e.to_string().lines().count(), 1, "{e}");
+        }
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}

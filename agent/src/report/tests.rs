@@ -1,0 +1,198 @@
+//! The analysis and its renderings over a recording whose memory moves from CXL to DRAM.
+use std::{collections::BTreeMap, path::Path};
+
+use super::{analysis::analyze, html, markdown};
+use crate::recording::{
+    parse,
+    records::{
+        EndRec, EventKind, EventRec, Frame, Meta, Migrations, NodeFrame, NodeRec, ProcessFrame, ProcessInfo, Record,
+        SiteRec, SitesRec, TopologyRec, SCHEMA,
+    },
+    SessionWriter,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// 10 s: 64 MiB on CXL (node 1) for 5 s, then migrate_pages() moves it to DRAM (node 0).
+pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
+    let path = dir.join(if moved { "moved.tscope" } else { "stayed.tscope" });
+    let mut w = SessionWriter::create(&path).unwrap();
+    w.push(&Record::Meta(Meta {
+        schema: SCHEMA.into(),
+        tool_version: "t".into(),
+        host: "guest".into(),
+        kernel: "6.18".into(),
+        started_unix_ms: 0,
+        interval_ms: 1000,
+        page_size: 4096,
+        site_sample_every: 1,
+        command: vec!["ts-alloc".into()],
+        selection: "the command and its children".into(),
+    }))
+    .unwrap();
+    let node = |id: u32, tier: &str| NodeRec {
+        id,
+        tier: tier.into(),
+        tier_evidence: "test".into(),
+        cpus: vec![],
+        mem_total_bytes: Some(1 << 30),
+    };
+    w.push(&Record::Topology(TopologyRec { nodes: vec![node(0, "dram"), node(1, "cxl")] })).unwrap();
+    w.push(&Record::Process(ProcessInfo {
+        t_ms: 0,
+        pid: 7,
+        ppid: 1,
+        comm: "ts-alloc".into(),
+        cmdline: "ts-alloc 64".into(),
+        job: None,
+        rank: None,
+        local_rank: None,
+        world_size: None,
+    }))
+    .unwrap();
+    for i in 0..=10u64 {
+        let after = moved && i >= 5;
+        let tier = if after { "dram" } else { "cxl" };
+        let migrated = if after { 16384 } else { 0 };
+        let mut migrations = BTreeMap::new();
+        if migrated > 0 {
+            migrations.insert("syscall_or_cpuset".to_string(), Migrations { calls: 1, succeeded: migrated, failed: 0 });
+        }
+        w.push(&Record::Frame(Frame {
+            t_ms: i * 1000,
+            nodes: vec![
+                NodeFrame { id: 0, alloc_pages: i * 10, freed_pages: 0, mem_free_bytes: None },
+                NodeFrame { id: 1, alloc_pages: 16384.min(i * 8000), freed_pages: 0, mem_free_bytes: None },
+            ],
+            migrations: migrations.clone(),
+            migrate_latency: if after {
+                [("syscall_or_cpuset".to_string(), vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])]
+                    .into()
+            } else {
+                BTreeMap::new()
+            },
+            tiering: BTreeMap::new(),
+            processes: vec![ProcessFrame {
+                pid: 7,
+                faults: 16384.min(i * 8000),
+                alloc_pages_by_node: [(1, 16384.min(i * 8000))].into(),
+                resident_pages_by_node: Some([(if after { 0 } else { 1 }, 16384)].into()),
+                resident_bytes_by_tier: Some([(tier.to_string(), 64 * MIB)].into()),
+                migrations,
+                fault_latency: vec![],
+                exited: i == 10,
+            }],
+        }))
+        .unwrap();
+        if i == 5 && moved {
+            w.push(&Record::Event(EventRec {
+                t_ms: 5000,
+                kind: EventKind::Policy { pid: 7, syscall: "migrate_pages".into(), mode: None, nodes: vec![0] },
+            }))
+            .unwrap();
+        }
+        w.flush().unwrap();
+    }
+    w.push(&Record::Sites(SitesRec {
+        t_ms: 1000,
+        pid: 7,
+        sites: vec![SiteRec {
+            frames: vec!["touch+0x10 (ts-alloc)".into(), "main+0x40 (ts-alloc)".into()],
+            pages: 16384,
+            sampled_pages: 16384,
+        }],
+    }))
+    .unwrap();
+    w.push(&Record::End(EndRec {
+        t_ms: 10_000,
+        reason: "command exited".into(),
+        exit_code: Some(0),
+        drops: BTreeMap::new(),
+    }))
+    .unwrap();
+    w.finish().unwrap();
+    std::fs::read(path).unwrap()
+}
+
+pub(crate) fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tierscope-report-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn the_analysis_sees_memory_move_from_cxl_to_dram() {
+    let d = tmp("moved");
+    let rec = parse(&moving_session(&d, true), Path::new("m")).unwrap();
+    let a = analyze(&rec);
+    let tier = |t: &str| a.tiers.iter().find(|x| x.tier == t).unwrap().clone();
+    assert_eq!(tier("cxl").peak_bytes, 64 * MIB);
+    assert_eq!(tier("dram").final_bytes, 0, "the process exited at the last frame");
+    // Each frame's value holds until the next: CXL 0..5 s, DRAM 5..10 s (gone at 10 s).
+    assert!((tier("cxl").byte_seconds / (64 * MIB) as f64 - 5.0).abs() < 1e-9, "{:?}", tier("cxl"));
+    assert!((tier("dram").byte_seconds / (64 * MIB) as f64 - 5.0).abs() < 1e-9, "{:?}", tier("dram"));
+    assert!((tier("cxl").share_pct - 50.0).abs() < 1e-9);
+    let m = &a.migrations[0];
+    assert_eq!((m.reason.as_str(), m.pages, m.calls), ("syscall_or_cpuset", 16384, 1));
+    assert_eq!(m.latency.unwrap().count, 1);
+    let moves = a.charts.iter().find(|c| c.id == "migrations").unwrap();
+    let syscall = moves.series.iter().find(|s| s.name.contains("syscall_or_cpuset")).unwrap();
+    assert_eq!(syscall.points.iter().find(|p| p.1 > 0.0), Some(&(5.0, 16384.0)), "the move shows at 5 s");
+    let res = a.charts.iter().find(|c| c.id == "residency").unwrap();
+    let dram = res.series.iter().find(|s| s.name == "dram").unwrap();
+    assert_eq!(dram.points[4].1, 0.0);
+    assert_eq!(dram.points[5].1, (64 * MIB) as f64);
+    assert_eq!(a.sites[0].bytes, 64 * MIB);
+    assert_eq!(a.events.iter().filter(|e| e.what == "migrate_pages").count(), 1);
+    assert_eq!(a.summary.exit_code, Some(0));
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn html_is_self_contained_with_charts_and_markdown_has_the_tables() {
+    let d = tmp("html");
+    let rec = parse(&moving_session(&d, true), Path::new("m")).unwrap();
+    let a = analyze(&rec);
+    let page = html::render(&a, "report <x>");
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    for forbidden in ["<script", "http://", "https://", "<link", "@import", "url("] {
+        let allowed_ns = page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
+        let n = page.matches(forbidden).count();
+        assert!(n == 0 || forbidden == "http://" && n == allowed_ns, "{forbidden} in the page");
+    }
+    assert!(page.matches("<svg class=\"chart\"").count() >= 5);
+    assert!(page.contains("report &lt;x&gt;"));
+    assert!(page.contains("touch+0x10 (ts-alloc)"));
+    let md = markdown::render(&a, "r");
+    assert!(md.contains("| syscall_or_cpuset | 1 | 16384 | 0 |"), "{md}");
+    assert!(md.contains("`touch+0x10 (ts-alloc)`"));
+    let json = serde_json::to_value(&a).unwrap();
+    assert_eq!(json["schema"], "tierscope.report/v1");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn an_empty_recording_reports_without_dividing_by_zero() {
+    let d = tmp("empty");
+    let mut w = SessionWriter::create(&d.join("e")).unwrap();
+    w.push(&Record::Meta(Meta {
+        schema: SCHEMA.into(),
+        tool_version: "t".into(),
+        host: "h".into(),
+        kernel: "k".into(),
+        started_unix_ms: 0,
+        interval_ms: 1000,
+        page_size: 4096,
+        site_sample_every: 1,
+        command: vec![],
+        selection: "s".into(),
+    }))
+    .unwrap();
+    w.finish().unwrap();
+    let rec = crate::recording::read(&d.join("e")).unwrap();
+    let a = analyze(&rec);
+    assert_eq!(a.faults_per_s, 0.0);
+    let page = html::render(&a, "e");
+    assert!(page.contains("nothing recorded") && !page.contains("NaN"));
+    std::fs::remove_dir_all(d).unwrap();
+}
