@@ -6,6 +6,9 @@ use anyhow::{Context as _, Result};
 
 use crate::{build, cmd, setup, vm};
 
+/// Debian packages only the tests need.
+const TEST_PACKAGES: &[&str] = &["chromium"];
+
 pub fn run(with_vm: bool) -> Result<()> {
     setup::run()?;
     let bin = build::agent_release()?;
@@ -21,6 +24,8 @@ pub fn run(with_vm: bool) -> Result<()> {
         "tierscope-tests",
     ]))
     .context("unit tests failed")?;
+    // Real readers the tests use: headless Chromium renders the HTML report (issue 15).
+    setup::apt_install(TEST_PACKAGES)?;
     println!("xtask: root integration tests (real kernel)");
     cmd::run(
         Command::new(build::cargo())

@@ -293,7 +293,9 @@ pub fn analyze(rec: &Recording) -> Analysis {
         .collect();
     let size = |p: &ProcessUse| p.peak_bytes_by_tier.values().sum::<u64>();
     processes.sort_by(|a, b| size(b).cmp(&size(a)).then(b.faults.cmp(&a.faults)).then(a.pid.cmp(&b.pid)));
-    for p in processes.iter().take(CHARTED_PROCESSES) {
+    // One chart per big process (a shell or a sleep beside a trainer is not worth a chart).
+    let biggest = processes.first().map_or(0, size);
+    for p in processes.iter().filter(|p| size(p) * 20 >= biggest).take(CHARTED_PROCESSES) {
         let series = tiers
             .iter()
             .map(|t| Series {

@@ -92,24 +92,27 @@ pub fn render(a: &Analysis, title: &str) -> String {
         s.push_str(&line_chart(c));
     }
     s.push_str("</div>");
-    s.push_str("<h2>Migrations</h2><table><tr><th>reason</th><th>calls</th><th>pages</th><th>failed</th><th>p50</th><th>p90</th><th>p99</th></tr>");
-    for m in &a.migrations {
-        let p = |f: fn(&super::analysis::Percentiles) -> u64| m.latency.as_ref().map_or("–".into(), |l| fmt_ns(f(l)));
-        let _ = write!(
-            s,
-            r#"<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
-            escape(&m.reason),
-            m.calls,
-            m.pages,
-            m.failed,
-            p(|l| l.p50_ns),
-            p(|l| l.p90_ns),
-            p(|l| l.p99_ns)
-        );
-    }
-    s.push_str("</table>");
+    s.push_str("<h2>Migrations</h2>");
     if a.migrations.is_empty() {
         s.push_str("<p>No page migrations while recording.</p>");
+    } else {
+        s.push_str("<table><tr><th>reason</th><th>calls</th><th>pages</th><th>failed</th><th>p50</th><th>p90</th><th>p99</th></tr>");
+        for m in &a.migrations {
+            let p =
+                |f: fn(&super::analysis::Percentiles) -> u64| m.latency.as_ref().map_or("–".into(), |l| fmt_ns(f(l)));
+            let _ = write!(
+                s,
+                r#"<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
+                escape(&m.reason),
+                m.calls,
+                m.pages,
+                m.failed,
+                p(|l| l.p50_ns),
+                p(|l| l.p90_ns),
+                p(|l| l.p99_ns)
+            );
+        }
+        s.push_str("</table>");
     }
     s.push_str("<h2>Latency</h2>");
     if a.histograms.is_empty() {

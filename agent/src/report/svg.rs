@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use super::analysis::{Chart, Histogram};
 
-const W: f64 = 720.0;
+const W: f64 = 680.0;
 const H: f64 = 260.0;
-const LEFT: f64 = 72.0;
+const LEFT: f64 = 84.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 28.0;
 const BOTTOM: f64 = 60.0;
@@ -53,6 +53,19 @@ fn nice(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// Like [`nice`], in steps of KiB, MiB, GiB... for bytes.
+fn nice_in(max: f64, unit: &str) -> (f64, f64) {
+    if unit != "bytes" || max < 1024.0 {
+        return nice(max);
+    }
+    let mut p = 1.0;
+    while max / p >= 1024.0 {
+        p *= 1024.0;
+    }
+    let (m, st) = nice(max / p);
+    (m * p, st * p)
+}
+
 /// A line chart; an empty chart says so instead of drawing axes over nothing.
 pub fn line_chart(c: &Chart) -> String {
     let mut s = String::new();
@@ -71,7 +84,7 @@ pub fn line_chart(c: &Chart) -> String {
     }
     let tmax = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-3);
     let vmax = pts.iter().map(|p| p.1).fold(0.0, f64::max);
-    let (ymax, ystep) = nice(vmax);
+    let (ymax, ystep) = nice_in(vmax, &c.unit);
     let (xmax, xstep) = nice(tmax);
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
     let x = |t: f64| LEFT + t / xmax * pw;
@@ -111,7 +124,7 @@ pub fn line_chart(c: &Chart) -> String {
     );
     let _ = write!(
         s,
-        r#"<text class="tick" x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
+        r#"<text class="tick" x="10" y="{:.1}" transform="rotate(-90 10 {:.1})" text-anchor="middle">{}</text>"#,
         TOP + ph / 2.0,
         TOP + ph / 2.0,
         escape(&c.unit)
@@ -246,6 +259,7 @@ mod tests {
         assert_eq!(nice(0.0), (1.0, 0.25));
         assert_eq!(nice(7.3), (8.0, 2.0));
         assert_eq!(nice(950.0), (1000.0, 250.0));
+        assert_eq!(nice_in(70.0 * 1048576.0, "bytes"), (80.0 * 1048576.0, 20.0 * 1048576.0));
         assert_eq!(human(3.0 * 1024.0 * 1024.0 * 1024.0, "bytes"), "3.0 GiB");
         assert_eq!(human(12_500.0, "pages/s"), "12.5k");
         assert_eq!(bucket_label(9), "1µs");

@@ -1,0 +1,234 @@
+//! Root tests of profiling sessions on the real kernel: `record` follows a command and passes
+//! its exit code, a recorder killed with SIGKILL leaves a file that reports, damaged files give
+//! one-line errors in every command that reads sessions, and the HTML report renders its charts
+//! in headless Chromium.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use tierscope_tests::{require_root_and_agent, tierscope_bin};
+
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tierscope-sessions-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn tierscope(args: &[&str]) -> Output {
+    Command::new(tierscope_bin().expect("bin")).args(args).output().expect("running tierscope")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Records `cmd` (through `sh -c`) at 200 ms intervals into `file`.
+fn record_command(file: &Path, script: &str) -> Output {
+    tierscope(&["record", "-o", file.to_str().expect("path"), "--interval-ms", "200", "--", "sh", "-c", script])
+}
+
+fn report_json(file: &Path) -> serde_json::Value {
+    let o = tierscope(&["report", file.to_str().expect("path"), "--format", "json"]);
+    assert!(o.status.success(), "report failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("report JSON")
+}
+
+/// A command that touches 64 MiB in a child of the shell, then exits with 3.
+fn touch_script() -> String {
+    // stdin stays open a second after `go`, so the workload holds its memory while sampled.
+    format!("(printf 'go\\n'; sleep 1) | {WORKLOAD} touch 64 >/dev/null; sleep 0.4; exit 3")
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_recorded_command_and_its_children_report_their_memory_and_the_exit_code_passes_through() {
+    require_root_and_agent!();
+    let d = dir("cmd");
+    let file = d.join("run.tscope");
+    let o = record_command(&file, &touch_script());
+    assert_eq!(o.status.code(), Some(3), "record should pass the command's exit code: {}", stderr(&o));
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&file).expect("session file").permissions().mode() & 0o777, 0o600);
+    let a = report_json(&file);
+    assert_eq!(a["summary"]["exit_code"], 3);
+    assert_eq!(a["summary"]["end"], "command exited");
+    let procs = a["processes"].as_array().expect("processes");
+    let w = procs
+        .iter()
+        .find(|p| p["comm"].as_str().is_some_and(|c| c.starts_with("tierscope-work")))
+        .unwrap_or_else(|| panic!("the shell's child is followed: {procs:?}"));
+    let peak: u64 = w["peak_bytes_by_tier"].as_object().expect("tiers").values().filter_map(|v| v.as_u64()).sum();
+    assert!(peak >= 60 << 20, "the 64 MiB it touched is resident in the report: {w}");
+    assert!(w["faults"].as_u64().unwrap_or(0) >= 16_000, "{w}");
+    assert!(procs.iter().any(|p| p["comm"] == "sh"), "the command itself is recorded");
+    let events = a["events"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["what"] == "exit"), "{events:?}");
+    let residency = a["charts"].as_array().expect("charts").iter().find(|c| c["id"] == "residency").expect("chart");
+    assert!(residency["series"][0]["points"].as_array().expect("points").len() >= 3);
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+/// Offsets where each chunk starts, and the file length (reads the framing of
+/// docs/session-format.md itself).
+fn chunk_starts(b: &[u8]) -> Vec<usize> {
+    let mut at = 16;
+    let mut starts = vec![];
+    while at + 12 <= b.len() {
+        starts.push(at);
+        let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")) as usize;
+        at += 12 + len;
+    }
+    assert_eq!(at, b.len(), "a whole file ends at a chunk boundary");
+    starts
+}
+
+/// Every command that reads a session, reading `file` (`good` is an intact one; `out` a scratch path).
+fn readers(file: &str, _good: &str, out: &str) -> Vec<Vec<String>> {
+    let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![v(&["report", file, "--format", "json", "-o", out])]
+}
+
+fn assert_one_line_error(o: &Output, what: &str, needle: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{what}: exit 1 expected: {e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{what}: one line: {e}");
+    assert!(e.starts_with("tierscope: error: ") && e.contains(needle), "{what}: {e}");
+}
+
+#[test]
+#[ignore = "requires root"]
+fn damaged_session_files_give_one_line_errors_or_read_up_to_the_last_whole_chunk() {
+    require_root_and_agent!();
+    let d = dir("damage");
+    let good = d.join("good.tscope");
+    let o = record_command(&good, &touch_script());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let bytes = std::fs::read(&good).expect("read");
+    let starts = chunk_starts(&bytes);
+    assert!(starts.len() >= 4, "several intervals: {starts:?}");
+    let bad = d.join("bad.tscope");
+    let out = d.join("out");
+    let run_all = |what: &str, check: &dyn Fn(&Output, &str)| {
+        for args in readers(bad.to_str().expect("p"), good.to_str().expect("p"), out.to_str().expect("p")) {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = tierscope(&a);
+            check(&o, &format!("{what}: {}", args[0]));
+        }
+    };
+    // Cut at every chunk boundary and inside every chunk.
+    for (i, &s) in starts.iter().enumerate().skip(1) {
+        for cut in [s, s + 5, s + 13, (s + starts.get(i + 1).copied().unwrap_or(bytes.len())) / 2] {
+            std::fs::write(&bad, &bytes[..cut.min(bytes.len() - 1)]).expect("write");
+            run_all(&format!("cut at {cut}"), &|o, what| {
+                assert!(o.status.success(), "{what}: a cut file still reads: {}", stderr(o));
+                assert!(stderr(o).contains("tierscope: warning: "), "{what}: says it is incomplete: {}", stderr(o));
+            });
+        }
+    }
+    // Cut inside the first chunk (the header record): nothing to read.
+    std::fs::write(&bad, &bytes[..starts[0] + 20]).expect("write");
+    run_all("cut in the first chunk", &|o, what| assert_one_line_error(o, what, "no session header"));
+    // A flipped bit in every chunk's body.
+    for &s in &starts {
+        let mut b = bytes.clone();
+        b[s + 12 + 3] ^= 0x04;
+        std::fs::write(&bad, &b).expect("write");
+        run_all(&format!("bit flip at {}", s + 15), &|o, what| assert_one_line_error(o, what, "checksum mismatch"));
+    }
+    let mut b = bytes.clone();
+    b[..4].copy_from_slice(b"\x7fELF");
+    std::fs::write(&bad, &b).expect("write");
+    run_all("wrong magic", &|o, what| assert_one_line_error(o, what, "not a tierscope session file"));
+    let mut b = bytes.clone();
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&bad, &b).expect("write");
+    run_all("future version", &|o, what| assert_one_line_error(o, what, "update tierscope"));
+    std::fs::write(&bad, b"").expect("write");
+    run_all("empty file", &|o, what| assert_one_line_error(o, what, "too short"));
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_recorder_killed_with_sigkill_leaves_a_file_that_reports() {
+    require_root_and_agent!();
+    let d = dir("kill");
+    let file = d.join("killed.tscope");
+    let mut rec = Command::new(tierscope_bin().expect("bin"))
+        .args(["record", "-o", file.to_str().expect("p"), "--interval-ms", "200", "--", "sleep", "30"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("record");
+    // Wait for a few intervals on disk.
+    let t0 = Instant::now();
+    while !std::fs::read(&file).is_ok_and(|b| b.len() > 16 && chunk_starts(&b).len() >= 4) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the recorder wrote no intervals");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", rec.id())).unwrap_or_default();
+    rec.kill().expect("SIGKILL");
+    rec.wait().expect("reap");
+    for pid in children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        // SAFETY: the recorder's own child (sleep), orphaned by the kill.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let o = tierscope(&["report", file.to_str().expect("p"), "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no end"), "{}", stderr(&o));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert!(a["summary"]["duration_s"].as_f64().unwrap_or(0.0) >= 0.5, "{}", a["summary"]);
+    assert!(a["processes"].as_array().expect("p").iter().any(|p| p["comm"] == "sleep"), "{}", a["processes"]);
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+fn chromium() -> Option<&'static str> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| Path::new(p).is_file())
+}
+
+#[test]
+#[ignore = "requires root and Debian's chromium (cargo xtask test installs it)"]
+fn the_html_report_renders_its_charts_in_headless_chromium() {
+    require_root_and_agent!();
+    let chromium = chromium().expect("Debian's chromium package (apt-get install chromium)");
+    let d = dir("html");
+    let file = d.join("run.tscope");
+    let o = record_command(&file, &touch_script());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let html = d.join("report.html");
+    let o = tierscope(&["report", file.to_str().expect("p"), "-o", html.to_str().expect("p")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let url = format!("file://{}", html.display());
+    let common = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"];
+    let dom = Command::new(chromium).args(common).args(["--dump-dom", &url]).output().expect("chromium --dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let charts = dom.matches("<svg class=\"chart\"").count();
+    let lines = dom.matches("<polyline").count();
+    assert!(charts >= 5 && lines >= 4, "charts {charts}, lines {lines} in the DOM Chromium built");
+    let png = d.join("report.png");
+    let shot = Command::new(chromium)
+        .args(common)
+        .args([&format!("--screenshot={}", png.display()), "--window-size=1400,1600", &url])
+        .output()
+        .expect("chromium --screenshot");
+    assert!(png.is_file(), "no screenshot: {}", String::from_utf8_lossy(&shot.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).expect("png")));
+    let mut reader = decoder.read_info().expect("PNG header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("PNG frame");
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    // Chart lines are drawn in the palette's blue (#0072B2) among others: count coloured pixels.
+    let coloured = pixels.iter().filter(|p| p.len() >= 3 && (i32::from(p[2]) - i32::from(p[0])) > 80).count();
+    let non_white = pixels.iter().filter(|p| p.iter().take(3).any(|&c| c < 200)).count();
+    assert!(coloured > 500, "chart lines drawn: {coloured} blue pixels");
+    assert!(non_white > 10_000, "the page is not blank: {non_white} of {} pixels", pixels.len());
+    if let Ok(keep) = std::env::var("TIERSCOPE_KEEP_SCREENSHOT") {
+        std::fs::copy(&png, keep).expect("copy screenshot");
+    }
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
