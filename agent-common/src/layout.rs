@@ -53,3 +53,21 @@ impl MigrateLayout {
         _pad: [0; 3],
     };
 }
+
+/// Byte offsets of `task_struct::min_flt` and `maj_flt` (both `unsigned long`), read by the agent
+/// from the kernel's BTF (`/sys/kernel/btf/vmlinux`): struct layouts differ with every config.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskLayout {
+    pub min_flt: u32,
+    pub maj_flt: u32,
+    /// Non-zero once the agent found both fields.
+    pub valid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<TaskLayout>() == 16);
+
+impl TaskLayout {
+    /// Nothing known: the exit program reads nothing until the agent fills this in.
+    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, _pad: 0 };
+}

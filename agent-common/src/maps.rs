@@ -21,9 +21,38 @@ pub struct SiteKey {
 }
 const _: () = assert!(core::mem::size_of::<SiteKey>() == 8);
 
+/// Which path took a fault the exception tracepoints saw: the slot of `FAULT_CACHE` and the
+/// `path` of a [`FaultKey`].
+pub const FAULT_PATH_USER: u32 = 0;
+/// `page_fault_kernel` on a user address (copy_to_user and friends).
+pub const FAULT_PATH_KERNEL: u32 = 1;
+/// Number of traced paths (slots of `FAULT_CACHE`).
+pub const FAULT_PATHS: u32 = 2;
+
+/// Faults of a tgid taken on one path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FaultKey {
+    pub tgid: u32,
+    pub path: u32,
+}
+const _: () = assert!(core::mem::size_of::<FaultKey>() == 8);
+
+/// The kernel's own fault counters (`task_struct::min_flt` / `maj_flt`) of a tgid's threads,
+/// summed as each thread exits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskFaults {
+    pub min_flt: u64,
+    pub maj_flt: u64,
+}
+const _: () = assert!(core::mem::size_of::<TaskFaults>() == 16);
+
 /// A per-CPU "last key + pending count" slot that absorbs runs of events from the same tgid
 /// before touching the hash map (measured: 61 ns vs 98 ns per fault). Userspace adds `pending`
-/// to the map's value for `tgid` when it reads.
+/// to the map's value for `tgid` when it reads. `FAULT_CACHE` holds one per path (its index), so
+/// a `page_fault_kernel` that nests inside the user-fault program (an NMI copying a user stack
+/// faults) never touches the slot being updated.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TgidPending {

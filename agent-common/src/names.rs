@@ -5,6 +5,7 @@
 pub mod map {
     pub const FAULTS: &str = "FAULTS";
     pub const FAULT_CACHE: &str = "FAULT_CACHE";
+    pub const EXITED_FAULTS: &str = "EXITED_FAULTS";
     pub const ALLOCS: &str = "ALLOCS";
     pub const ALLOC_CACHE: &str = "ALLOC_CACHE";
     pub const FREES: &str = "FREES";
@@ -22,6 +23,7 @@ pub mod map {
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
+        EXITED_FAULTS,
         ALLOCS,
         ALLOC_CACHE,
         FREES,
@@ -54,6 +56,8 @@ pub mod global {
     pub const SITE_SAMPLE_EVERY: &str = "SITE_SAMPLE_EVERY";
     /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
+    /// [`crate::layout::TaskLayout`]: where `task_struct` keeps the fault counters.
+    pub const TASK_LAYOUT: &str = "TASK_LAYOUT";
 }
 
 /// Program names (the Rust function names in `tierscope-ebpf`).
@@ -74,6 +78,7 @@ pub mod program {
     pub const SYS_ENTER_MIGRATE_PAGES: &str = "sys_enter_migrate_pages";
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+    pub const TASK_EXIT_FAULTS: &str = "task_exit_faults";
     pub const FAULT_LATENCY_ENTRY: &str = "handle_mm_fault_entry";
     pub const FAULT_LATENCY_EXIT: &str = "handle_mm_fault_exit";
     pub const CXL_GENERAL_MEDIA: &str = "cxl_general_media";

@@ -3,6 +3,9 @@ use crate::{event::*, layout::*, maps::*};
 
 // SAFETY: all of these are #[repr(C)], Copy, made of integers, with explicit padding.
 unsafe impl aya::Pod for TgidPending {}
+unsafe impl aya::Pod for FaultKey {}
+unsafe impl aya::Pod for TaskFaults {}
+unsafe impl aya::Pod for TaskLayout {}
 unsafe impl aya::Pod for TgidNode {}
 unsafe impl aya::Pod for TgidNodePending {}
 unsafe impl aya::Pod for MigrateKey {}

@@ -2,6 +2,7 @@
 use aya_ebpf::{helpers::bpf_get_current_comm, macros::tracepoint, programs::TracePointContext};
 use tierscope_common::{
     event::{EventKind, LifecycleEvent},
+    maps::{FaultKey, FAULT_PATH_KERNEL, FAULT_PATH_USER},
     stats::Stat,
 };
 
@@ -42,12 +43,15 @@ fn emit(kind: EventKind) -> i32 {
 /// are flushed by their next event; the agent waits for them before it deletes).
 #[inline(always)]
 fn flush_slots_of(tgid: u32) {
-    if let Some(slot) = FAULT_CACHE.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; tracepoint programs do not nest on one CPU.
-        let slot = unsafe { &mut *slot };
-        if slot.tgid == tgid && slot.pending != 0 {
-            add_to(&FAULTS, &slot.tgid, slot.pending);
-            slot.pending = 0;
+    for path in [FAULT_PATH_USER, FAULT_PATH_KERNEL] {
+        if let Some(slot) = FAULT_CACHE.get_ptr_mut(path) {
+            // SAFETY: this CPU's slot; the fault programs cannot run on this CPU while this one
+            // does (a user fault needs this task, and only an NMI could raise a kernel-mode one).
+            let slot = unsafe { &mut *slot };
+            if slot.tgid == tgid && slot.pending != 0 {
+                add_to(&FAULTS, &FaultKey { tgid, path }, slot.pending);
+                slot.pending = 0;
+            }
         }
     }
     if let Some(slot) = ALLOC_CACHE.get_ptr_mut(0) {

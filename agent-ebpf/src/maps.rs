@@ -4,7 +4,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use tierscope_common::{
-    layout::{MigrateLayout, PageLayout},
+    layout::{MigrateLayout, PageLayout, TaskLayout},
     maps::*,
     stats::STAT_SLOTS,
 };
@@ -22,11 +22,18 @@ pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
 pub static PAGE_FREE_LAYOUT: PageLayout = PageLayout::DEFAULT;
 #[unsafe(no_mangle)]
 pub static MIGRATE_LAYOUT: MigrateLayout = MigrateLayout::DEFAULT;
+#[unsafe(no_mangle)]
+pub static TASK_LAYOUT: TaskLayout = TaskLayout::DEFAULT;
 
+/// (tgid, path) -> faults the exception tracepoints saw.
 #[map]
-pub static FAULTS: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+pub static FAULTS: PerCpuHashMap<FaultKey, u64> = PerCpuHashMap::with_max_entries(32768, 0);
+/// One pending slot per path (index `FAULT_PATH_*`).
 #[map]
-pub static FAULT_CACHE: PerCpuArray<TgidPending> = PerCpuArray::with_max_entries(1, 0);
+pub static FAULT_CACHE: PerCpuArray<TgidPending> = PerCpuArray::with_max_entries(FAULT_PATHS, 0);
+/// tgid -> the kernel's fault counters of its threads that exited, summed at each exit.
+#[map]
+pub static EXITED_FAULTS: PerCpuHashMap<u32, TaskFaults> = PerCpuHashMap::with_max_entries(16384, 0);
 #[map]
 pub static ALLOCS: PerCpuHashMap<TgidNode, u64> = PerCpuHashMap::with_max_entries(32768, 0);
 #[map]

@@ -92,6 +92,20 @@ impl Workload {
         drop(self.stdin.take());
         let _ = self.child.wait();
     }
+
+    /// Closes stdin, waits for it to exit and returns the KEY=VALUE pairs of its `exit` line
+    /// (its own counters read just before exiting).
+    pub fn finish_with_exit_line(mut self) -> std::collections::HashMap<String, String> {
+        drop(self.stdin.take());
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("workload exit line");
+        let _ = self.child.wait();
+        let rest = line.trim().strip_prefix("exit ").unwrap_or_else(|| panic!("bad exit line {line:?}"));
+        rest.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 }
 
 /// `tierscope snapshot --json` running in the background.

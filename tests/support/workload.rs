@@ -9,7 +9,18 @@
 //!                      touch every page; reports `pages=` and `minflt_go=` (minflt at `go`)
 //!   mbind NODE         mbind 2 MiB with MPOL_BIND to NODE (MPOL_MF_MOVE), touch it
 //!   fragment MIB       allocate MIB MiB in 4 KiB pages, free every other one (for compaction)
+//!   populate MIB       MIB MiB each faulted in by the kernel: MAP_POPULATE, mlock,
+//!                      MADV_POPULATE_WRITE (no THP); reports `populated=` pages
+//!   threads N MIB      N threads each populate MIB MiB and touch MIB MiB, then exit
+//!   forks N MIB        N forked children each populate and touch MIB MiB and exit; reports
+//!                      `children=PID:MINFLT:MAJFLT,...` (their own counters before exiting)
+//!
+//! Every `done` line also carries `faults_go=` and `faults_done=` (minflt+majflt from
+//! /proc/self/stat at `go` and at `done`); after stdin closes it prints `exit faults=N major=N`
+//! (read just before exiting).
 use std::io::{BufRead as _, Write as _};
+
+mod populate;
 
 fn minflt() -> u64 {
     let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -91,7 +102,12 @@ fn main() {
             break;
         }
     }
+    populate::no_thp();
     let go = minflt();
+    let faults_go = {
+        let (min, maj) = populate::own_faults("/proc/self/stat");
+        min + maj
+    };
     let report = match args.first().map(String::as_str) {
         Some("touch") => {
             let mib: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(64);
@@ -127,12 +143,26 @@ fn main() {
             }
             format!("pages={pages}")
         }
+        Some("populate") => populate::populate_all(arg(&args, 1, 16)),
+        Some("threads") => populate::threads(arg(&args, 1, 4), arg(&args, 2, 8)),
+        Some("forks") => populate::forks(arg(&args, 1, 4), arg(&args, 2, 8)),
         other => {
-            eprintln!("tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB");
+            eprintln!(
+                "tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB | \
+                 populate MIB | threads N MIB | forks N MIB"
+            );
             std::process::exit(2);
         }
     };
-    let _ = writeln!(out, "done {report}");
+    let (min, maj) = populate::own_faults("/proc/self/stat");
+    let _ = writeln!(out, "done {report} faults_go={faults_go} faults_done={}", min + maj);
     let _ = out.flush();
     for _ in lines.by_ref() {}
+    let (min, maj) = populate::own_faults("/proc/self/stat");
+    let _ = writeln!(out, "exit faults={} major={maj}", min + maj);
+    let _ = out.flush();
+}
+
+fn arg(args: &[String], i: usize, default: usize) -> usize {
+    args.get(i).and_then(|v| v.parse().ok()).unwrap_or(default)
 }

@@ -6,14 +6,18 @@ use aya::{
 };
 use tierscope_common::{
     maps::{
-        Log2Hist, MigrateCounts, MigrateKey, SiteKey, TgidNode, TgidNodePending, TgidPending, LOG2_BUCKETS,
-        MAX_MIGRATE_REASONS,
+        FaultKey, Log2Hist, MigrateCounts, MigrateKey, SiteKey, TaskFaults, TgidNode, TgidNodePending, TgidPending,
+        FAULT_PATHS, FAULT_PATH_KERNEL, LOG2_BUCKETS, MAX_MIGRATE_REASONS,
     },
     names::map,
     stats::Stat,
 };
 
-use crate::model::{migration::MigrationTotals, reading::CounterReading};
+use crate::model::{
+    faults::{KernelFaults, TracedFaults},
+    migration::MigrationTotals,
+    reading::CounterReading,
+};
 
 /// Monotonic nanoseconds: the clock `bpf_ktime_get_ns` uses.
 pub fn monotonic_ns() -> u64 {
@@ -37,17 +41,30 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
     let mut r = CounterReading { at_ns: monotonic_ns(), ..Default::default() };
     // The map first, then the pending slots: a flush between the two reads can only make this
     // reading lag (never double count); the model keeps counts monotonic.
-    if let Some(faults) = per_cpu_hash::<u32, u64>(ebpf, map::FAULTS) {
-        for (tgid, vals) in faults.iter().flatten() {
-            *r.faults.entry(tgid).or_default() += vals.iter().sum::<u64>();
+    let traced = |r: &mut CounterReading, tgid: u32, path: u32, n: u64| {
+        *r.faults.entry(tgid).or_default() += n;
+        if path == FAULT_PATH_KERNEL {
+            *r.faults_kernel_mode.entry(tgid).or_default() += n;
+        }
+    };
+    if let Some(faults) = per_cpu_hash::<FaultKey, u64>(ebpf, map::FAULTS) {
+        for (k, vals) in faults.iter().flatten() {
+            traced(&mut r, k.tgid, k.path, vals.iter().sum::<u64>());
         }
     }
     if let Some(cache) = per_cpu_array::<TgidPending>(ebpf, map::FAULT_CACHE) {
-        if let Ok(vals) = cache.get(&0, 0) {
-            for s in vals.iter().filter(|s| s.pending > 0) {
-                *r.faults.entry(s.tgid).or_default() += s.pending;
-                r.held_by_slots.insert(s.tgid);
+        for path in 0..FAULT_PATHS {
+            if let Ok(vals) = cache.get(&path, 0) {
+                for s in vals.iter().filter(|s| s.pending > 0) {
+                    traced(&mut r, s.tgid, path, s.pending);
+                    r.held_by_slots.insert(s.tgid);
+                }
             }
+        }
+    }
+    if let Some(exited) = per_cpu_hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS) {
+        for (tgid, vals) in exited.iter().flatten() {
+            r.exited_faults.insert(tgid, sum_task_faults(vals.iter()));
         }
     }
     if let Some(allocs) = per_cpu_hash::<TgidNode, u64>(ebpf, map::ALLOCS) {
@@ -119,6 +136,41 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
     r
 }
 
+fn sum_task_faults<'a>(vals: impl Iterator<Item = &'a TaskFaults>) -> KernelFaults {
+    vals.fold(KernelFaults::default(), |a, v| KernelFaults {
+        minor: a.minor.saturating_add(v.min_flt),
+        major: a.major.saturating_add(v.maj_flt),
+    })
+}
+
+/// The fault counters of `tgid`'s threads that exited while the agent watched (zero when none).
+pub fn exited_faults_of(ebpf: &Ebpf, tgid: u32) -> KernelFaults {
+    per_cpu_hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS)
+        .and_then(|m| m.get(&tgid, 0).ok())
+        .map(|vals| sum_task_faults(vals.iter()))
+        .unwrap_or_default()
+}
+
+/// What the tracepoints have counted of `tgid`'s faults so far, by path (map and pending slots).
+pub fn traced_faults_of(ebpf: &Ebpf, tgid: u32) -> TracedFaults {
+    let mut by_path = [0u64; FAULT_PATHS as usize];
+    if let Some(faults) = per_cpu_hash::<FaultKey, u64>(ebpf, map::FAULTS) {
+        for (path, n) in by_path.iter_mut().enumerate() {
+            if let Ok(vals) = faults.get(&FaultKey { tgid, path: path as u32 }, 0) {
+                *n += vals.iter().sum::<u64>();
+            }
+        }
+    }
+    if let Some(cache) = per_cpu_array::<TgidPending>(ebpf, map::FAULT_CACHE) {
+        for (path, n) in by_path.iter_mut().enumerate() {
+            if let Ok(vals) = cache.get(&(path as u32), 0) {
+                *n += vals.iter().filter(|s| s.tgid == tgid).map(|s| s.pending).sum::<u64>();
+            }
+        }
+    }
+    TracedFaults { cpu_user: by_path[0], cpu_kernel: by_path[FAULT_PATH_KERNEL as usize] }
+}
+
 /// Deletes every kernel map entry of the given tgids (exited, pruned from the model and held
 /// by no per-CPU pending slot), so the maps never fill up on a long-running node. The keys come
 /// from `last`, the reading the pruning was decided on: one delete per entry, no walk over the
@@ -131,7 +183,9 @@ pub fn forget(ebpf: &mut Ebpf, tgids: &[u32], last: &CounterReading) -> usize {
         let Ok(mut h) = PerCpuHashMap::<&mut MapData, K, V>::try_from(m) else { return 0 };
         keys.filter(|k| h.remove(k).is_ok()).count()
     }
-    let mut n = remove::<u32, u64>(ebpf, map::FAULTS, tgids.iter().copied());
+    let fault_keys = tgids.iter().flat_map(|&tgid| (0..FAULT_PATHS).map(move |path| FaultKey { tgid, path }));
+    let mut n = remove::<FaultKey, u64>(ebpf, map::FAULTS, fault_keys);
+    n += remove::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS, tgids.iter().copied());
     n += remove::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY, tgids.iter().copied());
     let allocs = last.allocs.keys().filter(|(t, _)| gone.contains(t)).map(|&(tgid, node)| TgidNode { tgid, node });
     n += remove::<TgidNode, u64>(ebpf, map::ALLOCS, allocs);

@@ -1,5 +1,6 @@
 //! Collect: reading the system. The kernel programs' maps and ring buffer, /proc and /sys.
 //! Everything here is bounded and hands plain values to the model.
+pub mod btf;
 pub mod caps;
 pub mod counters;
 pub mod events;
@@ -9,4 +10,5 @@ pub mod programs;
 pub mod ringbuf;
 pub mod session;
 pub mod symbols;
+pub mod task_faults;
 pub mod tracefs;

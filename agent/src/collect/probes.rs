@@ -7,8 +7,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use tierscope_common::{
-    layout::{MigrateLayout, PageLayout, ABSENT},
-    names::{global, map},
+    layout::{MigrateLayout, PageLayout, TaskLayout, ABSENT},
+    names::{global, map, program},
 };
 
 use super::{
@@ -36,7 +36,12 @@ pub struct Probes {
     pub memory_blocks: Option<MemoryBlocks>,
     /// Formats of the raw-copied events, for decoding.
     pub raw_formats: Vec<(tierscope_common::event::RawSource, EventFormat)>,
+    /// Where `task_struct` keeps the fault counters (from BTF), or why that is unknown.
+    pub task_layout: Result<TaskLayout, String>,
 }
+
+/// The running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// What the loader needs to know besides the kernel.
 #[derive(Clone, Debug)]
@@ -110,6 +115,7 @@ impl Probes {
         .filter_map(|(s, n)| fmt("sched", n).map(|f| (s, f)))
         .collect();
 
+        let task_layout = super::btf::read_task_layout(std::path::Path::new(VMLINUX_BTF));
         let agent_tgid = std::process::id();
         let table_len = u32::try_from(table.len()).unwrap_or(u32::MAX).max(1);
         let mut ebpf = EbpfLoader::new()
@@ -119,6 +125,7 @@ impl Probes {
             .override_global(global::PAGE_FREE_LAYOUT, &free_layout, true)
             .override_global(global::MIGRATE_LAYOUT, &migrate_layout, true)
             .override_global(global::SITE_SAMPLE_EVERY, &opts.site_sample_every, true)
+            .override_global(global::TASK_LAYOUT, task_layout.as_ref().unwrap_or(&TaskLayout::DEFAULT), true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .load(OBJECT)
             .map_err(|e| {
@@ -142,9 +149,30 @@ impl Probes {
         let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
         let mut programs = Vec::new();
         for spec in PROGRAMS {
+            // Without the counters' offsets the exit program would read nothing: not attached.
+            if let (program::TASK_EXIT_FAULTS, Err(e)) = (spec.name, &task_layout) {
+                programs.push(ProgramStatus {
+                    name: spec.name,
+                    hook: spec.hook.describe(),
+                    feature: spec.feature,
+                    status: Attach::Unsupported,
+                    reason: Some(format!(
+                        "no fault counters of task_struct in BTF ({e}): an exited process keeps its last /proc reading"
+                    )),
+                });
+                continue;
+            }
             programs.push(attach(&mut ebpf, spec, btf.as_ref(), tfs.as_ref()));
         }
-        Ok(Probes { ebpf, programs, migration_names: names, tracefs: tfs, memory_blocks: blocks, raw_formats })
+        Ok(Probes {
+            ebpf,
+            programs,
+            migration_names: names,
+            tracefs: tfs,
+            memory_blocks: blocks,
+            raw_formats,
+            task_layout,
+        })
     }
 }
 

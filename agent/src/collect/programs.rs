@@ -71,6 +71,11 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     tp(p::SYS_ENTER_MIGRATE_PAGES, "syscalls", "sys_enter_migrate_pages", "placement policy"),
     tp(p::SCHED_PROCESS_EXEC, "sched", "sched_process_exec", "process lifecycle"),
     tp(p::SCHED_PROCESS_EXIT, "sched", "sched_process_exit", "process lifecycle"),
+    ProgramSpec {
+        name: p::TASK_EXIT_FAULTS,
+        hook: Hook::TpBtf { group: "sched", name: "sched_process_exit" },
+        feature: "faults of exited processes",
+    },
     tp(p::CXL_GENERAL_MEDIA, "cxl", "cxl_general_media", "CXL health"),
     tp(p::CXL_DRAM, "cxl", "cxl_dram", "CXL health"),
     tp(p::CXL_MEMORY_MODULE, "cxl", "cxl_memory_module", "CXL health"),

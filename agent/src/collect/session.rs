@@ -12,6 +12,7 @@ use super::{
     probes::{LoadOptions, Probes},
     procfs, ringbuf,
     symbols::SiteSymbolizer,
+    task_faults,
 };
 use crate::{
     model::{
@@ -24,6 +25,9 @@ use crate::{
     },
     topology::{Tier, TierOverrides, Topology},
 };
+
+/// An idle process's fault counters are read at least this often (busy ones every reading).
+const FAULT_READ_MAX_AGE_NS: u64 = 10_000_000_000;
 
 /// How long an exited process stays in the model before it is pruned (its kernel entries freed,
 /// its final record kept for the windows that saw it: `model::departed`).
@@ -54,6 +58,9 @@ pub struct Session {
     pub exited_grace_ns: u64,
     /// Kernel map entries deleted for pruned processes so far.
     pub entries_forgotten: u64,
+    /// When the programs were attached, in /proc start-time ticks: processes that started
+    /// earlier count their faults from when the agent first saw them.
+    watch_start_ticks: u64,
     pattern: Option<regex::Regex>,
     identified: HashSet<u32>,
     symbolizer: SiteSymbolizer,
@@ -76,6 +83,7 @@ impl Session {
         let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
         let site_sample_every = opts.site_sample_every.unwrap_or(1);
         let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every };
+        let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
         let ring = probes
             .ebpf
@@ -99,6 +107,7 @@ impl Session {
             site_sample_every,
             exited_grace_ns: opts.exited_grace.unwrap_or(EXITED_GRACE).as_nanos() as u64,
             entries_forgotten: 0,
+            watch_start_ticks,
             pattern: opts.pattern,
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
@@ -123,8 +132,10 @@ impl Session {
     /// Reads the kernel maps into the model and names processes seen for the first time.
     pub fn read_counters(&mut self) {
         self.drain_events();
-        let r = counters::read(&self.probes.ebpf);
+        let mut r = counters::read(&self.probes.ebpf);
+        self.read_live_faults(&mut r);
         self.model.apply_reading(&r);
+        self.measure_dead_before();
         self.health_poller.poll(&mut self.model.health);
         self.model.tiering.apply(read_tiering_vmstat(&self.topology));
         let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
@@ -136,6 +147,7 @@ impl Session {
             }
             if let Some(st) = procfs::read_stat(tgid) {
                 let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
+                self.note_start(tgid, &st);
                 self.model.set_identity(tgid, &st.comm, &cmdline, st.ppid);
                 self.classify(tgid, &st.comm, &cmdline, st.start_time);
             }
@@ -162,12 +174,62 @@ impl Session {
             let Some(st) = procfs::read_stat(pid) else { continue };
             let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
             if wanted(pid, &st.comm, &cmdline) {
+                self.note_start(pid, &st);
                 self.model.set_identity(pid, &st.comm, &cmdline, st.ppid);
                 self.classify(pid, &st.comm, &cmdline, st.start_time);
                 self.identified.insert(pid);
             }
         }
         self.model.assign_jobs();
+    }
+
+    /// A process that started before the agent counts its faults from now on: the tracepoints'
+    /// count for it, then its counters, read back to back.
+    fn note_start(&mut self, tgid: u32, st: &procfs::ProcStat) {
+        if st.start_time < self.watch_start_ticks {
+            let traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
+            let Some((counters, start)) = task_faults::read_process(tgid) else { return };
+            if start == st.start_time {
+                self.model.set_started_before(tgid, counters, traced);
+            }
+        }
+    }
+
+    /// Reads the kernel's fault counters of the live processes the model holds that are due
+    /// (busy since their last read, or not read for a while), after the maps so that the
+    /// tracepoint counts never run ahead of them. A pid now used by another process (another
+    /// start time) is skipped.
+    fn read_live_faults(&self, r: &mut crate::model::reading::CounterReading) {
+        let t0 = counters::monotonic_ns();
+        for (tgid, start_time) in self.model.due_fault_reads(r, FAULT_READ_MAX_AGE_NS) {
+            r.live_fault_reads += 1;
+            if let Some((k, start)) = task_faults::read_process(tgid) {
+                if start == start_time {
+                    r.live_faults.insert(tgid, k);
+                }
+            }
+        }
+        r.live_fault_read_ns = counters::monotonic_ns().saturating_sub(t0);
+    }
+
+    /// For processes from before the agent that just became active: the counters of their
+    /// threads gone before it attached (the group's, minus its live threads', minus the exit
+    /// sums), so their totals stay right after they exit.
+    fn measure_dead_before(&mut self) {
+        for tgid in self.model.needing_dead_before() {
+            let Some(start) = self.model.processes.get(&tgid).map(|p| p.start_time) else { continue };
+            let Some(threads) = task_faults::read_live_threads(Path::new("/proc"), tgid) else { continue };
+            let Some((group, now_start)) = task_faults::read_process(tgid) else { continue };
+            if now_start != start {
+                continue;
+            }
+            let exited = counters::exited_faults_of(&self.probes.ebpf, tgid);
+            let dead = crate::model::faults::KernelFaults {
+                minor: group.minor.saturating_sub(threads.minor).saturating_sub(exited.minor),
+                major: group.major.saturating_sub(threads.major).saturating_sub(exited.major),
+            };
+            self.model.set_dead_before(tgid, dead);
+        }
     }
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod departed;
 pub mod event;
+pub mod faults;
 pub mod histogram;
 pub mod job;
 pub mod migration;
@@ -58,6 +59,12 @@ pub struct Model {
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,
+    /// `/proc/PID/stat` reads for the kernel's fault counters and their total cost (ns).
+    pub fault_reads: u64,
+    pub fault_read_ns: u64,
+    /// Process readings where the tracepoints had seen more faults than the kernel counted (the
+    /// on-behalf share was then shown as 0): faults that failed (SIGSEGV) or a racing read.
+    pub traced_over_kernel: u64,
     pub last_reading_ns: u64,
     /// NUMA hinting, promotion and demotion counters from vmstat.
     pub tiering: tiering::Tiering,
@@ -77,8 +84,29 @@ impl Model {
     pub fn apply_reading(&mut self, r: &CounterReading) {
         self.last_reading_ns = r.at_ns;
         self.held_by_slots = r.held_by_slots.clone();
-        for (&tgid, &faults) in &r.faults {
-            self.process(tgid).set_faults(faults, r.at_ns);
+        for (&tgid, &traced) in &r.faults {
+            let in_kernel = r.faults_kernel_mode.get(&tgid).copied().unwrap_or(0).min(traced);
+            self.process(tgid).fault_account.traced =
+                faults::TracedFaults { cpu_user: traced - in_kernel, cpu_kernel: in_kernel };
+        }
+        // The kernel's own counters update processes the model knows; they create none.
+        for (&tgid, &k) in &r.exited_faults {
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                p.fault_account.observe_exited(k);
+            }
+        }
+        let work = memory_work(r);
+        for (&tgid, &k) in &r.live_faults {
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                p.fault_account.observe_live(k, r.at_ns, work.get(&tgid).copied().unwrap_or(0));
+            }
+        }
+        self.fault_reads += r.live_fault_reads;
+        self.fault_read_ns += r.live_fault_read_ns;
+        for p in self.processes.values_mut() {
+            let before = p.fault_account.traced_over_kernel;
+            p.settle_faults(r.at_ns);
+            self.traced_over_kernel += p.fault_account.traced_over_kernel - before;
         }
         let mut allocs: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
         for (&(tgid, node), &pages) in &r.allocs {
@@ -223,6 +251,36 @@ impl Model {
         self.processes.values().chain(self.departed.iter())
     }
 
+    /// Marks a process as running before the agent attached, with its fault counters at first
+    /// sight and the tracepoints' count just before: its window starts there (see
+    /// `faults::FaultAccount`).
+    pub fn set_started_before(&mut self, tgid: u32, counters: faults::KernelFaults, traced: faults::TracedFaults) {
+        self.process(tgid).fault_account.started_before(counters, traced);
+    }
+
+    /// Processes whose share of threads gone before the agent must be measured now.
+    pub fn needing_dead_before(&self) -> Vec<u32> {
+        self.processes.values().filter(|p| p.fault_account.needs_dead_before()).map(|p| p.tgid).collect()
+    }
+
+    /// (tgid, start time) of the live processes whose kernel fault counters should be read with
+    /// reading `r` (see `faults::FaultAccount::read_due`).
+    pub fn due_fault_reads(&self, r: &CounterReading, max_age_ns: u64) -> Vec<(u32, u64)> {
+        let work = memory_work(r);
+        self.processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.start_time != 0)
+            .filter(|p| p.fault_account.read_due(r.at_ns, work.get(&p.tgid).copied().unwrap_or(0), max_age_ns))
+            .map(|p| (p.tgid, p.start_time))
+            .collect()
+    }
+
+    pub fn set_dead_before(&mut self, tgid: u32, counters: faults::KernelFaults) {
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.fault_account.set_dead_before(counters);
+        }
+    }
+
     /// Records where a process runs (pod, container) and when it started.
     pub fn set_origin(&mut self, tgid: u32, pod_uid: Option<String>, container_id: Option<String>, start_time: u64) {
         let p = self.process(tgid);
@@ -299,6 +357,16 @@ impl Model {
         self.residency_scan_ns += cost_ns;
         self.process(tgid).residency_cost_ns = Some(cost_ns);
     }
+}
+
+/// tgid -> tracepoint faults plus allocated pages in a reading: what moves when a process works
+/// on memory.
+fn memory_work(r: &CounterReading) -> std::collections::HashMap<u32, u64> {
+    let mut work: std::collections::HashMap<u32, u64> = r.faults.clone();
+    for (&(tgid, _), &pages) in &r.allocs {
+        *work.entry(tgid).or_default() += pages;
+    }
+    work
 }
 
 #[cfg(test)]

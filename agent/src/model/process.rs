@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::{
     event::PolicyDecision,
+    faults::{FaultAccount, FaultSplit},
     histogram::Log2Histogram,
     job::{Rank, TrainingRole},
     migration::MigrationTotals,
@@ -18,8 +19,11 @@ pub struct Process {
     pub comm: String,
     pub cmdline: String,
     pub ppid: u32,
-    /// Cumulative since the agent started watching.
+    /// Page faults since the agent started watching (or since the process started, when that was
+    /// later): the kernel's own count when it could be read; see [`FaultAccount`].
     pub faults: u64,
+    /// The sources of `faults` and its split by path.
+    pub fault_account: FaultAccount,
     pub alloc_pages_by_node: BTreeMap<u32, u64>,
     /// reason name -> totals of migrations run in this process's context.
     pub migrations: BTreeMap<String, MigrationTotals>,
@@ -80,6 +84,17 @@ impl Process {
         }
         self.prev_faults = Some((faults, at_ns));
         self.faults = faults;
+    }
+
+    /// Folds the fault readings into `faults` and its rate, at reading time `at_ns`.
+    pub fn settle_faults(&mut self, at_ns: u64) {
+        self.fault_account.settle();
+        self.set_faults(self.fault_account.split().total, at_ns);
+    }
+
+    /// `faults` split by path.
+    pub fn fault_split(&self) -> FaultSplit {
+        self.fault_account.split()
     }
 
     /// Updates allocation rates after `alloc_pages_by_node` was set from a reading at `at_ns`.

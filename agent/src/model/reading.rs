@@ -2,14 +2,25 @@
 //! were loaded. Plain data, produced by `collect::counters`.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::migration::MigrationTotals;
+use super::{faults::KernelFaults, migration::MigrationTotals};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CounterReading {
     /// Monotonic nanoseconds (CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns`).
     pub at_ns: u64,
-    /// tgid -> user page faults.
+    /// tgid -> page faults the exception tracepoints saw (user mode and kernel mode on user
+    /// addresses).
     pub faults: HashMap<u32, u64>,
+    /// tgid -> of those, taken in kernel mode.
+    pub faults_kernel_mode: HashMap<u32, u64>,
+    /// tgid -> the kernel's fault counters of its threads that exited while the agent watched.
+    pub exited_faults: HashMap<u32, KernelFaults>,
+    /// tgid -> the kernel's fault counters of a live process (`/proc/PID/stat`), read after the
+    /// maps (so the tracepoint counts never run ahead of them).
+    pub live_faults: HashMap<u32, KernelFaults>,
+    /// What reading `live_faults` cost: files read and nanoseconds.
+    pub live_fault_reads: u64,
+    pub live_fault_read_ns: u64,
     /// (tgid, node) -> base pages allocated.
     pub allocs: HashMap<(u32, u32), u64>,
     /// node -> base pages freed.

@@ -60,7 +60,12 @@ pub struct ProcessSnapshot {
     pub pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
+    /// Minor plus major faults in the window: the kernel's own count (`minflt` + `majflt`).
     pub faults: u64,
+    /// `faults` by the path that took them.
+    pub faults_by_path: FaultsByPath,
+    /// Of `faults`, major ones (the page had to be read in: files through mmap, swap).
+    pub major_faults: u64,
     pub faults_per_s: f64,
     pub alloc_pages_by_node: BTreeMap<String, u64>,
     pub alloc_pages_per_s_by_node: BTreeMap<String, f64>,
@@ -81,6 +86,19 @@ pub struct ProcessSnapshot {
     pub exited_at_s: Option<f64>,
     /// The busiest sampled allocation sites on CXL-tier nodes.
     pub top_cxl_alloc_sites: Vec<AllocSite>,
+}
+
+/// Page faults by the path that took them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FaultsByPath {
+    /// The CPU faulted in user mode (`exceptions:page_fault_user`).
+    pub cpu_user: u64,
+    /// The CPU faulted in kernel mode on a user address (`page_fault_kernel`: copy_to_user...).
+    pub cpu_kernel: u64,
+    /// The kernel faulted pages in on the process's behalf (`get_user_pages`: pinning,
+    /// MAP_POPULATE, mlock, MADV_POPULATE_*, process_vm_writev, O_DIRECT): the rest of the
+    /// kernel's count, never negative.
+    pub on_behalf: u64,
 }
 
 /// Where CXL-tier pages were allocated from.
@@ -105,6 +123,12 @@ pub struct AgentSnapshot {
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
+    /// `/proc/PID/stat` reads for the kernel's fault counters and what they cost in total (ms).
+    pub fault_reads: u64,
+    pub fault_read_ms: f64,
+    /// Process readings where the tracepoints had counted more faults than the kernel (faults
+    /// that failed, such as SIGSEGV); `on_behalf` was shown as 0 then.
+    pub faults_traced_over_kernel: u64,
     /// Processes in the model, and final records of pruned ones kept for this window.
     pub processes_in_model: usize,
     pub departed_kept: usize,
@@ -217,6 +241,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 .collect();
             sites.sort_by(|a, b| b.pages.cmp(&a.pages));
             sites.truncate(TOP_SITES);
+            let split = p.fault_split();
             ProcessSnapshot {
                 pid: p.tgid,
                 comm: p.comm.clone(),
@@ -232,6 +257,12 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 top_cxl_alloc_sites: sites,
                 faults: p.faults,
+                faults_by_path: FaultsByPath {
+                    cpu_user: split.cpu_user,
+                    cpu_kernel: split.cpu_kernel,
+                    on_behalf: split.on_behalf,
+                },
+                major_faults: split.major,
                 faults_per_s: p.fault_rate,
                 alloc_pages_by_node: keyed(&p.alloc_pages_by_node),
                 resident_pages_by_node: res,
@@ -290,6 +321,9 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             events_received: model.events_seen,
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
+            fault_reads: model.fault_reads,
+            fault_read_ms: model.fault_read_ns as f64 / 1e6,
+            faults_traced_over_kernel: model.traced_over_kernel,
             processes_in_model: model.processes.len(),
             departed_kept: model.departed.len(),
             map_entries_forgotten: ctx.map_entries_forgotten,
@@ -380,6 +414,24 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["schema"], SCHEMA);
         assert_eq!(json["nodes"][1]["tier"], "cxl");
+    }
+
+    #[test]
+    fn faults_are_the_kernels_count_split_by_path() {
+        use crate::model::faults::KernelFaults;
+        let mut m = Model::default();
+        let mut r = CounterReading { at_ns: 1, faults: [(10, 3_000)].into(), ..Default::default() };
+        r.faults_kernel_mode.insert(10, 100);
+        r.live_faults.insert(10, KernelFaults { minor: 31_000, major: 21 });
+        m.apply_reading(&r);
+        let s = build(&m, &ProcessFilter { pids: vec![10], pattern: None }, ctx(&[]));
+        let p = &s.processes[0];
+        assert_eq!(p.faults, 31_021);
+        assert_eq!(p.faults_by_path, FaultsByPath { cpu_user: 2_900, cpu_kernel: 100, on_behalf: 28_021 });
+        assert_eq!(p.major_faults, 21);
+        let json = serde_json::to_value(p).expect("process JSON");
+        assert_eq!(json["faults_by_path"]["on_behalf"], 28_021);
+        assert_eq!(json["major_faults"], 21);
     }
 
     #[test]
