@@ -40,24 +40,24 @@ fn mmap(bytes: usize, extra_flags: i32) -> *mut u8 {
 
 /// How memory gets faulted in.
 #[derive(Clone, Copy)]
-pub enum Populate {
+pub enum FaultIn {
     MapPopulate,
     Mlock,
     MadvisePopulateWrite,
 }
 
 /// Maps `bytes` and has the kernel fault every page in; returns the pages.
-pub fn populate(bytes: usize, how: Populate) -> usize {
+pub fn populate(bytes: usize, how: FaultIn) -> usize {
     let p = match how {
-        Populate::MapPopulate => mmap(bytes, libc::MAP_POPULATE),
-        Populate::Mlock => {
+        FaultIn::MapPopulate => mmap(bytes, libc::MAP_POPULATE),
+        FaultIn::Mlock => {
             let p = mmap(bytes, 0);
             // SAFETY: our own mapping.
             let rc = unsafe { libc::mlock(p.cast(), bytes) };
             assert_eq!(rc, 0, "mlock: {}", std::io::Error::last_os_error());
             p
         }
-        Populate::MadvisePopulateWrite => {
+        FaultIn::MadvisePopulateWrite => {
             let p = mmap(bytes, 0);
             // SAFETY: our own mapping.
             let rc = unsafe { libc::madvise(p.cast(), bytes, MADV_POPULATE_WRITE) };
@@ -75,13 +75,22 @@ pub fn populate(bytes: usize, how: Populate) -> usize {
     bytes / PAGE
 }
 
-/// `populate MIB`: MIB MiB each by MAP_POPULATE, mlock and MADV_POPULATE_WRITE.
-pub fn populate_all(mib: usize) -> String {
+/// `populate MIB [map_populate|mlock|madvise]`: MIB MiB faulted in by the kernel, by one way
+/// or (without one) MIB MiB by each.
+pub fn populate_by(mib: usize, how: Option<&str>) -> String {
     let bytes = mib << 20;
-    let pages: usize = [Populate::MapPopulate, Populate::Mlock, Populate::MadvisePopulateWrite]
-        .into_iter()
-        .map(|how| populate(bytes, how))
-        .sum();
+    let all = [FaultIn::MapPopulate, FaultIn::Mlock, FaultIn::MadvisePopulateWrite];
+    let ways: Vec<FaultIn> = match how {
+        None => all.to_vec(),
+        Some("map_populate") => vec![FaultIn::MapPopulate],
+        Some("mlock") => vec![FaultIn::Mlock],
+        Some("madvise") => vec![FaultIn::MadvisePopulateWrite],
+        Some(other) => {
+            eprintln!("tierscope-workload: populate {other:?}: use map_populate | mlock | madvise");
+            std::process::exit(2);
+        }
+    };
+    let pages: usize = ways.into_iter().map(|how| populate(bytes, how)).sum();
     format!("populated={pages}")
 }
 
@@ -92,7 +101,7 @@ pub fn threads(n: usize, mib: usize) -> String {
     let handles: Vec<_> = (0..n)
         .map(|_| {
             std::thread::spawn(move || {
-                let pages = populate(bytes, Populate::MadvisePopulateWrite);
+                let pages = populate(bytes, FaultIn::MadvisePopulateWrite);
                 let p = mmap(bytes, 0);
                 for off in (0..bytes).step_by(PAGE) {
                     // SAFETY: inside the mapping.
@@ -120,7 +129,7 @@ pub fn forks(n: usize, mib: usize) -> String {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
         if pid == 0 {
-            populate(bytes, Populate::MapPopulate);
+            populate(bytes, FaultIn::MapPopulate);
             let p = mmap(bytes, 0);
             for off in (0..bytes).step_by(PAGE) {
                 // SAFETY: inside the mapping.

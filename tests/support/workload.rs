@@ -9,8 +9,8 @@
 //!                      touch every page; reports `pages=` and `minflt_go=` (minflt at `go`)
 //!   mbind NODE         mbind 2 MiB with MPOL_BIND to NODE (MPOL_MF_MOVE), touch it
 //!   fragment MIB       allocate MIB MiB in 4 KiB pages, free every other one (for compaction)
-//!   populate MIB       MIB MiB each faulted in by the kernel: MAP_POPULATE, mlock,
-//!                      MADV_POPULATE_WRITE (no THP); reports `populated=` pages
+//!   populate MIB [HOW] MIB MiB faulted in by the kernel (no THP), HOW = map_populate | mlock |
+//!                      madvise (MADV_POPULATE_WRITE), or MIB MiB by each; reports `populated=`
 //!   threads N MIB      N threads each populate MIB MiB and touch MIB MiB, then exit
 //!   forks N MIB        N forked children each populate and touch MIB MiB and exit; reports
 //!                      `children=PID:MINFLT:MAJFLT,...` (their own counters before exiting)
@@ -143,13 +143,13 @@ fn main() {
             }
             format!("pages={pages}")
         }
-        Some("populate") => populate::populate_all(arg(&args, 1, 16)),
+        Some("populate") => populate::populate_by(arg(&args, 1, 16), args.get(2).map(String::as_str)),
         Some("threads") => populate::threads(arg(&args, 1, 4), arg(&args, 2, 8)),
         Some("forks") => populate::forks(arg(&args, 1, 4), arg(&args, 2, 8)),
         other => {
             eprintln!(
                 "tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB | \
-                 populate MIB | threads N MIB | forks N MIB"
+                 populate MIB [HOW] | threads N MIB | forks N MIB"
             );
             std::process::exit(2);
         }

@@ -299,7 +299,7 @@ mod tests {
     fn kernel_like() -> Vec<u8> {
         let mut b = Builder::new();
         b.ty("unsigned long", KIND_INT, 0, false, 8); // 1
-        b.words(&[(64 << 0) | 0]); //   its encoding word
+        b.words(&[64]); //   its encoding: 64 bits
         b.ty("", KIND_PTR, 0, false, 1); // 2
         b.ty("", KIND_ARRAY, 0, false, 0); // 3
         b.words(&[1, 1, 16]);
@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn rejects_bad_input_without_panicking() {
         assert_eq!(Btf::parse(&[]).err(), Some(BtfError::Malformed("no header")));
-        assert_eq!(Btf::parse(&[0x9f, 0xeb, 1, 0]).err().map(|e| e.to_string()).is_some(), true);
+        assert!(Btf::parse(&[0x9f, 0xeb, 1, 0]).is_err(), "a header cut short");
         assert!(matches!(Btf::parse(&[1, 2, 3, 4]).err(), Some(BtfError::BadMagic(_))));
         let good = kernel_like();
         for cut in [HEADER_LEN, HEADER_LEN + 5, good.len() - 40, good.len() - 1] {

@@ -17,8 +17,17 @@ struct Report {
     capabilities_held: Vec<&'static str>,
     capabilities_missing: Vec<&'static str>,
     programs: Vec<ProgramStatus>,
+    /// Where `task_struct` keeps the fault counters (from BTF): the exit program reads them.
+    task_fault_counters: TaskFaultCounters,
     load_error: Option<String>,
     advice: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum TaskFaultCounters {
+    Found { min_flt: u32, maj_flt: u32 },
+    Missing { error: String },
 }
 
 pub fn run(json: bool) -> Result<i32> {
@@ -31,6 +40,11 @@ pub fn run(json: bool) -> Result<i32> {
         capabilities_held: held,
         capabilities_missing: missing,
         programs: vec![],
+        task_fault_counters: match crate::collect::btf::read_task_layout(Path::new(crate::collect::probes::VMLINUX_BTF))
+        {
+            Ok(l) => TaskFaultCounters::Found { min_flt: l.min_flt, maj_flt: l.maj_flt },
+            Err(error) => TaskFaultCounters::Missing { error },
+        },
         load_error: None,
         advice: vec![],
     };
@@ -66,6 +80,12 @@ pub fn run(json: bool) -> Result<i32> {
             _ => {}
         }
     }
+    if let TaskFaultCounters::Missing { error } = &report.task_fault_counters {
+        report.advice.push(format!(
+            "the fault counters of task_struct are not in BTF ({error}): a process that exits keeps the faults of its \
+             last /proc reading (up to one reading short)"
+        ));
+    }
     report.advice.dedup();
     let attached = report.programs.iter().filter(|p| p.status == Attach::Attached).count();
     if json {
@@ -79,6 +99,12 @@ pub fn run(json: bool) -> Result<i32> {
 fn print_text(r: &Report, attached: usize) {
     println!("kernel        {} (BTF {})", r.kernel, if r.btf { "present" } else { "missing" });
     println!("tracefs       {}", r.tracefs.as_deref().unwrap_or("not mounted"));
+    match &r.task_fault_counters {
+        TaskFaultCounters::Found { min_flt, maj_flt } => {
+            println!("task faults   task_struct.min_flt at {min_flt}, maj_flt at {maj_flt} (BTF)")
+        }
+        TaskFaultCounters::Missing { error } => println!("task faults   not found: {error}"),
+    }
     println!(
         "capabilities  held: {}",
         if r.capabilities_held.is_empty() { "none".into() } else { r.capabilities_held.join(" ") }

@@ -222,8 +222,7 @@ mod tests {
 
     #[test]
     fn a_process_born_while_watched_counts_from_zero_and_keeps_its_exit_totals() {
-        let mut a = FaultAccount::default();
-        a.traced = TracedFaults { cpu_user: 900, cpu_kernel: 50 };
+        let mut a = FaultAccount { traced: TracedFaults { cpu_user: 900, cpu_kernel: 50 }, ..Default::default() };
         a.observe_live(k(31_000, 5), 1, 0);
         a.settle();
         let s = a.split();
@@ -280,8 +279,7 @@ mod tests {
 
     #[test]
     fn on_behalf_never_goes_negative_and_the_excess_is_counted() {
-        let mut a = FaultAccount::default();
-        a.traced = TracedFaults { cpu_user: 120, cpu_kernel: 5 };
+        let mut a = FaultAccount { traced: TracedFaults { cpu_user: 120, cpu_kernel: 5 }, ..Default::default() };
         a.observe_live(k(100, 0), 1, 0);
         a.settle();
         let s = a.split();
@@ -301,8 +299,7 @@ mod tests {
 
     #[test]
     fn without_kernel_counters_the_tracepoints_are_the_total() {
-        let mut a = FaultAccount::default();
-        a.traced = TracedFaults { cpu_user: 70, cpu_kernel: 3 };
+        let mut a = FaultAccount { traced: TracedFaults { cpu_user: 70, cpu_kernel: 3 }, ..Default::default() };
         a.settle();
         let s = a.split();
         assert_eq!((s.total, s.on_behalf, s.kernel_counted), (73, 0, false));
