@@ -76,7 +76,7 @@ fn ten_thousand_forked_children_leave_no_entry_behind() {
     // kernel what the agent's maps still hold.
     let deadline = Instant::now() + Duration::from_secs(8);
     let left = loop {
-        let left = tgids_in_agent_maps(agent.pid(), &["FAULTS", "ALLOCS"]);
+        let left = tgids_in_agent_maps(agent.pid(), &["FAULTS", "ALLOCS", "EXITED_FAULTS"]);
         let left: Vec<u32> = left.intersection(&children).copied().collect();
         if left.is_empty() || Instant::now() > deadline {
             break left;
