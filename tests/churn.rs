@@ -112,10 +112,67 @@ fn ten_thousand_forked_children_leave_no_entry_behind() {
     }
 }
 
-/// Tgids (the first 4 key bytes) in the agent's maps of these names, read with bpftool from
-/// the map ids in the agent's fdinfo.
+/// The page -> node table the kernel programs use (BLOCK_NODE, read back with bpftool) holds
+/// every memory block of /sys/devices/system/node/node*/ with its node, and the agent looks at
+/// the blocks again while it runs (memory onlined after start counts on its node).
+#[test]
+#[ignore = "requires root"]
+fn the_page_to_node_table_matches_sysfs_and_is_checked_again() {
+    require_root_and_agent!();
+    let agent = Agent::snapshot(&["--duration", "6", "--pid", "1"]);
+    let mut truth = std::collections::BTreeMap::new();
+    for node in std::fs::read_dir("/sys/devices/system/node").expect("node dir").flatten() {
+        let name = node.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else { continue };
+        for e in std::fs::read_dir(node.path()).expect("a node's dir").flatten() {
+            if let Some(b) = e.file_name().to_string_lossy().strip_prefix("memory").and_then(|b| b.parse::<u32>().ok())
+            {
+                truth.insert(b, id + 1);
+            }
+        }
+    }
+    assert!(!truth.is_empty(), "no memory block in sysfs");
+    let mut table = std::collections::BTreeMap::new();
+    for dump in agent_maps(agent.pid(), &["BLOCK_NODE"]) {
+        for e in dump.as_array().expect("dump is a list") {
+            let (k, v) = (le_u32(&e["key"]), le_u32(&e["value"]));
+            if v != 0 {
+                // The low 16 bits: node + 1 (the CXL flag above).
+                table.insert(k, v & 0xffff);
+            }
+        }
+    }
+    assert_eq!(table, truth, "BLOCK_NODE against /sys/devices/system/node/node*/memory*");
+    let snap = agent.finish();
+    let checks = snap["agent"]["memory_block_checks"].as_u64().expect("memory_block_checks");
+    assert!(checks >= 2, "the blocks were looked at {checks} times in 6 s");
+    assert_eq!(snap["agent"]["memory_block_slots_rewritten"], 0, "no memory was onlined here");
+}
+
+/// Tgids (the first 4 key bytes) in the agent's maps of these names.
 fn tgids_in_agent_maps(agent: u32, names: &[&str]) -> BTreeSet<u32> {
     let mut tgids = BTreeSet::new();
+    for dump in agent_maps(agent, names) {
+        for e in dump.as_array().expect("dump is a list") {
+            tgids.insert(le_u32(&e["key"]));
+        }
+    }
+    tgids
+}
+
+/// The first four bytes of a bpftool JSON byte list, little-endian.
+fn le_u32(bytes: &serde_json::Value) -> u32 {
+    let b: Vec<u8> = bytes
+        .as_array()
+        .expect("bytes")
+        .iter()
+        .filter_map(|b| b.as_str().and_then(|s| u8::from_str_radix(s.trim_start_matches("0x"), 16).ok()))
+        .collect();
+    u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
+}
+
+/// bpftool dumps of the agent's maps of these names, found through the map ids in its fdinfo.
+fn agent_maps(agent: u32, names: &[&str]) -> Vec<serde_json::Value> {
     let fds = std::fs::read_dir(format!("/proc/{agent}/fdinfo")).expect("agent fdinfo");
     let ids: BTreeSet<u64> = fds
         .flatten()
@@ -123,23 +180,10 @@ fn tgids_in_agent_maps(agent: u32, names: &[&str]) -> BTreeSet<u32> {
         .filter_map(|t| t.lines().find_map(|l| l.strip_prefix("map_id:")).and_then(|v| v.trim().parse().ok()))
         .collect();
     assert!(!ids.is_empty(), "no BPF map among the agent's fds");
-    for id in ids {
-        let show = bpftool(&["map", "show", "id", &id.to_string()]);
-        if !names.iter().any(|n| show["name"] == *n) {
-            continue;
-        }
-        let dump = bpftool(&["map", "dump", "id", &id.to_string()]);
-        for e in dump.as_array().expect("dump is a list") {
-            let bytes: Vec<u8> = e["key"]
-                .as_array()
-                .expect("key bytes")
-                .iter()
-                .filter_map(|b| b.as_str().and_then(|s| u8::from_str_radix(s.trim_start_matches("0x"), 16).ok()))
-                .collect();
-            tgids.insert(u32::from_le_bytes(bytes[..4].try_into().expect("4 key bytes")));
-        }
-    }
-    tgids
+    ids.into_iter()
+        .filter(|id| names.iter().any(|n| bpftool(&["map", "show", "id", &id.to_string()])["name"] == *n))
+        .map(|id| bpftool(&["map", "dump", "id", &id.to_string()]))
+        .collect()
 }
 
 fn bpftool(args: &[&str]) -> serde_json::Value {

@@ -1,6 +1,9 @@
 //! Loading the kernel object and attaching every program, each with a status and a reason.
 //! A missing tracepoint or a refused program type is `unsupported`, never fatal.
-use std::{io, path::PathBuf};
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
 
 use aya::{
     programs::{BtfTracePoint, FEntry, FExit, ProgramError, TracePoint},
@@ -20,7 +23,7 @@ use crate::{
         agent::{Attach, ProgramStatus},
         migration::MigrationNames,
     },
-    topology::memory_blocks::MemoryBlocks,
+    topology::memory_blocks::{table_changes, MemoryBlocks, MemoryBlocksError, MIN_TABLE_SLOTS},
     trace_format::EventFormat,
 };
 
@@ -34,6 +37,10 @@ pub struct Probes {
     pub migration_names: MigrationNames,
     pub tracefs: Option<PathBuf>,
     pub memory_blocks: Option<MemoryBlocks>,
+    /// What `BLOCK_NODE` holds now, its slots, and the nodes whose blocks carry the CXL flag.
+    block_table: Vec<u32>,
+    block_slots: usize,
+    cxl_nodes: Vec<u32>,
     /// Formats of the raw-copied events, for decoding.
     pub raw_formats: Vec<(tierscope_common::event::RawSource, EventFormat)>,
     /// Where `task_struct` keeps the fault counters (from BTF), or why that is unknown.
@@ -84,12 +91,7 @@ impl Probes {
             tracing::warn!("page -> node mapping unavailable: {e}");
         }
         let blocks = blocks.ok();
-        let mut table = blocks.as_ref().map(|b| b.dense_table()).unwrap_or_else(|| vec![0]);
-        for v in table.iter_mut().filter(|v| **v != 0) {
-            if opts.cxl_nodes.contains(&(*v - 1)) {
-                *v |= tierscope_common::maps::BLOCK_NODE_CXL;
-            }
-        }
+        let table = blocks.as_ref().map(|b| b.kernel_table(&opts.cxl_nodes)).unwrap_or_else(|| vec![0]);
         let shift = blocks.as_ref().map_or(15, |b| b.block_pages_shift(page_size));
 
         let alloc_layout = page_layout(fmt("kmem", "mm_page_alloc").as_ref());
@@ -117,7 +119,9 @@ impl Probes {
 
         let task_layout = super::btf::read_task_layout(std::path::Path::new(VMLINUX_BTF));
         let agent_tgid = std::process::id();
-        let table_len = u32::try_from(table.len()).unwrap_or(u32::MAX).max(1);
+        // Room for memory onlined later (see `refresh_block_table`).
+        let block_slots = table.len().max(MIN_TABLE_SLOTS);
+        let table_len = u32::try_from(block_slots).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
             .override_global(global::AGENT_TGID, &agent_tgid, true)
             .override_global(global::BLOCK_PAGES_SHIFT, &shift, true)
@@ -170,9 +174,31 @@ impl Probes {
             migration_names: names,
             tracefs: tfs,
             memory_blocks: blocks,
+            block_table: table,
+            block_slots,
+            cxl_nodes: opts.cxl_nodes.clone(),
             raw_formats,
             task_layout,
         })
+    }
+
+    /// Re-reads the memory blocks under `sysfs` and rewrites the `BLOCK_NODE` slots that changed
+    /// (memory onlined or removed since the last look), so pages of hot-added memory count on
+    /// their node. Returns the slots rewritten and the blocks beyond the table.
+    pub fn refresh_block_table(&mut self, sysfs: &Path) -> Result<(usize, usize), MemoryBlocksError> {
+        let blocks = MemoryBlocks::read(sysfs)?;
+        let table = blocks.kernel_table(&self.cxl_nodes);
+        let (writes, beyond) = table_changes(&self.block_table, &table, self.block_slots);
+        if writes.is_empty() {
+            return Ok((0, beyond));
+        }
+        let Some(Ok(mut arr)) = self.ebpf.map_mut(map::BLOCK_NODE).map(aya::maps::Array::<_, u32>::try_from) else {
+            return Ok((0, beyond));
+        };
+        let written = writes.iter().filter(|&&(i, v)| arr.set(i, v, 0).is_ok()).count();
+        self.block_table = table;
+        self.memory_blocks = Some(blocks);
+        Ok((written, beyond))
     }
 }
 

@@ -33,6 +33,9 @@ const FAULT_READ_MAX_AGE_NS: u64 = 10_000_000_000;
 /// its final record kept for the windows that saw it: `model::departed`).
 pub const EXITED_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often the memory blocks are looked at again (memory onlined after start).
+const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
+
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
 pub struct SessionOptions {
@@ -61,6 +64,12 @@ pub struct Session {
     /// When the programs were attached, in /proc start-time ticks: processes that started
     /// earlier count their faults from when the agent first saw them.
     watch_start_ticks: u64,
+    /// Looks at the memory blocks since start, and `BLOCK_NODE` slots rewritten for memory
+    /// onlined or removed since.
+    pub block_checks: u64,
+    pub block_slots_rewritten: u64,
+    next_block_check_ns: u64,
+    beyond_warned: bool,
     pattern: Option<regex::Regex>,
     identified: HashSet<u32>,
     symbolizer: SiteSymbolizer,
@@ -108,6 +117,10 @@ impl Session {
             exited_grace_ns: opts.exited_grace.unwrap_or(EXITED_GRACE).as_nanos() as u64,
             entries_forgotten: 0,
             watch_start_ticks,
+            block_checks: 0,
+            block_slots_rewritten: 0,
+            next_block_check_ns: 0,
+            beyond_warned: false,
             pattern: opts.pattern,
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
@@ -137,6 +150,10 @@ impl Session {
         self.model.apply_reading(&r);
         self.measure_dead_before();
         self.health_poller.poll(&mut self.model.health);
+        if r.at_ns >= self.next_block_check_ns {
+            self.next_block_check_ns = r.at_ns + BLOCK_CHECK_EVERY_NS;
+            self.refresh_memory_blocks();
+        }
         self.model.tiering.apply(read_tiering_vmstat(&self.topology));
         let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
         for tgid in new {
@@ -161,6 +178,27 @@ impl Session {
                 self.identified.remove(&tgid);
                 self.symbolizer.forget(tgid);
             }
+        }
+    }
+
+    /// Rewrites the kernel's page -> node table where memory was onlined or removed since the
+    /// last look (a hot-added DIMM, a CXL region created while the agent runs).
+    fn refresh_memory_blocks(&mut self) {
+        self.block_checks += 1;
+        match self.probes.refresh_block_table(Path::new("/sys")) {
+            Ok((written, beyond)) => {
+                if written > 0 {
+                    tracing::info!("memory blocks changed: {written} slots of the page -> node table rewritten");
+                }
+                self.block_slots_rewritten += written as u64;
+                if beyond > 0 && !self.beyond_warned {
+                    self.beyond_warned = true;
+                    tracing::warn!(
+                        "{beyond} memory blocks lie beyond the page -> node table: their pages count as node unknown until the agent restarts"
+                    );
+                }
+            }
+            Err(e) => tracing::debug!("memory blocks: {e}"),
         }
     }
 

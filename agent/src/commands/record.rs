@@ -280,6 +280,8 @@ fn write_interval(
             site_sample_every: s.site_sample_every,
             window_start_ns: started_ns,
             map_entries_forgotten: s.entries_forgotten,
+            memory_block_checks: s.block_checks,
+            memory_block_slots_rewritten: s.block_slots_rewritten,
         },
     );
     if first {

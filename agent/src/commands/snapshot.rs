@@ -67,6 +67,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             site_sample_every: s.site_sample_every,
             window_start_ns: s.started_ns,
             map_entries_forgotten: s.entries_forgotten,
+            memory_block_checks: s.block_checks,
+            memory_block_slots_rewritten: s.block_slots_rewritten,
         },
     );
     s.model.departed.close_window(window);

@@ -134,6 +134,10 @@ pub struct AgentSnapshot {
     pub departed_kept: usize,
     /// Kernel map entries deleted for pruned processes.
     pub map_entries_forgotten: u64,
+    /// Looks at /sys/devices/system/memory during the window, and page -> node table slots
+    /// rewritten for memory onlined or removed.
+    pub memory_block_checks: u64,
+    pub memory_block_slots_rewritten: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -200,6 +204,8 @@ pub struct SnapshotContext<'a> {
     /// When the window started (monotonic ns).
     pub window_start_ns: u64,
     pub map_entries_forgotten: u64,
+    pub memory_block_checks: u64,
+    pub memory_block_slots_rewritten: u64,
 }
 
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
@@ -327,6 +333,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             processes_in_model: model.processes.len(),
             departed_kept: model.departed.len(),
             map_entries_forgotten: ctx.map_entries_forgotten,
+            memory_block_checks: ctx.memory_block_checks,
+            memory_block_slots_rewritten: ctx.memory_block_slots_rewritten,
         },
     }
 }
@@ -349,6 +357,8 @@ mod tests {
             site_sample_every: 4,
             window_start_ns: 1_000_000_000,
             map_entries_forgotten: 0,
+            memory_block_checks: 0,
+            memory_block_slots_rewritten: 0,
         }
     }
 

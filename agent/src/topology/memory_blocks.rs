@@ -2,6 +2,10 @@
 //! kernel programs use to map a page's pfn to its NUMA node.
 use std::{collections::BTreeMap, fs, path::Path};
 
+/// Slots the kernel's block table has at least: room for blocks onlined after start (hot-added
+/// DIMMs, CXL regions): 131,072 blocks, 16 TiB of physical addresses at 128 MiB a block, 512 KiB.
+pub const MIN_TABLE_SLOTS: usize = 1 << 17;
+
 /// Which node owns each memory block.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryBlocks {
@@ -82,15 +86,56 @@ impl MemoryBlocks {
         t
     }
 
+    /// The kernel table: [`Self::dense_table`] with `BLOCK_NODE_CXL` set on blocks of `cxl_nodes`.
+    pub fn kernel_table(&self, cxl_nodes: &[u32]) -> Vec<u32> {
+        let mut t = self.dense_table();
+        for v in t.iter_mut().filter(|v| **v != 0) {
+            if cxl_nodes.contains(&(*v - 1)) {
+                *v |= tierscope_common::maps::BLOCK_NODE_CXL;
+            }
+        }
+        t
+    }
+
     /// The node of a page frame number, when its block is known.
     pub fn node_of_pfn(&self, pfn: u64, page_size: u64) -> Option<u32> {
         self.node_of_block.get(&(pfn >> self.block_pages_shift(page_size))).copied()
     }
 }
 
+/// The slots to write to turn the kernel table `old` into `new` within `capacity` slots:
+/// (index, value) for every slot that differs (a block gone reads 0), and how many blocks of
+/// `new` lie beyond the capacity (they stay unknown).
+pub fn table_changes(old: &[u32], new: &[u32], capacity: usize) -> (Vec<(u32, u32)>, usize) {
+    let mut writes = Vec::new();
+    for i in 0..old.len().max(new.len()).min(capacity) {
+        let (was, now) = (old.get(i).copied().unwrap_or(0), new.get(i).copied().unwrap_or(0));
+        if was != now {
+            writes.push((i as u32, now));
+        }
+    }
+    let beyond = new.iter().skip(capacity).filter(|&&v| v != 0).count();
+    (writes, beyond)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn onlined_and_removed_blocks_become_slot_writes() {
+        let before = MemoryBlocks::parse("8000000", [(0, vec!["memory0", "memory1"])]).unwrap();
+        // A CXL region onlined as node 2 (blocks 6 and 7), and block 1 of node 0 removed.
+        let after = MemoryBlocks::parse("8000000", [(0, vec!["memory0"]), (2, vec!["memory6", "memory7"])]).unwrap();
+        let (old, new) = (before.kernel_table(&[2]), after.kernel_table(&[2]));
+        let cxl = tierscope_common::maps::BLOCK_NODE_CXL;
+        let (writes, beyond) = table_changes(&old, &new, 16);
+        assert_eq!(writes, vec![(1, 0), (6, 3 | cxl), (7, 3 | cxl)]);
+        assert_eq!(beyond, 0);
+        assert_eq!(table_changes(&new, &new, 16), (vec![], 0), "nothing changed, nothing written");
+        // A table too small for the new blocks: what fits is written, the rest counted.
+        assert_eq!(table_changes(&old, &new, 7), (vec![(1, 0), (6, 3 | cxl)], 1));
+    }
 
     #[test]
     fn parses_this_machines_layout() {
