@@ -193,8 +193,9 @@ fn main() {
     );
     let queried = static_checks();
     println!("dashboards: {} metrics queried", queried.len());
+    passed("dashboards::static_checks");
 
-    let Some(bin) = agent_bin("dashboards (scrape part)") else { return };
+    let Some(bin) = agent_bin("dashboards::scrape") else { return summary(1, 1) };
     let listen = format!("127.0.0.1:{}", free_port());
     let marker = format!("tierscope-dash-test-{}", std::process::id());
     let agent = Agent::start(&bin, &["--prometheus", &listen, "--match", &marker], &[]);
@@ -240,4 +241,6 @@ fn main() {
     );
     assert_eq!(agent.stop(), Some(0));
     println!("dashboards: every queried metric is exported");
+    passed("dashboards::scrape");
+    summary(2, 0);
 }

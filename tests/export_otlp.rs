@@ -504,8 +504,16 @@ fn main() {
     if child_mode() {
         return;
     }
-    let Some(bin) = agent_bin("export_otlp") else { return };
-    bad_config_is_one_line_and_exit_1(&bin);
-    http_protobuf_through_the_environment(&bin);
-    grpc_workload_and_outage(&bin);
+    type Part = fn(&std::path::PathBuf);
+    let parts: [(&str, Part); 3] = [
+        ("export_otlp::bad_config_is_one_line_and_exit_1", bad_config_is_one_line_and_exit_1),
+        ("export_otlp::http_protobuf_through_the_environment", http_protobuf_through_the_environment),
+        ("export_otlp::grpc_workload_and_outage", grpc_workload_and_outage),
+    ];
+    let Some(bin) = agent_bin("export_otlp") else { return summary(0, parts.len()) };
+    for (name, part) in parts {
+        part(&bin);
+        passed(name);
+    }
+    summary(parts.len(), 0);
 }

@@ -125,7 +125,7 @@ fn main() {
     if child_mode() {
         return;
     }
-    let Some(bin) = agent_bin("export_prometheus") else { return };
+    let Some(bin) = agent_bin("export_prometheus") else { return summary(0, 1) };
     let promtool = need("promtool");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -183,5 +183,7 @@ fn main() {
     drop(work);
 
     let (lat, bw) = periodic_probe(&bin, &promtool);
-    println!("export_prometheus: ok (faults {:?}; probe node 0: {:.0} ns, {:.1} GB/s)", v, lat * 1e9, bw / 1e9);
+    println!("export_prometheus: faults {:?}; probe node 0: {:.0} ns, {:.1} GB/s", v, lat * 1e9, bw / 1e9);
+    passed("export_prometheus");
+    summary(1, 0);
 }

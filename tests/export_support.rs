@@ -15,15 +15,41 @@ use std::{
 
 pub const PAGE: usize = 4096;
 
-/// The agent binary, or None after printing why the test is skipped.
+/// Why the agent part of these tests is ignored unless asked for.
+pub const IGNORED_WHY: &str = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)";
+
+/// The agent binary when the test's agent part is to run, decided as libtest decides for an
+/// `#[ignore]`d test: it runs under `--ignored` or `--include-ignored` (as `cargo xtask test`
+/// asks), and then it fails here, with the reason, when it cannot run (no `TIERSCOPE_BIN`, not
+/// root). Otherwise it is reported ignored with the reason and `None` comes back.
 pub fn agent_bin(test: &str) -> Option<PathBuf> {
-    match std::env::var_os("TIERSCOPE_BIN") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            println!("{test}: skipped: TIERSCOPE_BIN is not set (run through `cargo xtask test`)");
-            None
-        }
+    let asked = std::env::args().any(|a| a == "--ignored" || a == "--include-ignored");
+    if !asked {
+        println!("test {test} ... ignored, {IGNORED_WHY}");
+        return None;
     }
+    let bin = std::env::var_os("TIERSCOPE_BIN").map(PathBuf::from);
+    let why = match &bin {
+        None => Some("TIERSCOPE_BIN is not set to the built agent (run through `cargo xtask test`)".to_string()),
+        Some(b) if !b.is_file() => Some(format!("TIERSCOPE_BIN={} is not a file", b.display())),
+        // SAFETY: geteuid has no preconditions.
+        Some(_) if unsafe { libc::geteuid() } != 0 => Some("needs root to load eBPF programs".to_string()),
+        Some(_) => None,
+    };
+    if let Some(why) = why {
+        panic!("{test}: cannot run: {why}");
+    }
+    bin
+}
+
+/// Says one part passed, as libtest does.
+pub fn passed(test: &str) {
+    println!("test {test} ... ok");
+}
+
+/// libtest's summary line, so `cargo xtask test` counts these tests with the others.
+pub fn summary(passed: usize, ignored: usize) {
+    println!("\ntest result: ok. {passed} passed; 0 failed; {ignored} ignored; 0 measured; 0 filtered out\n");
 }
 
 /// Child mode: touches `pages` pages of anonymous memory, says so on stdout, then waits for

@@ -23,7 +23,7 @@ fn tracefs() -> &'static Path {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn health_programs_are_unsupported_exactly_where_the_kernel_lacks_the_tracepoint() {
     require_root_and_agent!();
     let out =
@@ -50,7 +50,7 @@ fn health_programs_are_unsupported_exactly_where_the_kernel_lacks_the_tracepoint
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_machine_without_cxl_devices_says_so_and_lists_its_edac_controllers() {
     require_root_and_agent!();
     let memdevs = std::fs::read_dir("/sys/bus/cxl/devices")

@@ -4,7 +4,7 @@ use tierscope_tests::{process, require_root_and_agent, sum_nodes, Agent, Workloa
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn faults_match_minflt_and_allocations_cover_touched_pages() {
     require_root_and_agent!();
     let mut w = Workload::start(WORKLOAD, &["touch", "64"]);
@@ -46,7 +46,7 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn mbind_is_seen_with_mode_and_mask() {
     require_root_and_agent!();
     let mut w = Workload::start(WORKLOAD, &["mbind", "0"]);
@@ -69,7 +69,7 @@ fn mbind_is_seen_with_mode_and_mask() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn compaction_migrations_are_counted_by_reason() {
     require_root_and_agent!();
     // Fragment memory first so compaction has movable pages to move.
@@ -87,7 +87,7 @@ fn compaction_migrations_are_counted_by_reason() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn check_reports_programs_and_fentry_detection() {
     require_root_and_agent!();
     let bin = tierscope_tests::tierscope_bin().expect("bin");
@@ -115,7 +115,7 @@ fn check_reports_programs_and_fentry_detection() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn slow_tier_allocation_sites_name_the_allocating_function() {
     require_root_and_agent!();
     // No CXL here: declare node 0 the CXL tier (as `[tiers] cxl = [0]` would) so every
@@ -143,11 +143,12 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_launcher_and_two_ranks_form_one_job() {
     require_root_and_agent!();
-    // A torchrun-like launcher (python) that starts two workers with RANK/LOCAL_RANK/WORLD_SIZE,
-    // each touching memory, as torchrun does.
+    // A torchrun-like launcher that starts two workers with RANK/LOCAL_RANK/WORLD_SIZE, each
+    // touching memory, as torchrun does; run as torchrun's own module path
+    // (`python3 -m torch.distributed.run`) from a stand-in `torch` package on PYTHONPATH.
     let script = r#"
 import os, sys, subprocess, time, mmap
 procs = []
@@ -156,13 +157,21 @@ for r in range(2):
     procs.append(subprocess.Popen([sys.executable, "-c", "import mmap,time\nm=mmap.mmap(-1,8<<20)\nfor i in range(0,8<<20,4096): m[i]=1\ntime.sleep(4)"], env=env))
 for p in procs: p.wait()
 "#;
+    let pkg = std::env::temp_dir().join(format!("tierscope-torch-stand-in-{}", std::process::id()));
+    let run_py = pkg.join("torch/distributed/run.py");
+    std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
+    std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
+    std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
+    std::fs::write(&run_py, script).expect("torch/distributed/run.py");
     let agent = Agent::snapshot(&["--duration", "3", "--match", "torch_dist_launch"]);
     let mut launcher = std::process::Command::new("python3")
-        .args(["-c", script, "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_launch"])
+        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_launch"])
+        .env("PYTHONPATH", &pkg)
         .spawn()
         .expect("python3 launcher");
     let snap = agent.finish();
     let _ = launcher.wait();
+    let _ = std::fs::remove_dir_all(&pkg);
     let procs = snap["processes"].as_array().cloned().unwrap_or_default();
     let lpid = launcher.id();
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();

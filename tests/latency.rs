@@ -18,7 +18,7 @@ fn figure(r: &serde_json::Value, what: &str) -> f64 {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn node0_latency_and_bandwidth_are_sane_and_repeat_within_10_percent() {
     require_root_and_agent!();
     let a = probe_node0();
@@ -50,7 +50,7 @@ fn node0_latency_and_bandwidth_are_sane_and_repeat_within_10_percent() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn unknown_node_fails_with_the_nodes_there_are() {
     require_root_and_agent!();
     let bin = tierscope_bin().expect("TIERSCOPE_BIN");

@@ -234,7 +234,7 @@ fn run_at(w: u16, h: u16) {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn top_demo_in_tmux_80x24_and_160x48() {
     require_root_and_agent!();
     if Command::new("tmux").arg("-V").output().is_err() {

@@ -15,6 +15,27 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs `cmd` with its stdout shown as it comes and kept; fails naming the command when it fails.
+pub fn run_tee(cmd: &mut Command) -> Result<String> {
+    use std::io::{BufRead as _, Write as _};
+    let mut child = cmd.stdout(Stdio::piped()).spawn().with_context(|| format!("could not start {cmd:?}"))?;
+    let mut kept = String::new();
+    if let Some(out) = child.stdout.take() {
+        let mut shown = std::io::stdout();
+        for line in std::io::BufReader::new(out).lines() {
+            let line = line.with_context(|| format!("reading the output of {cmd:?}"))?;
+            let _ = writeln!(shown, "{line}");
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+    }
+    let status = child.wait().with_context(|| format!("waiting for {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(kept)
+}
+
 /// Runs `cmd` and returns its stdout; `None` when it cannot start or fails.
 pub fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.stderr(Stdio::null()).output().ok()?;

@@ -7,6 +7,7 @@ mod build;
 mod cmd;
 mod layers;
 mod setup;
+mod tally;
 mod test;
 mod vm;
 
@@ -53,7 +54,7 @@ fn main() {
         Task::Build => setup::run().and_then(|()| build::agent_release()).map(|_| ()),
         Task::Run { args } => run(args),
         Task::Test { no_vm } => test::run(!no_vm),
-        Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)),
+        Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)).map(|_| ()),
         Task::Layers => layers::run(),
         Task::Bench(args) => setup::run().and_then(|()| bench::run(args)),
     };

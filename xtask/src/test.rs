@@ -1,10 +1,10 @@
 //! `cargo xtask test`: every test. Unit tests, then the root integration tests against the real
-//! kernel, then the QEMU guest scenarios.
+//! kernel, then the QEMU guest scenarios; then how many ran, and what was ignored and why.
 use std::process::Command;
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 
-use crate::{build, cmd, setup, vm};
+use crate::{build, cmd, setup, tally::Tally, vm};
 
 /// Debian packages only the tests need.
 const TEST_PACKAGES: &[&str] = &["chromium"];
@@ -14,7 +14,7 @@ pub fn run(with_vm: bool) -> Result<()> {
     let bin = build::agent_release()?;
     // Not the eBPF crate (it does not build for the host); the root tests run next, with root.
     println!("xtask: unit tests");
-    cmd::run(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
+    let unit = cmd::run_tee(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
         "test",
         "--release",
         "--workspace",
@@ -27,16 +27,26 @@ pub fn run(with_vm: bool) -> Result<()> {
     // Real readers the tests use: headless Chromium renders the HTML report (issue 15).
     setup::apt_install(TEST_PACKAGES)?;
     println!("xtask: root integration tests (real kernel)");
-    cmd::run(
-        Command::new(build::cargo())
-            .current_dir(cmd::workspace_root())
-            .env("TIERSCOPE_BIN", &bin)
-            .env("TIERSCOPE_REQUIRE_ROOT_TESTS", "1")
-            .args(["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"]),
-    )
-    .context("integration tests failed")?;
-    if with_vm {
-        vm::run(vm::VmTestArgs::default())?;
+    // `--include-ignored`: the root tests are ignored without it (they need root and the agent);
+    // here they run, and one that cannot run fails.
+    let root =
+        cmd::run_tee(Command::new(build::cargo()).current_dir(cmd::workspace_root()).env("TIERSCOPE_BIN", &bin).args(
+            ["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"],
+        ))
+        .context("integration tests failed")?;
+    let scenarios = if with_vm { Some(vm::run(vm::VmTestArgs::default())?) } else { None };
+    let (unit, root) = (Tally::parse(&unit), Tally::parse(&root));
+    println!("xtask: unit tests: {}", unit.line());
+    println!("xtask: root integration tests: {}", root.line());
+    match scenarios {
+        Some(n) => println!("xtask: guest scenarios: {n} ran, {n} passed"),
+        None => println!("xtask: guest scenarios: skipped (--no-vm)"),
+    }
+    for l in unit.ignored_lines().iter().chain(&root.ignored_lines()) {
+        println!("xtask:   {l}");
+    }
+    if unit.failed + root.failed > 0 || unit.passed + root.passed == 0 {
+        bail!("the test counts do not add up: {} / {}", unit.line(), root.line());
     }
     println!("xtask: all tests passed");
     Ok(())

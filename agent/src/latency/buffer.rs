@@ -276,10 +276,11 @@ mod tests {
 
     #[test]
     fn llc_is_read_from_this_machines_sysfs() {
-        // Every Linux machine the agent runs on has cpu0; a VM without cache info gives None.
-        if let Some(b) = read_llc_bytes(Path::new("/sys"), 0) {
-            assert!(b >= 32 << 10, "an LLC of {b} bytes is implausible");
-        }
+        // A machine (or VM) whose sysfs has no cache info cannot check this: it fails, saying so.
+        let cache = Path::new("/sys/devices/system/cpu/cpu0/cache");
+        assert!(cache.is_dir(), "{} is absent: this machine's sysfs has no cache info to read", cache.display());
+        let b = read_llc_bytes(Path::new("/sys"), 0).expect("cpu0's cache levels name a data or unified cache");
+        assert!(b >= 32 << 10, "an LLC of {b} bytes is implausible");
     }
 
     #[test]

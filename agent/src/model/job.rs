@@ -93,9 +93,9 @@ fn is_launcher(comm: &str, cmd: &str) -> bool {
             return words.get(i + 1).is_some_and(|m| MODULES.contains(m));
         }
         if *w == "-c" {
-            // `python -c CODE ARGS`: the code is the program; launchers written as inline
-            // stand-ins say so in their arguments (tests use `torch.distributed.run` there).
-            return words.iter().skip(i + 2).any(|a| MODULES.contains(a));
+            // `python -c CODE ARGS`: the code is the program, and a module named in ARGS is an
+            // argument, not what runs.
+            return false;
         }
         if !w.starts_with('-') {
             let script = base(w);
@@ -195,6 +195,15 @@ mod tests {
                 None,
             ),
             ("bash", "bash -c torchrun --nproc-per-node 2 t.py", &none, false, None),
+            // Inline code that names the launcher's module in its arguments does not run it (a
+            // python command line naming torch is still taken for a worker).
+            (
+                "python3",
+                "python3 -c pass torch.distributed.run --nproc-per-node 2",
+                &none,
+                false,
+                Some(TrainingRole::Worker),
+            ),
             (
                 "accelerate",
                 "/usr/bin/python3 /usr/local/bin/accelerate launch t.py",

@@ -1,4 +1,4 @@
-//! Fetching the guest's pieces from Debian, cached under `<workspace>/.vm-cache/`.
+//! Fetching the guest's pieces from Debian (the mirror of the host's own apt sources), cached under `<workspace>/.vm-cache/`.
 //!
 //! The host runs bookworm, whose kernel (6.1) ignores HMAT for memory tiers and whose QEMU (7.2)
 //! has no volatile CXL memory. So the guest kernel and QEMU 10 come from bookworm-backports and
@@ -17,8 +17,8 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::cmd::{self, workspace_root};
 
-/// Debian's mirror and the archive key the host already trusts (debian-archive-keyring).
-const MIRROR: &str = "http://deb.debian.org/debian";
+/// The archive key the host already trusts (debian-archive-keyring); the mirror is the one in the
+/// host's own apt sources ([`super::apt_sources`]).
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 /// Bump when the set of fetched packages changes, so old caches are completed.
 const STAMP: &str = "fetched-v1";
@@ -152,6 +152,7 @@ fn parse_depends(field: &str) -> Vec<String> {
 /// dpkg status, so nothing of the host's apt state is read or written.
 struct PrivateApt {
     root: PathBuf,
+    mirror: String,
 }
 
 impl PrivateApt {
@@ -173,13 +174,14 @@ impl PrivateApt {
         if !Path::new(KEYRING).exists() {
             bail!("{KEYRING} missing: install debian-archive-keyring (apt-get install debian-archive-keyring)");
         }
+        let mirror = super::apt_sources::debian_mirror(Path::new("/etc/apt"))?;
         fs::write(
             root.join("etc/apt/sources.list"),
             format!(
-                "deb [signed-by={KEYRING}] {MIRROR} bookworm-backports main\ndeb [signed-by={KEYRING}] {MIRROR} trixie main\n"
+                "deb [signed-by={KEYRING}] {mirror} bookworm-backports main\ndeb [signed-by={KEYRING}] {mirror} trixie main\n"
             ),
         )?;
-        Ok(Self { root: root.to_path_buf() })
+        Ok(Self { root: root.to_path_buf(), mirror })
     }
 
     fn cmd(&self, program: &str) -> Command {
@@ -201,8 +203,9 @@ impl PrivateApt {
 
     fn update(&self) -> Result<()> {
         println!("vm: apt-get update (private tree for bookworm-backports and trixie)");
-        cmd::run(self.cmd("apt-get").args(["-q", "update"]))
-            .context("cannot read bookworm-backports/trixie indexes from deb.debian.org: check the network")
+        cmd::run(self.cmd("apt-get").args(["-q", "update"])).with_context(|| {
+            format!("cannot read bookworm-backports/trixie indexes from {} (this machine's Debian mirror): check the network and that the mirror carries both suites", self.mirror)
+        })
     }
 
     /// The first dependency of `pkg_release` (e.g. the versioned kernel image of the metapackage).

@@ -4,6 +4,7 @@
 //! fetch (Debian packages, cached) -> initramfs (busybox, modules, tools, the agent) -> one boot
 //! per scenario under TCG (qemu) -> the guest script prints the kernel's figures and runs the
 //! agent -> the host compares them (scenarios) and prints one line per scenario.
+mod apt_sources;
 mod fetch;
 mod initramfs;
 mod qemu;
@@ -44,7 +45,8 @@ pub struct VmTestArgs {
 /// Host tools the image is built with (bookworm packages).
 const HOST_PACKAGES: &[&str] = &["busybox-static", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
 
-pub fn run(args: VmTestArgs) -> Result<()> {
+/// Runs the selected scenarios; returns how many ran (all passed).
+pub fn run(args: VmTestArgs) -> Result<usize> {
     let selected: Vec<&scenarios::Scenario> = scenarios::ALL
         .iter()
         // Captures rewrite committed fixtures: only on request.
@@ -156,7 +158,7 @@ pub fn run(args: VmTestArgs) -> Result<()> {
             cache.join("runs").display()
         );
     }
-    Ok(())
+    Ok(selected.len())
 }
 
 /// Serializes vm-test runs in one checkout: they share `.vm-cache` (the initramfs, the run
