@@ -14,7 +14,7 @@ const CHURN: &str = env!("CARGO_BIN_EXE_tierscope-churn");
 /// A process that exits 5 s into a 60 s snapshot is pruned from the model at 35 s (the default
 /// grace, 30 s): the snapshot still lists it, exited, with its totals.
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_long_snapshot_lists_a_process_that_exited_early_with_its_totals() {
     require_root_and_agent!();
     let tag = format!("window-keeps-{}", std::process::id());
@@ -54,7 +54,7 @@ fn a_long_snapshot_lists_a_process_that_exited_early_with_its_totals() {
 /// their kernel map entries (read back with bpftool from the agent's own maps) and keeps them
 /// only as final records of the window.
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn ten_thousand_forked_children_leave_no_entry_behind() {
     require_root_and_agent!();
     const CHILDREN: usize = 10_000;
@@ -205,7 +205,7 @@ mod export_support;
 /// exit, are pruned and their exited series end: what leaves a series folds into `other` and
 /// the node totals.
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn exported_counters_never_decrease_as_processes_exit() {
     use std::collections::BTreeMap;
     require_root_and_agent!();

@@ -237,10 +237,10 @@ fn run_at(w: u16, h: u16) {
 #[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn top_demo_in_tmux_80x24_and_160x48() {
     require_root_and_agent!();
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed");
-        return;
-    }
+    assert!(
+        Command::new("tmux").arg("-V").output().is_ok(),
+        "tmux is not installed: apt-get install tmux (cargo xtask setup installs it)"
+    );
     run_at(80, 24);
     run_at(160, 48);
 }
