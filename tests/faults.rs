@@ -31,7 +31,7 @@ fn split_adds_up(p: &serde_json::Value) {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn faults_the_kernel_takes_on_a_process_behalf_are_counted() {
     require_root_and_agent!();
     let mut ws: Vec<(&str, Workload)> = ["map_populate", "mlock", "madvise"]
@@ -67,7 +67,7 @@ fn faults_the_kernel_takes_on_a_process_behalf_are_counted() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_process_that_exited_keeps_its_final_totals() {
     require_root_and_agent!();
     // One from before the agent (its window starts at first sight), one born while it watches
@@ -102,7 +102,7 @@ fn a_process_that_exited_keeps_its_final_totals() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn threads_that_exit_before_their_process_are_counted() {
     require_root_and_agent!();
     let agent = Agent::snapshot(&["--duration", "3", "--match", "tierscope-workload"]);
@@ -122,7 +122,7 @@ fn threads_that_exit_before_their_process_are_counted() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn fork_children_that_exit_within_a_reading_keep_their_totals() {
     require_root_and_agent!();
     let mut w = Workload::start(WORKLOAD, &["forks", "4", "8"]);
@@ -148,7 +148,7 @@ fn fork_children_that_exit_within_a_reading_keep_their_totals() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn python_populating_through_mmap_madvise_and_ctypes_mlock() {
     require_root_and_agent!();
     assert!(std::path::Path::new(PYTHON).is_file(), "{PYTHON} missing: apt-get install python3");
@@ -176,7 +176,7 @@ fn python_populating_through_mmap_madvise_and_ctypes_mlock() {
 }
 
 #[test]
-#[ignore = "requires root"]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn check_finds_the_fault_counters_in_btf() {
     require_root_and_agent!();
     let bin = tierscope_tests::tierscope_bin().expect("bin");
