@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
-use crate::model::snapshot::ProcessFilter;
+use crate::model::{hotness_config::HotnessConfig, snapshot::ProcessFilter};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +37,8 @@ pub enum Command {
         select: Select,
         #[command(flatten)]
         tiers: TierFlags,
+        #[command(flatten)]
+        hotness: HotnessFlags,
     },
     /// The live terminal UI (the default command).
     Top(TopArgs),
@@ -141,11 +143,46 @@ pub struct TopArgs {
     /// Render rate: redraw at most this many times a second (1-120).
     #[arg(long, default_value_t = 30)]
     pub fps: u32,
+    #[command(flatten)]
+    pub hotness: HotnessFlags,
+}
+
+/// `--hotness` and `--hotness-config` of the watching commands.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct HotnessFlags {
+    /// Monitor hot/warm/cold memory per tier, node and process with DAMON (starts kdamonds of its own).
+    #[arg(long)]
+    pub hotness: bool,
+    /// A TOML file with a `[hotness]` table (intervals, thresholds, CPU cap); implies nothing by itself.
+    #[arg(long, value_name = "FILE")]
+    pub hotness_config: Option<std::path::PathBuf>,
+}
+
+impl HotnessFlags {
+    /// The `[hotness]` table of `--hotness-config FILE` (or the defaults), `--hotness` turning it on.
+    pub fn config(&self) -> Result<HotnessConfig> {
+        let mut c = match &self.hotness_config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("{}: cannot read it", p.display()))?;
+                HotnessConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            }
+            None => HotnessConfig::default(),
+        };
+        c.enabled |= self.hotness;
+        Ok(c)
+    }
 }
 
 impl Default for TopArgs {
     fn default() -> Self {
-        TopArgs { select: Select::default(), replay: None, demo: false, tick_ms: 1000, fps: 30 }
+        TopArgs {
+            select: Select::default(),
+            replay: None,
+            demo: false,
+            tick_ms: 1000,
+            fps: 30,
+            hotness: HotnessFlags::default(),
+        }
     }
 }
 
@@ -181,6 +218,9 @@ pub struct RunArgs {
     /// an exited tracked process keeps its own series twice as long, then folds into "other".
     #[arg(long = "exited-grace", value_name = "SECS", value_parser = grace_seconds)]
     pub exited_grace: Option<Duration>,
+    /// Monitor hot/warm/cold memory per tier, node and process with DAMON (`[hotness]` in the config).
+    #[arg(long)]
+    pub hotness: bool,
 }
 
 // `tierscope probe-latency`.

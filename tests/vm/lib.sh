@@ -43,7 +43,7 @@ qmp() {
 # True when the agent is in the image and its `snapshot` subcommand exists.
 agent_present() { [ -x /usr/bin/tierscope ] && tierscope snapshot --help >/dev/null 2>&1; }
 
-# Starts `tierscope snapshot --json --duration $1 --pid $2` in the background, output to
+# Starts `tierscope snapshot --json --duration $1 --pid $2 $AGENT_EXTRA` in the background, output to
 # /out/agent.json, and waits until it says it is watching (its "tierscope: watching for" line on
 # stderr, printed once its programs are attached), at most 60 s. Sets AGENT_PID.
 # Prints TS-AGENT missing when the agent is not usable.
@@ -51,7 +51,8 @@ agent_start() {
   AGENT_PID=
   if ! agent_present; then echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; return 1; fi
   t0=$(date +%s)
-  tierscope snapshot --json --duration "$1" --pid "$2" > /out/agent.json 2> /out/agent.err &
+  # shellcheck disable=SC2086 # AGENT_EXTRA holds several flags
+  tierscope snapshot --json --duration "$1" --pid "$2" $AGENT_EXTRA > /out/agent.json 2> /out/agent.err &
   AGENT_PID=$!
   i=0
   until grep -q 'watching for' /out/agent.err 2>/dev/null; do

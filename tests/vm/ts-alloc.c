@@ -1,12 +1,15 @@
 /* ts-alloc: the guest's test workload (static, so it needs nothing in the initramfs).
  *
- *   ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-t SECS] [-s SECS] [-r FILE]
+ *   ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-o FIRST] [-f] [-t SECS] [-s SECS] [-r FILE]
  *
  * -w waits until FILE exists before doing anything (so an observer can attach first). Maps one anonymous region per -a, binds it to NODE with mbind(MPOL_BIND) (NODE -1: no
  * policy), and writes every 4 KiB page once. -u then resets each region to MPOL_DEFAULT (so NUMA
  * balancing may promote it). -r creates FILE containing the pid once everything is touched (the
  * scenario waits on it). -t keeps rewriting every page for SECS seconds (hot memory for
- * promotion), -s then sleeps SECS (cold memory for residency and demotion). Prints what it did.
+ * promotion; -o rewrites only the regions from index FIRST on, leaving the earlier ones untouched;
+ * -f flushes the TLB of the rewritten regions after each round with two mprotect calls, because
+ * QEMU's TCG keeps a translation cached (so sets no accessed bit again once DAMON cleared it)
+ * far longer than a hardware TLB would over a region this size), -s then sleeps SECS (cold memory for residency and demotion). Prints what it did.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -44,10 +47,10 @@ static void __attribute__((noinline)) touch(struct region *r, unsigned char v) {
 
 int main(int argc, char **argv) {
     struct region rs[MAX_REGIONS];
-    int n = 0, unbind = 0, opt;
+    int n = 0, unbind = 0, first_hot = 0, flush = 0, opt;
     double hot = 0, hold = 0;
     const char *ready = NULL, *go = NULL;
-    while ((opt = getopt(argc, argv, "w:a:ut:s:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "w:a:uo:ft:s:r:")) != -1) {
         switch (opt) {
         case 'a': {
             int node; long mib;
@@ -60,11 +63,13 @@ int main(int argc, char **argv) {
         }
         case 'w': go = optarg; break;
         case 'u': unbind = 1; break;
+        case 'o': first_hot = atoi(optarg); break;
+        case 'f': flush = 1; break;
         case 't': hot = atof(optarg); break;
         case 's': hold = atof(optarg); break;
         case 'r': ready = optarg; break;
         default:
-            fprintf(stderr, "usage: ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-t SECS] [-s SECS] [-r FILE]\n");
+            fprintf(stderr, "usage: ts-alloc [-w FILE] [-a NODE:MIB]... [-u] [-o FIRST] [-f] [-t SECS] [-s SECS] [-r FILE]\n");
             return 2;
         }
     }
@@ -94,7 +99,12 @@ int main(int argc, char **argv) {
     double end = now() + hot;
     unsigned long rounds = 0;
     while (now() < end) {
-        for (int i = 0; i < n; i++) touch(&rs[i], (unsigned char)rounds);
+        for (int i = first_hot; i < n; i++) {
+            touch(&rs[i], (unsigned char)rounds);
+            if (flush && (mprotect(rs[i].p, rs[i].len, PROT_READ) != 0 || mprotect(rs[i].p, rs[i].len, PROT_READ | PROT_WRITE) != 0)) {
+                perror("ts-alloc: mprotect"); return 1;
+            }
+        }
         rounds++;
     }
     if (hot > 0) printf("ts-alloc: %lu rounds of rewriting in %.0f s\n", rounds, hot);

@@ -42,7 +42,7 @@ fn parse_storm(line: &str) -> Option<Storm> {
     Some(Storm { faults: field("faults")?.parse().ok()?, ns_per_fault: field("ns_per_fault")?.parse().ok()? })
 }
 
-fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return f64::NAN;
@@ -59,6 +59,10 @@ fn median(v: &[f64]) -> f64 {
 /// `(with - without) / without`, in ns and percent.
 fn overhead(without: f64, with: f64) -> (f64, f64) {
     (with - without, (with - without) / without * 100.0)
+}
+
+pub fn storm_ns_per_fault(bin: &Path, args: &BenchArgs) -> Result<f64> {
+    storm(bin, args).map(|s| s.ns_per_fault)
 }
 
 fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
@@ -84,10 +88,12 @@ fn agent_usage(pid: u32) -> Option<(u64, u64)> {
     Some((hwm, ticks))
 }
 
-/// Starts `tierscope snapshot` and returns once it says its programs are attached.
-fn start_agent(bin: &Path) -> Result<Child> {
+/// Starts `tierscope snapshot` (with `extra` arguments) and returns once it says its programs
+/// are attached.
+pub fn start_agent(bin: &Path, extra: &[&str]) -> Result<Child> {
     let mut child = Command::new(bin)
         .args(["snapshot", "--json", "--duration", "600"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -115,7 +121,7 @@ fn start_agent(bin: &Path) -> Result<Child> {
     Ok(child)
 }
 
-fn stop_agent(mut child: Child) -> Result<()> {
+pub fn stop_agent(mut child: Child) -> Result<()> {
     // SIGINT: the snapshot command ends its watch and prints its document.
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
     let t = Instant::now();
@@ -156,7 +162,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 without.push(s.ns_per_fault);
                 continue;
             }
-            let child = start_agent(&agent)?;
+            let child = start_agent(&agent, &[])?;
             let before = agent_usage(child.id()).map_or(0, |u| u.1);
             let s = storm(&storm_bin, &args);
             let usage = agent_usage(child.id());
@@ -190,7 +196,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         agent_ticks as f64 * 10.0
     );
     println!("bench: agent peak RSS (VmHWM): {:.1} MiB", hwm_kib as f64 / 1024.0);
-    Ok(())
+    crate::bench_hotness::run(&agent, &storm_bin, &args)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
 mod bench;
+mod bench_hotness;
 mod build;
 mod cmd;
 mod layers;

@@ -3,6 +3,7 @@
 pub mod btf;
 pub mod caps;
 pub mod counters;
+pub mod damon;
 pub mod events;
 pub mod probes;
 pub mod procfs;

@@ -20,6 +20,8 @@ struct Report {
     /// Where `task_struct` keeps the fault counters (from BTF): the exit program reads them.
     task_fault_counters: TaskFaultCounters,
     load_error: Option<String>,
+    /// DAMON (hotness): present, who uses it, and why tierscope could not start now.
+    damon: crate::collect::damon::monitor::Availability,
     advice: Vec<String>,
 }
 
@@ -46,6 +48,7 @@ pub fn run(json: bool) -> Result<i32> {
             Err(error) => TaskFaultCounters::Missing { error },
         },
         load_error: None,
+        damon: crate::collect::damon::monitor::availability(Path::new(crate::collect::damon::sysfs::ADMIN)),
         advice: vec![],
     };
     if !caps::can_trace(mask) {
@@ -85,6 +88,9 @@ pub fn run(json: bool) -> Result<i32> {
             "the fault counters of task_struct are not in BTF ({error}): a process that exits keeps the faults of its \
              last /proc reading (up to one reading short)"
         ));
+    }
+    if let Some(why) = &report.damon.why_not {
+        report.advice.push(format!("hotness (--hotness) cannot start: {why}"));
     }
     report.advice.dedup();
     let attached = report.programs.iter().filter(|p| p.status == Attach::Attached).count();
@@ -126,9 +132,30 @@ fn print_text(r: &Report, attached: usize) {
             println!("  {status:<12} {:<34} {:<44} {}{reason}", p.name, p.hook, p.feature);
         }
     }
+    println!("damon         {}", damon_line(&r.damon));
     for a in &r.advice {
         println!("to do         {a}");
     }
+}
+
+fn damon_line(d: &crate::collect::damon::monitor::Availability) -> String {
+    let Some(inv) = &d.inventory else { return d.why_not.clone().unwrap_or_else(|| "unknown".into()) };
+    let ops = inv
+        .avail_operations
+        .as_ref()
+        .map_or("operations known once a context exists".into(), |o| format!("operations {}", o.join(" ")));
+    let running: Vec<String> = inv
+        .kdamonds
+        .iter()
+        .filter(|k| k.running)
+        .map(|k| {
+            format!("kdamond {} (pid {}, {})", k.index, k.pid.unwrap_or(0), k.operations.as_deref().unwrap_or("?"))
+        })
+        .collect();
+    let users =
+        if running.is_empty() { "no kdamond running".to_string() } else { format!("running: {}", running.join(", ")) };
+    let verdict = if d.why_not.is_some() { "busy (see to do)" } else { "available" };
+    format!("sysfs present, {ops}; {users}; {verdict}")
 }
 
 pub fn kernel_release() -> String {

@@ -27,13 +27,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Top(args) => top::run(args),
         Command::Run(args) => run::run(args),
         Command::Check { json } => check::run(json),
-        Command::Snapshot { json: _, duration, select, tiers } => {
+        Command::Snapshot { json: _, duration, select, tiers, hotness } => {
             if !(duration.is_finite() && duration > 0.0 && duration < 86_400.0) {
                 anyhow::bail!("--duration {duration}: give seconds between 0 and 86400");
             }
             let filter = select.filter()?;
             let opts = session_options(&tiers, filter.pattern.clone());
-            runtime()?.block_on(snapshot::run(Duration::from_secs_f64(duration), filter, opts))?;
+            let hotness = hotness.config()?;
+            runtime()?.block_on(snapshot::run(Duration::from_secs_f64(duration), filter, opts, hotness))?;
             Ok(0)
         }
         Command::Topology { json, sysfs_root } => topology::run(json, &sysfs_root).map(|()| 0),

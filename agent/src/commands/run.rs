@@ -58,6 +58,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         pattern: args.pattern,
         probe_interval_s: args.probe_interval,
         exited_grace: args.exited_grace,
+        hotness: args.hotness,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -107,6 +108,7 @@ fn reload(running: &mut Config, new: Config) -> (Vec<&'static str>, Vec<&'static
         (running.backoff_initial != new.backoff_initial || running.backoff_max != new.backoff_max, "export.backoff_*"),
         (running.resource_attributes != new.resource_attributes, "resource"),
         (running.tiers != new.tiers, "tiers"),
+        (running.hotness != new.hotness, "hotness"),
     ] {
         if changed {
             restart.push(name);
@@ -308,6 +310,11 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     if let Some(a) = cfg.prometheus {
         targets.push(format!("Prometheus on http://{a}/metrics"));
     }
+    let mut hotness =
+        crate::collect::damon::start(&s.topology, &cfg.hotness, s.page_size, vec![], &mut s.model.hotness);
+    if hotness.is_some() {
+        targets.push("hotness with DAMON".into());
+    }
     let mut probe = cfg.probe_interval.map(|i| PeriodicProbe::new(i, cfg.tiers.clone()));
     if let Some(i) = cfg.probe_interval {
         targets.push(format!("tier probe every {i:?}"));
@@ -388,6 +395,10 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         let budget = ScanBudget { min_interval_ns: cfg.residency_interval.as_nanos() as u64, ..ScanBudget::default() };
         s.refresh_residency(&tracking.live(), &budget);
+        if let Some(w) = &hotness {
+            w.set_processes(tracking.live());
+            w.drain_into(&mut s.model.hotness);
+        }
         health.scan_seconds = s.model.residency_scan_ns as f64 / 1e9;
         health.scans = s.model.residency_scans;
         health.channel_full = s.reader.channel_full.load(Ordering::Relaxed);
@@ -421,6 +432,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         });
         latest.publish(points);
     }
+    // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
+    drop(hotness.take());
     let _ = stop_tx.send(true);
     if let Some(t) = otlp_task {
         let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), t).await;

@@ -6,17 +6,28 @@ use anyhow::Result;
 use crate::{
     collect::{
         counters,
+        damon::{self, HotnessConfig},
         session::{Session, SessionOptions},
     },
-    model::snapshot::{self, ProcessFilter, SnapshotContext},
+    model::{
+        hotness::MonitorState,
+        snapshot::{self, ProcessFilter, SnapshotContext},
+    },
 };
 
 /// How often counters are folded into the model while watching.
 const READ_EVERY: Duration = Duration::from_millis(500);
 
-pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions) -> Result<()> {
+pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions, hot: HotnessConfig) -> Result<()> {
     let mut signals = super::signals::Signals::install()?;
     let mut s = Session::start_with(opts)?;
+    let selective = !filter.pids.is_empty() || filter.pattern.is_some();
+    if hot.enabled && selective {
+        // The per-process monitor needs its processes from the start.
+        s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
+    }
+    let pids = damon::wanted_processes(&s.model, &filter);
+    let mut hotness = damon::start(&s.topology, &hot, s.page_size, pids, &mut s.model.hotness);
     // Processes that exit and are pruned while we watch stay listed with their final totals.
     let window = s.model.departed.open_window(s.started_ns);
     let attached = s.probes.programs.iter().filter(|p| p.status == crate::model::agent::Attach::Attached).count();
@@ -24,23 +35,47 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
     let deadline = tokio::time::Instant::now() + duration;
     let mut tick = tokio::time::interval(READ_EVERY);
+    let mut interrupted = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
-            _ = tick.tick() => s.read_counters(),
+            _ = tick.tick() => {
+                s.read_counters();
+                if let Some(w) = &hotness {
+                    w.set_processes(damon::wanted_processes(&s.model, &filter));
+                    w.drain_into(&mut s.model.hotness);
+                }
+            }
             // Ctrl-C ends the watch early; the document covers what was seen.
-            _ = signals.stop() => break,
+            _ = signals.stop() => { interrupted = true; break }
+        }
+    }
+    if let Some(w) = hotness.as_mut() {
+        // One reading taken after the window (it waits for DAMON's next aggregation), then the
+        // kdamonds are stopped before the document is printed; not after a signal.
+        if !interrupted && matches!(s.model.hotness.state, MonitorState::On | MonitorState::Starting) {
+            let wait = hot.refresh() + Duration::from_secs_f64(hot.aggr_ms * 16.0 / 1000.0) + Duration::from_secs(5);
+            let before = s.model.hotness.readings;
+            let deadline = std::time::Instant::now() + wait;
+            while s.model.hotness.readings == before && std::time::Instant::now() < deadline {
+                w.wait_into(&mut s.model.hotness, Duration::from_millis(200));
+                if let MonitorState::Unavailable(_) = s.model.hotness.state {
+                    break;
+                }
+            }
+        }
+        w.stop();
+        w.drain_into(&mut s.model.hotness);
+        if let MonitorState::Unavailable(why) = &s.model.hotness.state {
+            eprintln!("tierscope: hotness unavailable: {why}");
         }
     }
     // Let the ring buffer reader deliver what the kernel already wrote.
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.read_counters();
     // Selected processes that stayed idle during the window are still shown (with residency).
-    if !filter.pids.is_empty() || filter.pattern.is_some() {
-        s.discover(|pid, comm, cmdline| {
-            filter.pids.contains(&pid)
-                || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
-        });
+    if selective {
+        s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
     }
     let jobs = filter.matched_jobs(&s.model);
     let selected: Vec<u32> = s
@@ -74,6 +109,10 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     s.model.departed.close_window(window);
     println!("{}", serde_json::to_string_pretty(&snap)?);
     Ok(())
+}
+
+fn filter_wants(filter: &ProcessFilter, pid: u32, comm: &str, cmdline: &str) -> bool {
+    filter.pids.contains(&pid) || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
 }
 
 pub fn hostname() -> String {

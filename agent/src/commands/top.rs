@@ -18,6 +18,7 @@ use crate::{
     cli::TopArgs,
     collect::{
         counters,
+        damon::{self, HotnessConfig, HotnessWorker},
         session::{Session, SessionOptions},
     },
     demo::DemoWorkload,
@@ -53,12 +54,13 @@ pub fn run(args: TopArgs) -> Result<i32> {
         return Ok(2);
     }
     let filter = args.select.filter()?;
+    let hot_cfg = args.hotness.config()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(live(args, filter))
+    rt.block_on(live(args, filter, hot_cfg))
 }
 
 /// Nodes as the UI shows them, memory refreshed from `nodeN/meminfo`.
@@ -132,7 +134,7 @@ struct Frozen {
     now_ns: u64,
 }
 
-async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
+async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
     let mut session =
         Session::start_with(SessionOptions { pattern: filter.pattern.clone(), ..SessionOptions::default() })?;
@@ -179,7 +181,9 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
         })
     };
 
-    let mut app = App::default();
+    let mut app = App { hotness: hot_cfg.enabled, ..App::default() };
+    // DAMON's kdamonds run while `app.hotness` says so (H); dropping the worker stops them.
+    let mut hotness: Option<HotnessWorker> = None;
     let mut history = History::default();
     let mut frozen: Option<Frozen> = None;
     let mut scanned: HashMap<u32, Instant> = HashMap::new();
@@ -246,6 +250,18 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
                 }
                 session.scan_residency(&due);
                 scanned.retain(|p, _| session.model.processes.get(p).is_some_and(|p| p.exited_at_ns.is_none()));
+                if app.hotness && hotness.is_none() {
+                    let cfg = HotnessConfig { enabled: true, ..hot_cfg.clone() };
+                    let pids = damon::wanted_processes(&session.model, &filter);
+                    hotness = damon::start(&session.topology, &cfg, page_size, pids, &mut session.model.hotness);
+                } else if !app.hotness && hotness.is_some() {
+                    drop(hotness.take());
+                    session.model.hotness = Default::default();
+                }
+                if let Some(w) = &hotness {
+                    w.set_processes(damon::wanted_processes(&session.model, &filter));
+                    w.drain_into(&mut session.model.hotness);
+                }
                 history.observe(&session.model, &nodes, now);
                 if let Some(d) = demo.as_mut() {
                     if let Some(status) = d.exited() {
@@ -323,6 +339,7 @@ async fn live(args: TopArgs, filter: ProcessFilter) -> Result<i32> {
     };
 
     stop.store(true, Ordering::Relaxed);
+    drop(hotness.take());
     drop(guard);
     drop(demo.take());
     let _ = input.join();

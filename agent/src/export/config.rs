@@ -47,6 +47,9 @@ pub struct FileConfig {
     pub tiers: crate::topology::TierOverrides,
     #[serde(default)]
     pub latency: FileLatency,
+    /// `[hotness]`: DAMON intervals, thresholds, CPU cap (see `collect::damon::config`).
+    #[serde(default)]
+    pub hotness: crate::model::hotness_config::HotnessConfig,
 }
 
 /// `[latency]`: the periodic tier probe.
@@ -121,6 +124,8 @@ pub struct Flags {
     pub probe_interval_s: Option<u64>,
     /// `--exited-grace SECS`.
     pub exited_grace: Option<Duration>,
+    /// `--hotness`: turns `[hotness]` on.
+    pub hotness: bool,
 }
 
 /// The longest probe interval accepted: a week.
@@ -164,6 +169,8 @@ pub struct Config {
     pub probe_interval: Option<Duration>,
     /// How long exited processes stay in the model (`--exited-grace`; default 30 s).
     pub exited_grace: Option<Duration>,
+    /// DAMON hotness (off unless `--hotness` or `[hotness] enabled = true`).
+    pub hotness: crate::model::hotness_config::HotnessConfig,
 }
 
 impl Config {
@@ -370,6 +377,9 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         ));
     }
     let probe_interval = (probe_s > 0).then(|| Duration::from_secs(probe_s));
+    let mut hotness = file.hotness.clone();
+    hotness.enabled |= flags.hotness;
+    hotness.validate().map_err(|e| bad("[hotness]", e))?;
 
     Ok(Config {
         otlp,
@@ -387,12 +397,30 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         tiers: file.tiers.clone(),
         probe_interval,
         exited_grace: flags.exited_grace,
+        hotness,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hotness_is_off_unless_asked_for_and_checked() {
+        let none = &env(&[]);
+        let off = resolve(&parse_file("").unwrap(), &Flags::default(), none).unwrap();
+        assert!(!off.hotness.enabled);
+        let file = parse_file("[hotness]\naggr_ms = 200\ncold_min_idle_s = 30\n").unwrap();
+        let on = resolve(&file, &Flags { hotness: true, ..Flags::default() }, none).unwrap();
+        assert!(on.hotness.enabled, "--hotness turns it on");
+        assert_eq!((on.hotness.aggr_ms, on.hotness.cold_min_idle_s), (200.0, 30.0));
+        let on = resolve(&parse_file("[hotness]\nenabled = true\n").unwrap(), &Flags::default(), none).unwrap();
+        assert!(on.hotness.enabled, "or the file does");
+        let bad = parse_file("[hotness]\nsample_ms = 50\naggr_ms = 10\n").unwrap();
+        let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
+        assert!(e.contains("hotness.aggr_ms"), "{e}");
+        assert!(parse_file("[hotness]\nbogus = 1\n").is_err(), "unknown keys are errors");
+    }
 
     #[test]
     fn latency_probe_is_off_unless_asked_for_and_flags_win() {
@@ -466,6 +494,7 @@ mod tests {
             pattern: Some("torchrun".into()),
             probe_interval_s: None,
             exited_grace: Some(Duration::from_secs(2)),
+            hotness: false,
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();

@@ -6,6 +6,9 @@ pub mod departed;
 pub mod event;
 pub mod faults;
 pub mod histogram;
+pub mod hotness;
+pub mod hotness_config;
+pub mod hotness_view;
 pub mod job;
 pub mod migration;
 pub mod policy;
@@ -68,6 +71,8 @@ pub struct Model {
     pub last_reading_ns: u64,
     /// NUMA hinting, promotion and demotion counters from vmstat.
     pub tiering: tiering::Tiering,
+    /// Hot, warm and cold bytes from DAMON (off unless asked for).
+    pub hotness: hotness::Hotness,
 }
 
 impl Model {

@@ -154,6 +154,9 @@ pub struct Snapshot {
     pub tiering: Option<super::tiering::TieringSnapshot>,
     /// CXL devices, memory errors and EDAC counters.
     pub health: crate::health::snapshot::HealthSnapshot,
+    /// Hot/warm/cold bytes per tier, node, process and job (with `--hotness`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hotness: Option<super::hotness_view::HotnessSnapshot>,
     pub agent: AgentSnapshot,
 }
 
@@ -310,6 +313,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         .collect();
     drops.insert("agent.event_channel_full".into(), ctx.channel_dropped);
     drops.insert("agent.departed_evicted".into(), model.departed.evicted);
+    let hotness = (model.hotness.state != super::hotness::MonitorState::Off).then(|| {
+        let owners: Vec<(u32, Option<String>)> = processes.iter().map(|p| (p.pid, p.job.clone())).collect();
+        super::hotness_view::build(&model.hotness, &tier_of, &owners, ctx.now_ns)
+    });
     Snapshot {
         schema: SCHEMA,
         host: ctx.host,
@@ -321,6 +328,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         processes,
         tiering: model.tiering.since_start(),
         health: crate::health::snapshot::build(&model.health, |n| process::tgids_on_node(&model.processes, n)),
+        hotness,
         agent: AgentSnapshot {
             programs: ctx.programs,
             drops,

@@ -118,6 +118,8 @@ pub struct App {
     pub probe_requested: bool,
     /// Mouse capture wanted (`m` toggles; off gives the terminal its own text selection back).
     pub mouse: bool,
+    /// Hotness monitoring wanted (`H` toggles; the caller starts or stops DAMON to match).
+    pub hotness: bool,
     /// Where the last frame put the tabs, rows and column headings (set by the caller from what
     /// [`super::screen::draw`] returns); mouse events are read against it.
     pub regions: Regions,
@@ -181,6 +183,7 @@ pub enum Action {
     Open,
     Back,
     ToggleMouse,
+    ToggleHotness,
 }
 
 impl Default for App {
@@ -199,6 +202,7 @@ impl Default for App {
             training_only: false,
             probe_requested: false,
             mouse: true,
+            hotness: false,
             regions: Regions::default(),
             quit: false,
         }
@@ -274,6 +278,7 @@ impl App {
             KeyCode::Char('s') => Action::NextSort,
             KeyCode::Char('S') => Action::Reverse,
             KeyCode::Char('m') => Action::ToggleMouse,
+            KeyCode::Char('H') => Action::ToggleHotness,
             KeyCode::Char('r') if self.view == View::Latency => Action::Probe,
             KeyCode::Up | KeyCode::Char('k') => Action::Move(-1),
             KeyCode::Down | KeyCode::Char('j') => Action::Move(1),
@@ -346,6 +351,7 @@ impl App {
                 }
             }
             Action::ToggleMouse => self.mouse = !self.mouse,
+            Action::ToggleHotness => self.hotness = !self.hotness,
         }
     }
 
@@ -515,6 +521,10 @@ mod tests {
     #[test]
     fn r_asks_for_the_tier_probe_only_in_the_latency_view() {
         let mut a = App::default();
+        press(&mut a, &[KeyCode::Char('H')], &[]);
+        assert!(a.hotness, "H turns hotness on");
+        press(&mut a, &[KeyCode::Char('H')], &[]);
+        assert!(!a.hotness, "and off again");
         press(&mut a, &[KeyCode::Char('r')], &[]);
         assert!(!a.probe_requested, "r means nothing on the overview");
         press(&mut a, &[KeyCode::Char('5')], &[]);

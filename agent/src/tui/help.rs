@@ -22,6 +22,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("t", "training processes only / all"),
     ("p", "pause the screen (collection goes on)"),
     ("r", "run the tier probe (Latency view; in the background)"),
+    ("H", "hotness on / off (DAMON: hot, warm, cold bytes per tier)"),
     ("m", "mouse off / on (off: the terminal selects text again)"),
     ("click", "tab: its view; row: select it, again (double) opens it"),
     ("click a heading", "sort the process table by it; again: reverse"),

@@ -6,6 +6,7 @@ pub mod format;
 pub mod health;
 pub mod help;
 pub mod history;
+pub mod hotness;
 pub mod latency;
 pub mod migrations;
 pub mod mouse;

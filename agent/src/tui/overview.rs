@@ -32,10 +32,13 @@ pub fn draw(
 ) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
     let node_h = (scene.nodes.len() as u16 + 2).min(area.height / 3).max(3);
     let spark_h = if area.height >= 30 { 8 } else { 5 };
-    let [nodes, sparks, tiering, health, busiest] = Layout::vertical([
+    let tier_of = |n: u32| scene.tier_of(n);
+    let hot_line = super::hotness::overview_line(&scene.model.hotness, &tier_of, area.width as usize);
+    let [nodes, sparks, tiering, hotness, health, busiest] = Layout::vertical([
         Constraint::Length(node_h),
         Constraint::Length(spark_h),
         Constraint::Length(1),
+        Constraint::Length(u16::from(hot_line.is_some())),
         Constraint::Length(2),
         Constraint::Min(0),
     ])
@@ -47,6 +50,9 @@ pub fn draw(
     draw_rate(f, right, scene, "Demotions", DEMOTION, &scene.history.demotions, theme::demotion());
     let last = scene.model.tiering.last_interval();
     f.render_widget(Paragraph::new(super::tiering::overview_line(last.as_ref(), tiering.width as usize)), tiering);
+    if let Some(l) = hot_line {
+        f.render_widget(Paragraph::new(l), hotness);
+    }
     f.render_widget(Paragraph::new(health_lines(scene, health.width as usize)), health);
     f.render_widget(busiest_table(app, rows, busiest), busiest);
     busiest_regions(app, rows, busiest)

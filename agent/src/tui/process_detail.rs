@@ -133,6 +133,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         p.numa_moves
     )));
     out.push(Line::from(""));
+    out.extend(super::hotness::process_lines(&scene.model.hotness, pid, &|n| scene.tier_of(n), width));
 
     // Residency.
     match &p.residency {

@@ -6,6 +6,7 @@
 //! agent -> the host compares them (scenarios) and prints one line per scenario.
 mod apt_sources;
 mod fetch;
+mod hotness;
 mod initramfs;
 mod qemu;
 mod qmp;
@@ -90,7 +91,9 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
             }
         };
         let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
-        let report = Report::parse(&outcome.lines, agent_json.as_deref());
+        let mut report = Report::parse(&outcome.lines, agent_json.as_deref());
+        report.agent_node =
+            fs::read_to_string(run_dir.join("out/agent-node.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
         let figures = (s.judge)(&report);
         let mut problems: Vec<String> =
             report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();

@@ -35,6 +35,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "health", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 150, judge: health },
     Scenario { name: "latency", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 120, judge: latency },
     Scenario { name: "tier-latency", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 240, judge: tier_latency },
+    Scenario { name: "hotness", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 300, judge: super::hotness::judge },
 ];
 
 /// What a run brought back.
@@ -48,6 +49,8 @@ pub struct Report {
     pub agent_line: Option<String>,
     /// The agent's snapshot (`/out/agent.json`), when it produced valid JSON.
     pub agent: Option<Value>,
+    /// A second snapshot (`/out/agent-node.json`) of scenarios that run the agent twice.
+    pub agent_node: Option<Value>,
 }
 
 impl Report {
@@ -70,12 +73,12 @@ impl Report {
         r
     }
 
-    fn truth(&self, k: &str) -> Option<f64> {
+    pub fn truth(&self, k: &str) -> Option<f64> {
         self.truth.get(k).copied()
     }
 
     /// The snapshot's entry for the workload's process (`TS-TRUTH pid`).
-    fn process(&self) -> Option<&Value> {
+    pub fn process(&self) -> Option<&Value> {
         let pid = self.truth("pid")? as u64;
         self.agent
             .as_ref()?
@@ -117,7 +120,7 @@ pub struct Figure {
 
 impl Figure {
     /// Agent within `rel` (fraction) or `abs` of the kernel; fails when either side is missing.
-    fn close(name: &str, kernel: Option<f64>, agent: Option<f64>, rel: f64, abs: f64) -> Self {
+    pub fn close(name: &str, kernel: Option<f64>, agent: Option<f64>, rel: f64, abs: f64) -> Self {
         let ok = match (kernel, agent) {
             (Some(k), Some(a)) => (a - k).abs() <= (k.abs() * rel).max(abs),
             _ => false,
@@ -126,7 +129,7 @@ impl Figure {
     }
 
     /// Agent at least `frac` of the kernel's figure (events the agent sees plus others it may).
-    fn at_least(name: &str, kernel: Option<f64>, agent: Option<f64>, frac: f64) -> Self {
+    pub fn at_least(name: &str, kernel: Option<f64>, agent: Option<f64>, frac: f64) -> Self {
         let ok = matches!((kernel, agent), (Some(k), Some(a)) if k > 0.0 && a >= k * frac);
         Figure { name: name.into(), kernel, agent, ok, rule: format!(">= {}% of kernel", frac * 100.0) }
     }

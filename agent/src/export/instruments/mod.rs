@@ -90,6 +90,7 @@ macro_rules! def {
 
 pub mod agent;
 pub mod health;
+pub mod hotness;
 pub mod migrations;
 pub mod node;
 pub mod probe;
@@ -104,6 +105,9 @@ pub const CATALOG: &[MetricDef] = &[
     process::PROCESS_RESIDENT,
     process::PROCESS_MIGRATIONS,
     process::PROCESS_NUMA_MOVES,
+    hotness::NODE_HOTNESS,
+    hotness::PROCESS_HOTNESS,
+    hotness::DAMON_CPU,
     node::NODE_CAPACITY,
     node::NODE_FREE,
     node::NODE_ALLOCATIONS,
@@ -251,6 +255,7 @@ pub fn points(input: &ExportInput<'_>) -> Points {
         probe::points(p, &mut out);
     }
     migrations::points(input.model, &mut out);
+    hotness::points(input, &mut out);
     agent::points(input, &mut out);
     out
 }

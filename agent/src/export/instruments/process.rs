@@ -43,7 +43,7 @@ def!(
     "Scheduler NUMA task moves and swaps of the process's threads"
 );
 
-fn attrs(t: &Tracked) -> Vec<KeyValue> {
+pub(super) fn attrs(t: &Tracked) -> Vec<KeyValue> {
     let mut a = vec![KeyValue::new(PID, t.pid as i64), KeyValue::new(EXE, t.executable.clone())];
     if let Some(j) = &t.job {
         a.push(KeyValue::new(JOB, j.clone()));
