@@ -5,8 +5,10 @@
 # left after the agent exits, after SIGTERM, or after SIGKILL and a restart.
 . /tests/lib.sh
 DAMON=/sys/kernel/mm/damon/admin/kdamonds
-running() { n=0; for s in "$DAMON"/*/state; do [ "$(cat "$s" 2>/dev/null)" = on ] && n=$((n + 1)); done; echo $n; }
+# kdamond threads running (the kernel's own truth; DAMON's sysfs files can answer EBUSY while a
+# command such as update_schemes_tried_regions holds its lock).
 threads() { ps | grep -c '[k]damond'; }
+running() { threads; }
 # Waits up to 60 s until $1 kdamonds run (the agent's worker thread starts them).
 wait_running() { i=0; while [ "$(running)" -lt "$1" ]; do i=$((i + 1)); [ $i -gt 600 ] && return 1; sleep 0.1; done; }
 

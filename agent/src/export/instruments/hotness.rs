@@ -90,11 +90,13 @@ mod tests {
         let tracked: BTreeMap<u32, Tracked> =
             [(7, Tracked { pid: 7, executable: "train".into(), ..Default::default() })].into();
         let (h, sys) = (AgentHealth::default(), BTreeMap::new());
+        let other = crate::export::other::OtherTotals::default();
         let input = |m: &Model| {
             all_points(&ExportInput {
                 model: m,
                 nodes: &nodes,
                 tracked: &tracked,
+                other: &other,
                 page_size: 4096,
                 health: &h,
                 system_vmstat: &sys,
