@@ -20,22 +20,13 @@ fn own_faults() -> u64 {
 }
 
 fn touch_fresh(bytes: usize) {
-    // SAFETY: anonymous private mapping, checked, written inside its bounds.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            libc::_exit(3);
-        }
-        for off in (0..bytes).step_by(4096) {
-            (p as *mut u8).add(off).write_volatile(1);
-        }
+    let Ok(p) = tierscope_tests::map_anon(bytes) else {
+        // SAFETY: ends this process (a forked child must not unwind into the parent's code).
+        unsafe { libc::_exit(3) }
+    };
+    for off in (0..bytes).step_by(4096) {
+        // SAFETY: inside the mapping.
+        unsafe { p.add(off).write_volatile(1) };
     }
 }
 

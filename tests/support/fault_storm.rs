@@ -24,23 +24,14 @@ fn main() {
     let f0 = minflt();
     let t = std::time::Instant::now();
     for _ in 0..rounds {
-        // SAFETY: a fresh anonymous mapping, written inside its bounds, then unmapped.
+        let p = tierscope_tests::map_anon(bytes).unwrap_or_else(|e| {
+            eprintln!("tierscope-fault-storm: mmap {mib} MiB: {e}; try fewer MiB");
+            std::process::exit(1);
+        });
+        // SAFETY: our fresh mapping, written inside its bounds, then unmapped.
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                eprintln!("tierscope-fault-storm: mmap {mib} MiB: {}; try fewer MiB", std::io::Error::last_os_error());
-                std::process::exit(1);
-            }
             // One fault per base page: the bench measures the per-fault cost, not THP's.
-            libc::madvise(p, bytes, libc::MADV_NOHUGEPAGE);
-            let p = p.cast::<u8>();
+            libc::madvise(p.cast(), bytes, libc::MADV_NOHUGEPAGE);
             for off in (0..bytes).step_by(4096) {
                 p.add(off).write_volatile(1);
             }

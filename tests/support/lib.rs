@@ -5,6 +5,25 @@ use std::{
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
 };
 
+/// A fresh private anonymous read-write mapping of `bytes` (the workloads' memory).
+pub fn map_anon(bytes: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: a new anonymous mapping; nothing else refers to the range.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
 /// The release `tierscope` binary (`cargo xtask test` sets `TIERSCOPE_BIN`).
 pub fn tierscope_bin() -> Option<String> {
     std::env::var("TIERSCOPE_BIN").ok().filter(|p| std::path::Path::new(p).is_file())

@@ -29,19 +29,7 @@ fn minflt() -> u64 {
 }
 
 fn map(bytes: usize) -> *mut u8 {
-    // SAFETY: anonymous private mapping; checked for failure.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap {bytes} bytes: {}", std::io::Error::last_os_error());
-    p.cast()
+    tierscope_tests::map_anon(bytes).unwrap_or_else(|e| panic!("mmap {bytes} bytes: {e}"))
 }
 
 fn mbind(p: *mut u8, bytes: usize, node: u32, flags: u32) -> i64 {

@@ -107,12 +107,7 @@ mod tests {
     use crate::model::{event::Event, reading::CounterReading};
 
     fn reading(at_ns: u64, faults: &[(u32, u64)], allocs: &[((u32, u32), u64)]) -> CounterReading {
-        CounterReading {
-            at_ns,
-            faults: faults.iter().copied().collect(),
-            allocs: allocs.iter().copied().collect(),
-            ..Default::default()
-        }
+        CounterReading::of(at_ns, faults, allocs)
     }
 
     #[test]

@@ -379,12 +379,7 @@ mod tests {
     use super::*;
 
     fn reading(at_ns: u64, faults: &[(u32, u64)], allocs: &[((u32, u32), u64)]) -> CounterReading {
-        CounterReading {
-            at_ns,
-            faults: faults.iter().copied().collect(),
-            allocs: allocs.iter().copied().collect(),
-            ..Default::default()
-        }
+        CounterReading::of(at_ns, faults, allocs)
     }
 
     #[test]

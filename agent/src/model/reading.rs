@@ -38,3 +38,16 @@ pub struct CounterReading {
     /// Kernel-side drop and error counters by name.
     pub kernel_stats: BTreeMap<&'static str, u64>,
 }
+
+#[cfg(test)]
+impl CounterReading {
+    /// A reading of fault and allocation counts only (unit tests).
+    pub fn of(at_ns: u64, faults: &[(u32, u64)], allocs: &[((u32, u32), u64)]) -> CounterReading {
+        CounterReading {
+            at_ns,
+            faults: faults.iter().copied().collect(),
+            allocs: allocs.iter().copied().collect(),
+            ..Default::default()
+        }
+    }
+}
