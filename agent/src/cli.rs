@@ -259,6 +259,8 @@ pub struct RecordArgs {
     pub select: Select,
     #[command(flatten)]
     pub tiers: TierFlags,
+    #[command(flatten)]
+    pub hotness: HotnessFlags,
     /// The command to start and record, with its arguments (after `--`).
     #[arg(last = true)]
     pub command: Vec<String>,

@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     cli::RecordArgs,
-    collect::{counters, procfs, session::Session},
+    collect::{counters, damon, procfs, session::Session},
     model::{
         scan_plan::ScanBudget,
         snapshot::{self, ProcessFilter, SnapshotContext},
@@ -110,6 +110,9 @@ fn selection_words(filter: &ProcessFilter, command: &[String]) -> String {
 
 async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
     let mut s = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
+    let hot_cfg = args.hotness.config()?;
+    // Hotness (DAMON) joins the frames when asked for; dropping the worker stops its kdamonds.
+    let mut hotness = damon::start(&s.topology, &hot_cfg, s.page_size, vec![], &mut s.model.hotness);
     let mut out = SessionWriter::create(&args.output)
         .with_context(|| format!("creating the session file {}", args.output.display()))?;
     // Handlers before the loop: a signal arriving during a busy tick waits in the stream.
@@ -153,7 +156,12 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
     let mut first = true;
     let stop = loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tick.tick() => {
+                if let Some(w) = &hotness {
+                    w.set_processes(damon::wanted_processes(&s.model, &filter));
+                    w.drain_into(&mut s.model.hotness);
+                }
+            }
             _ = reap.tick() => {
                 match child.as_mut().map(Child::try_wait).transpose().context("waiting for the command")?.flatten() {
                     Some(status) => break Stop::Exited(status),
@@ -207,6 +215,7 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
         started_ns,
         first,
     )?;
+    drop(hotness.take());
     let (reason, code) = match &stop {
         Stop::Duration => ("duration", None),
         Stop::Interrupted => ("interrupted", None),

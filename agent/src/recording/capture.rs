@@ -129,6 +129,11 @@ impl Capture {
     }
 }
 
+/// `[hot, warm, cold]` bytes per tier.
+fn classes(by_tier: &BTreeMap<String, crate::model::hotness_view::HeatView>) -> BTreeMap<String, [u64; 3]> {
+    by_tier.iter().map(|(t, h)| (t.clone(), [h.hot_bytes, h.warm_bytes, h.cold_bytes])).collect()
+}
+
 /// The frame: the snapshot's figures, with the latency buckets the snapshot only summarizes.
 pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
     Frame {
@@ -151,6 +156,12 @@ pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
             .map(|(k, h)| (k.clone(), h.buckets.clone()))
             .collect(),
         tiering: snap.tiering.as_ref().map(|t| t.system.delta.clone()).unwrap_or_default(),
+        hotness_by_tier: snap
+            .hotness
+            .as_ref()
+            .and_then(|h| h.node.as_ref())
+            .map(|o| classes(&o.by_tier))
+            .unwrap_or_default(),
         processes: snap
             .processes
             .iter()
@@ -166,6 +177,12 @@ pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
                     .get(&p.pid)
                     .map(|m| m.fault_latency.buckets.clone())
                     .filter(|b| b.iter().any(|&c| c > 0))
+                    .unwrap_or_default(),
+                hotness_by_tier: snap
+                    .hotness
+                    .as_ref()
+                    .and_then(|h| h.processes.get(&p.pid.to_string()))
+                    .map(|o| classes(&o.by_tier))
                     .unwrap_or_default(),
                 exited: p.exited,
             })

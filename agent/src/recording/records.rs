@@ -85,6 +85,9 @@ pub struct Frame {
     /// the start.
     #[serde(default)]
     pub tiering: BTreeMap<String, u64>,
+    /// With `--hotness`: physical bytes per tier, `[hot, warm, cold]` (DAMON).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hotness_by_tier: BTreeMap<String, [u64; 3]>,
     pub processes: Vec<ProcessFrame>,
 }
 
@@ -119,6 +122,9 @@ pub struct ProcessFrame {
     /// Fault latency, counts per log2 bucket of nanoseconds (where the kernel allows measuring).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fault_latency: Vec<u64>,
+    /// With `--hotness`: the process's resident bytes per tier, `[hot, warm, cold]` (DAMON vaddr).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hotness_by_tier: BTreeMap<String, [u64; 3]>,
     pub exited: bool,
 }
 

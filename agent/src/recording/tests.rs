@@ -33,8 +33,10 @@ fn frame(t_ms: u64) -> Frame {
             alloc_pages_by_node: [(0, t_ms), (1, 2 * t_ms)].into(),
             resident_pages_by_node: Some([(1, 100 + t_ms)].into()),
             resident_bytes_by_tier: Some([("cxl".to_string(), 4096 * (100 + t_ms))].into()),
+            hotness_by_tier: [("cxl".to_string(), [t_ms, 1, 2])].into(),
             ..Default::default()
         }],
+        hotness_by_tier: [("dram".to_string(), [1, 2, t_ms])].into(),
         ..Default::default()
     }
 }

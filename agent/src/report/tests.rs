@@ -72,6 +72,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
                 BTreeMap::new()
             },
             tiering: BTreeMap::new(),
+            hotness_by_tier: BTreeMap::new(),
             processes: vec![ProcessFrame {
                 pid: 7,
                 faults: 16384.min(i * 8000),
@@ -80,6 +81,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
                 resident_bytes_by_tier: Some([(tier.to_string(), 64 * MIB)].into()),
                 migrations,
                 fault_latency: vec![],
+                hotness_by_tier: BTreeMap::new(),
                 exited: i == 10,
             }],
         }))
