@@ -70,6 +70,11 @@ fn a_recorded_command_and_its_children_report_their_memory_and_the_exit_code_pas
     assert!(events.iter().any(|e| e["what"] == "exit"), "{events:?}");
     let residency = a["charts"].as_array().expect("charts").iter().find(|c| c["id"] == "residency").expect("chart");
     assert!(residency["series"][0]["points"].as_array().expect("points").len() >= 3);
+    // A run against itself: no change anywhere.
+    let o = tierscope(&["diff", file.to_str().expect("p"), file.to_str().expect("p"), "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let same: serde_json::Value = serde_json::from_slice(&o.stdout).expect("diff JSON");
+    assert!(same["rows"].as_array().expect("rows").iter().all(|r| r["delta"] == 0.0), "{same}");
     std::fs::remove_dir_all(d).expect("cleanup");
 }
 
@@ -88,9 +93,13 @@ fn chunk_starts(b: &[u8]) -> Vec<usize> {
 }
 
 /// Every command that reads a session, reading `file` (`good` is an intact one; `out` a scratch path).
-fn readers(file: &str, _good: &str, out: &str) -> Vec<Vec<String>> {
+fn readers(file: &str, good: &str, out: &str) -> Vec<Vec<String>> {
     let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    vec![v(&["report", file, "--format", "json", "-o", out])]
+    vec![
+        v(&["report", file, "--format", "json", "-o", out]),
+        v(&["diff", good, file, "-o", out]),
+        v(&["diff", file, good, "--format", "html", "-o", out]),
+    ]
 }
 
 fn assert_one_line_error(o: &Output, what: &str, needle: &str) {

@@ -58,6 +58,8 @@ pub enum Command {
     Record(RecordArgs),
     /// A recorded session as one self-contained HTML page (or Markdown, or JSON).
     Report(ReportArgs),
+    /// What changed between two recorded sessions: tiers, migrations, latency, faults, sites.
+    Diff(DiffArgs),
     /// The `top --demo` workload (started by the TUI, not by hand).
     #[command(hide = true)]
     DemoWorkload(crate::demo::DemoArgs),
@@ -282,6 +284,29 @@ pub struct ReportArgs {
     pub file: PathBuf,
     #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
     pub format: ReportFormat,
+    /// Write here instead of standard output.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+}
+
+/// What `diff` writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormat {
+    #[default]
+    Text,
+    Html,
+    Json,
+}
+
+// `tierscope diff`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DiffArgs {
+    /// The baseline session.
+    pub a: PathBuf,
+    /// The session compared with it.
+    pub b: PathBuf,
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
     /// Write here instead of standard output.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,

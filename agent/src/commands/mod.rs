@@ -41,6 +41,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::ProbeLatency(args) => probe_latency::run(args),
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
+        Command::Diff(args) => report::diff(args),
         Command::DemoWorkload(args) => crate::demo::run_workload(args),
     }
 }

@@ -1,11 +1,11 @@
 //! `tierscope report FILE [--format html|md|json] [-o OUT]`: a recorded session as a
-//! self-contained HTML page, Markdown, or JSON for scripts.
+//! self-contained HTML page, Markdown, or JSON for scripts; `tierscope diff A B`: what changed.
 use anyhow::{Context as _, Result};
 
 use crate::{
-    cli::{ReportArgs, ReportFormat},
+    cli::{DiffArgs, DiffFormat, ReportArgs, ReportFormat},
     recording,
-    report::{analysis, html, markdown},
+    report::{analysis, diff as compare, html, markdown},
 };
 
 /// Reads a session, printing its warnings (a truncated file, no end record) on stderr.
@@ -45,5 +45,21 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     if let Some(p) = &args.output {
         eprintln!("tierscope: wrote {}", p.display());
     }
+    Ok(0)
+}
+
+fn name(p: &std::path::Path) -> String {
+    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+pub fn diff(args: DiffArgs) -> Result<i32> {
+    let (a, b) = (analysis::analyze(&open(&args.a)?), analysis::analyze(&open(&args.b)?));
+    let d = compare::compare(&a, &b, &name(&args.a), &name(&args.b));
+    let text = match args.format {
+        DiffFormat::Text => compare::text(&d),
+        DiffFormat::Html => compare::html(&d, &a, &b),
+        DiffFormat::Json => serde_json::to_string_pretty(&d)? + "\n",
+    };
+    emit(&text, args.output.as_deref())?;
     Ok(0)
 }

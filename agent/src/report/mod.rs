@@ -1,9 +1,10 @@
 //! Reports over recorded sessions: the analysis of one recording ([`analysis`], pure), its HTML
 //! ([`html`], with [`svg`] charts), Markdown and JSON forms.
 pub mod analysis;
+pub mod diff;
 pub mod html;
 pub mod markdown;
 pub mod svg;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
