@@ -122,7 +122,7 @@ pub fn compare(a: &Analysis, b: &Analysis, a_name: &str, b_name: &str) -> Diff {
             b_pages: pb.unwrap_or(0),
         });
     }
-    sites.sort_by(|x, y| y.a_pages.abs_diff(y.b_pages).cmp(&x.a_pages.abs_diff(x.b_pages)));
+    sites.sort_by_key(|s| std::cmp::Reverse(s.a_pages.abs_diff(s.b_pages)));
     Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites }
 }
 
