@@ -3,12 +3,14 @@
 //! of its own after being counted here) stays in `other`; Prometheus never reads a reset.
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{process::Process, Model};
+use crate::model::{faults::PathTotals, process::Process, Model};
 
 /// Counts summed under `process.executable.name="other"`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OtherTotals {
     pub faults: u64,
+    /// Faults by path (and major ones), as exported: each never going back.
+    pub fault_paths: PathTotals,
     pub numa_moves: u64,
     pub allocs_by_node: BTreeMap<u32, u64>,
     /// (reason, "succeeded" | "failed") -> pages.
@@ -18,6 +20,7 @@ pub struct OtherTotals {
 impl OtherTotals {
     fn add_process(&mut self, p: &Process) {
         self.faults += p.faults;
+        self.fault_paths.add(&p.fault_account.held);
         self.numa_moves += p.numa_moves;
         for (&n, &c) in &p.alloc_pages_by_node {
             *self.allocs_by_node.entry(n).or_default() += c;
@@ -31,6 +34,7 @@ impl OtherTotals {
     /// Takes out a record that `add_retired` put in (a departed process with its own series).
     fn sub_process(&mut self, p: &Process) {
         self.faults = self.faults.saturating_sub(p.faults);
+        self.fault_paths.sub(&p.fault_account.held);
         self.numa_moves = self.numa_moves.saturating_sub(p.numa_moves);
         for (n, &c) in &p.alloc_pages_by_node {
             if let Some(v) = self.allocs_by_node.get_mut(n) {
@@ -49,6 +53,7 @@ impl OtherTotals {
     /// Everything pruned from the model so far.
     fn add_retired(&mut self, m: &Model) {
         self.faults += m.retired_faults;
+        self.fault_paths.add(&m.retired_fault_paths);
         self.numa_moves += m.retired_numa_moves;
         for (&n, &c) in &m.retired_allocs_by_node {
             *self.allocs_by_node.entry(n).or_default() += c;
@@ -90,6 +95,7 @@ impl OtherFold {
         self.in_other = in_other;
         let f = &self.frozen;
         t.faults += f.faults;
+        t.fault_paths.add(&f.fault_paths);
         t.numa_moves += f.numa_moves;
         for (&n, &c) in &f.allocs_by_node {
             *t.allocs_by_node.entry(n).or_default() += c;

@@ -60,6 +60,51 @@ pub struct FaultSplit {
     pub kernel_counted: bool,
 }
 
+/// Per-path counts that never go back, for exported counters: each the largest seen so far (a
+/// reading races the process by the microseconds between the map read and its /proc read, so
+/// the on-behalf share can dip by a few faults; a counter must not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathTotals {
+    pub cpu_user: u64,
+    pub cpu_kernel: u64,
+    pub on_behalf: u64,
+    pub major: u64,
+}
+
+impl PathTotals {
+    fn of(s: &FaultSplit) -> PathTotals {
+        PathTotals { cpu_user: s.cpu_user, cpu_kernel: s.cpu_kernel, on_behalf: s.on_behalf, major: s.major }
+    }
+
+    fn max(self, o: PathTotals) -> PathTotals {
+        PathTotals {
+            cpu_user: self.cpu_user.max(o.cpu_user),
+            cpu_kernel: self.cpu_kernel.max(o.cpu_kernel),
+            on_behalf: self.on_behalf.max(o.on_behalf),
+            major: self.major.max(o.major),
+        }
+    }
+
+    pub fn add(&mut self, o: &PathTotals) {
+        self.cpu_user += o.cpu_user;
+        self.cpu_kernel += o.cpu_kernel;
+        self.on_behalf += o.on_behalf;
+        self.major += o.major;
+    }
+
+    pub fn sub(&mut self, o: &PathTotals) {
+        self.cpu_user = self.cpu_user.saturating_sub(o.cpu_user);
+        self.cpu_kernel = self.cpu_kernel.saturating_sub(o.cpu_kernel);
+        self.on_behalf = self.on_behalf.saturating_sub(o.on_behalf);
+        self.major = self.major.saturating_sub(o.major);
+    }
+
+    /// (`tierscope.fault.path` value, count) of the three paths.
+    pub fn by_path(&self) -> [(&'static str, u64); 3] {
+        [("cpu_user", self.cpu_user), ("cpu_kernel", self.cpu_kernel), ("on_behalf", self.on_behalf)]
+    }
+}
+
 /// Where a process's window starts in the kernel's counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Origin {
@@ -91,6 +136,8 @@ pub struct FaultAccount {
     /// Readings where the tracepoints had seen more faults than the kernel counted (faults that
     /// failed, e.g. SIGSEGV, or a tracepoint read ahead of /proc); `on_behalf` was then 0.
     pub traced_over_kernel: u64,
+    /// The split as exported: per path, never going back.
+    pub held: PathTotals,
 }
 
 impl Default for FaultAccount {
@@ -104,6 +151,7 @@ impl Default for FaultAccount {
             exited: None,
             window: None,
             traced_over_kernel: 0,
+            held: PathTotals::default(),
         }
     }
 }
@@ -175,6 +223,7 @@ impl FaultAccount {
                 self.traced_over_kernel += 1;
             }
         }
+        self.held = self.held.max(PathTotals::of(&self.split()));
     }
 
     /// What the tracepoints saw since the window started.
@@ -285,6 +334,19 @@ mod tests {
         let s = a.split();
         assert_eq!((s.total, s.on_behalf, s.cpu_user, s.cpu_kernel), (100, 0, 120, 5));
         assert_eq!(a.traced_over_kernel, 1);
+    }
+
+    #[test]
+    fn exported_paths_never_go_back() {
+        let mut a = FaultAccount::default();
+        a.observe_live(k(1_000, 0), 1, 0);
+        a.traced = TracedFaults { cpu_user: 100, cpu_kernel: 0 };
+        a.settle();
+        assert_eq!(a.held.on_behalf, 900);
+        // The tracepoints caught up with faults the /proc read had already seen.
+        a.traced = TracedFaults { cpu_user: 104, cpu_kernel: 0 };
+        a.settle();
+        assert_eq!((a.split().on_behalf, a.held.on_behalf, a.held.cpu_user), (896, 900, 104));
     }
 
     #[test]

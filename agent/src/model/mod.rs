@@ -49,6 +49,7 @@ pub struct Model {
     pub retired_allocs_by_node: BTreeMap<u32, u64>,
     pub retired_migrations: BTreeMap<String, MigrationTotals>,
     pub retired_faults: u64,
+    pub retired_fault_paths: faults::PathTotals,
     pub retired_numa_moves: u64,
     /// Final records of pruned processes that an open window saw alive.
     pub departed: departed::Departed,
@@ -241,6 +242,7 @@ impl Model {
                     self.retired_migrations.entry(reason.clone()).or_default().add(t);
                 }
                 self.retired_faults += p.faults;
+                self.retired_fault_paths.add(&p.fault_account.held);
                 self.retired_numa_moves += p.numa_moves;
                 self.departed.keep(p);
             }

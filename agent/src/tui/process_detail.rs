@@ -132,6 +132,18 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         format::rate(Some(p.fault_rate)),
         p.numa_moves
     )));
+    let split = p.fault_split();
+    let source = if split.kernel_counted { "" } else { "  (tracepoints only: kernel counters not read)" };
+    out.push(Line::from(Span::styled(
+        format!(
+            "  by path: CPU user {}  CPU kernel {}  on behalf {}  major {}{source}",
+            format::count(split.cpu_user),
+            format::count(split.cpu_kernel),
+            format::count(split.on_behalf),
+            format::count(split.major),
+        ),
+        theme::dim(),
+    )));
     out.push(Line::from(""));
     out.extend(super::hotness::process_lines(&scene.model.hotness, pid, &|n| scene.tier_of(n), width));
 

@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(trainer.cxl_share, Some(0.25));
         assert_eq!(trainer.promoted, 640);
         assert_eq!(trainer.demoted, 0);
-        assert_eq!(trainer.faults, 52_000);
+        assert_eq!(trainer.faults, 60_000);
         assert_eq!(trainer.faults_per_s, 1000.0);
         assert_eq!(trainer.dram_allocs_per_s, Some(500.0));
         assert_eq!(trainer.cxl_allocs_per_s, Some(250.0));

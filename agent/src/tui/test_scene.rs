@@ -6,6 +6,7 @@ use crate::{
     model::{
         agent::{Attach, ProgramStatus},
         event::{Event, NumaMove, NumaMoveKind, PolicyDecision},
+        faults::KernelFaults,
         migration::MigrationTotals,
         reading::CounterReading,
         residency::NumaResidency,
@@ -88,6 +89,9 @@ impl Fixture {
             let at = (90 + i) * S;
             let mut r = CounterReading { at_ns: at, ..Default::default() };
             r.faults.insert(4242, 40_000 + 1000 * i);
+            // The kernel's own count: 8,000 more, the pinned buffer its CUDA driver faulted in.
+            r.faults_kernel_mode.insert(4242, 300 + 10 * i);
+            r.live_faults.insert(4242, KernelFaults { minor: 47_990 + 1000 * i, major: 10 });
             r.faults.insert(4243, 15_000 + 500 * i);
             r.faults.insert(1200, 10 * i);
             r.allocs.insert((4242, 0), 5_000 + 500 * i);

@@ -68,6 +68,7 @@ pub const HEALTH_SOURCE: &str = "tierscope.health.source";
 pub const HEALTH_INFO_STATUS: &str = "tierscope.health_info.status";
 pub const CXL_ERROR_PERSISTENCE: &str = "tierscope.cxl.error.persistence";
 pub const PROBE_OUTCOME: &str = "tierscope.probe.outcome";
+pub const FAULT_PATH: &str = "tierscope.fault.path";
 
 /// `hw.type` of every health series: CXL memory devices and EDAC controllers/DIMMs.
 pub const HW_TYPE_MEMORY: &str = "memory";
@@ -101,6 +102,8 @@ mod tests;
 /// Every instrument, in documentation order.
 pub const CATALOG: &[MetricDef] = &[
     process::PROCESS_FAULTS,
+    process::PROCESS_FAULTS_BY_PATH,
+    process::PROCESS_MAJOR_FAULTS,
     process::PROCESS_ALLOCATIONS,
     process::PROCESS_RESIDENT,
     process::PROCESS_MIGRATIONS,

@@ -3,16 +3,29 @@
 use opentelemetry::KeyValue;
 
 use super::{
-    agent::TRACKED, node_attrs, push, with, ExportInput, Points, Tracked, Value, CONTAINER_ID, EXE, JOB, NODE, OTHER,
-    PID, POD_UID, RANK, REASON, RESULT, TIER,
+    agent::TRACKED, node_attrs, push, with, ExportInput, Points, Tracked, Value, CONTAINER_ID, EXE, FAULT_PATH, JOB,
+    NODE, OTHER, PID, POD_UID, RANK, REASON, RESULT, TIER,
 };
+use crate::model::faults::PathTotals;
 
 const PROC: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID];
 const PROC_NODE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, NODE, TIER];
 const PROC_MIGRATE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, REASON, RESULT];
+const PROC_PATH: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, FAULT_PATH];
 
 def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
-    "User page faults taken by the process (kernel-mode faults on user addresses included); untracked processes are summed under process.executable.name=\"other\"");
+    "Page faults of the process as the kernel counts them (minflt + majflt), whichever path took them; untracked processes are summed under process.executable.name=\"other\"");
+def!(PROCESS_FAULTS_BY_PATH, "tierscope.process.faults.by_path", "{fault}", Counter, false, PROC_PATH,
+    "Page faults of the process by path: cpu_user (the CPU in user mode), cpu_kernel (the CPU in kernel mode on a user address), on_behalf (get_user_pages: pinning, MAP_POPULATE, mlock, MADV_POPULATE_*); each never goes back");
+def!(
+    PROCESS_MAJOR_FAULTS,
+    "tierscope.process.faults.major",
+    "{fault}",
+    Counter,
+    false,
+    PROC,
+    "Major page faults of the process (the page had to be read in: files through mmap, swap)"
+);
 def!(
     PROCESS_ALLOCATIONS,
     "tierscope.process.page.allocations",
@@ -74,6 +87,7 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
         tracked_seen += 1;
         let a = attrs(t);
         push(out, &PROCESS_FAULTS, a.clone(), Value::U64(p.faults));
+        push_paths(out, &a, &p.fault_account.held);
         push(out, &PROCESS_NUMA_MOVES, a.clone(), Value::U64(p.numa_moves));
         for (&n, &c) in &p.alloc_pages_by_node {
             push(out, &PROCESS_ALLOCATIONS, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
@@ -93,6 +107,7 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     }
     let o = input.other;
     push(out, &PROCESS_FAULTS, other.clone(), Value::U64(o.faults));
+    push_paths(out, &other, &o.fault_paths);
     push(out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(o.numa_moves));
     for (&n, &c) in &o.allocs_by_node {
         push(out, &PROCESS_ALLOCATIONS, with(other.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
@@ -102,4 +117,12 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
         push(out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
     }
     push(out, &TRACKED, vec![], Value::U64(tracked_seen));
+}
+
+/// The faults-by-path series and the major faults of one process (or of `other`).
+fn push_paths(out: &mut Points, a: &[KeyValue], t: &PathTotals) {
+    for (path, n) in t.by_path() {
+        push(out, &PROCESS_FAULTS_BY_PATH, with(a.to_vec(), [KeyValue::new(FAULT_PATH, path)]), Value::U64(n));
+    }
+    push(out, &PROCESS_MAJOR_FAULTS, a.to_vec(), Value::U64(t.major));
 }

@@ -192,6 +192,17 @@ fn tracked_processes_get_series_and_the_rest_fold_into_other() {
     assert_eq!(one(&p, "tierscope.process.faults", &[(PID, "10"), (RANK, "3")]), Value::U64(500));
     assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(10));
     assert_eq!(p["tierscope.process.faults"].len(), 2);
+    // Without the kernel's counters (none in this reading) the tracepoints are the total.
+    let path = |pid: Option<&'static str>, path: &'static str| {
+        let mut at = vec![(FAULT_PATH, path)];
+        at.push(pid.map_or((EXE, OTHER), |pid| (PID, pid)));
+        one(&p, "tierscope.process.faults.by_path", &at)
+    };
+    assert_eq!(path(Some("10"), "cpu_user"), Value::U64(500));
+    assert_eq!(path(Some("10"), "on_behalf"), Value::U64(0));
+    assert_eq!(path(None, "cpu_user"), Value::U64(10));
+    assert_eq!(p["tierscope.process.faults.by_path"].len(), 6);
+    assert_eq!(one(&p, "tierscope.process.faults.major", &[(PID, "10")]), Value::U64(0));
     assert_eq!(
         one(&p, "tierscope.process.page.allocations", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]),
         Value::U64(40)
