@@ -7,13 +7,18 @@ use std::{
 
 /// A fresh private anonymous read-write mapping of `bytes` (the workloads' memory).
 pub fn map_anon(bytes: usize) -> std::io::Result<*mut u8> {
+    map_anon_with(bytes, 0)
+}
+
+/// [`map_anon`] with more `mmap` flags (`MAP_POPULATE`).
+pub fn map_anon_with(bytes: usize, extra_flags: i32) -> std::io::Result<*mut u8> {
     // SAFETY: a new anonymous mapping; nothing else refers to the range.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             bytes,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
             -1,
             0,
         )

@@ -23,19 +23,7 @@ pub fn no_thp() {
 }
 
 fn mmap(bytes: usize, extra_flags: i32) -> *mut u8 {
-    // SAFETY: anonymous private mapping; checked for failure.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap {bytes} bytes: {}", std::io::Error::last_os_error());
-    p.cast()
+    tierscope_tests::map_anon_with(bytes, extra_flags).unwrap_or_else(|e| panic!("mmap {bytes} bytes: {e}"))
 }
 
 /// How memory gets faulted in.
