@@ -124,9 +124,10 @@ mod tests {
 
     #[test]
     fn onlined_and_removed_blocks_become_slot_writes() {
-        let before = MemoryBlocks::parse("8000000", [(0, vec!["memory0", "memory1"])]).unwrap();
+        let before = MemoryBlocks::parse("8000000", [(0, vec!["memory0", "memory1"])]).expect("before");
         // A CXL region onlined as node 2 (blocks 6 and 7), and block 1 of node 0 removed.
-        let after = MemoryBlocks::parse("8000000", [(0, vec!["memory0"]), (2, vec!["memory6", "memory7"])]).unwrap();
+        let after =
+            MemoryBlocks::parse("8000000", [(0, vec!["memory0"]), (2, vec!["memory6", "memory7"])]).expect("after");
         let (old, new) = (before.kernel_table(&[2]), after.kernel_table(&[2]));
         let cxl = tierscope_common::maps::BLOCK_NODE_CXL;
         let (writes, beyond) = table_changes(&old, &new, 16);
