@@ -117,6 +117,35 @@ fn sighup_reloads_or_keeps_the_config(bin: &std::path::PathBuf, dir: &Path) {
     drop(work);
 }
 
+/// A token on a command line: masked in the snapshot, absent from the Prometheus endpoint.
+fn secrets_never_leave_the_agent(bin: &std::path::PathBuf) {
+    const SECRET: &str = "SuperSecret0123456789";
+    let marker = format!("tierscope-secret-{} --api_key={SECRET}", std::process::id());
+    let work = Workload::start(256, &marker);
+    let pid = work.pid().to_string();
+    let matcher = format!("tierscope-secret-{}", std::process::id());
+    let out = std::process::Command::new(bin)
+        .args(["snapshot", "--json", "--duration", "1", "--match", &matcher])
+        .output()
+        .expect("running tierscope snapshot");
+    assert!(out.status.success(), "snapshot: {}", String::from_utf8_lossy(&out.stderr));
+    let doc = String::from_utf8_lossy(&out.stdout);
+    assert!(doc.contains(&format!("{matcher} --api_key=***")), "the command line is not shown masked:\n{doc}");
+    assert!(!doc.contains(SECRET), "the secret is in the snapshot");
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let agent = Agent::start(bin, &["--prometheus", &listen, "--match", &matcher], &[]);
+    let body = wait_for(Duration::from_secs(20), || {
+        let (_, body) = http_get(&listen, "/metrics").ok()?;
+        sample(&body, "tierscope_process_memory_resident_bytes", &[("process_pid", &pid)]).map(|_| body)
+    })
+    .unwrap_or_else(|| panic!("not tracked; stderr:\n{}", agent.stderr.lock().expect("stderr lock")));
+    assert!(!body.contains(SECRET), "the secret is on /metrics");
+    assert!(!agent.stderr.lock().expect("stderr lock").contains(SECRET), "the secret is in the log");
+    println!("secrets_never_leave_the_agent: ok");
+    drop(work);
+}
+
 fn main() {
     if child_mode() {
         return;
@@ -124,6 +153,7 @@ fn main() {
     let Some(bin) = agent_bin("agent_lifecycle") else { return summary(0, 2) };
     let dir = std::env::temp_dir().join(format!("tierscope-lifecycle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    secrets_never_leave_the_agent(&bin);
     sighup_reloads_or_keeps_the_config(&bin, &dir);
     passed("agent_lifecycle::sighup_reloads_or_keeps_the_config");
     sigint_stops_a_busy_agent(&bin, &dir);

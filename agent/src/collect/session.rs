@@ -19,6 +19,7 @@ use crate::{
         cgroup,
         event::Event,
         job,
+        redact::Redaction,
         scan_plan::{ScanBudget, ScanState},
         snapshot::NodeInfo,
         Model,
@@ -47,6 +48,9 @@ pub struct SessionOptions {
     pub site_sample_every: Option<u32>,
     /// How long exited processes stay in the model before pruning (default [`EXITED_GRACE`]).
     pub exited_grace: Option<std::time::Duration>,
+    /// Masks secrets in command lines and environment values before they enter the model
+    /// (default: [`Redaction::default`]).
+    pub redaction: Option<Redaction>,
 }
 
 pub struct Session {
@@ -71,6 +75,7 @@ pub struct Session {
     next_block_check_ns: u64,
     beyond_warned: bool,
     pattern: Option<regex::Regex>,
+    redaction: Redaction,
     identified: HashSet<u32>,
     symbolizer: SiteSymbolizer,
     health_poller: crate::health::poller::HealthPoller,
@@ -122,6 +127,7 @@ impl Session {
             next_block_check_ns: 0,
             beyond_warned: false,
             pattern: opts.pattern,
+            redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),
             symbolizer: SiteSymbolizer::default(),
             health_poller: Default::default(),
@@ -165,7 +171,7 @@ impl Session {
             if let Some(st) = procfs::read_stat(tgid) {
                 let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
                 self.note_start(tgid, &st);
-                self.model.set_identity(tgid, &st.comm, &cmdline, st.ppid);
+                self.model.set_identity(tgid, &st.comm, &self.redaction.redact(&cmdline), st.ppid);
                 self.classify(tgid, &st.comm, &cmdline, st.start_time);
             }
         }
@@ -213,7 +219,7 @@ impl Session {
             let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
             if wanted(pid, &st.comm, &cmdline) {
                 self.note_start(pid, &st);
-                self.model.set_identity(pid, &st.comm, &cmdline, st.ppid);
+                self.model.set_identity(pid, &st.comm, &self.redaction.redact(&cmdline), st.ppid);
                 self.classify(pid, &st.comm, &cmdline, st.start_time);
                 self.identified.insert(pid);
             }
@@ -287,7 +293,7 @@ impl Session {
         let run_id = environ
             .iter()
             .find(|(k, v)| k == "TORCHELASTIC_RUN_ID" && !v.is_empty() && v != "none")
-            .map(|(_, v)| v.clone());
+            .map(|(_, v)| self.redaction.redact(v).into_owned());
         self.model.set_training(tgid, role, job::rank(&environ), run_id);
     }
 

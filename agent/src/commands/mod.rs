@@ -53,6 +53,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         tiers: TierOverrides { cxl: tiers.cxl_nodes.clone(), dram: vec![] },
         site_sample_every: Some(tiers.site_sample_every),
         exited_grace: tiers.exited_grace,
+        redaction: None,
     }
 }
 

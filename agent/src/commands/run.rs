@@ -238,6 +238,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         pattern: cfg.track_pattern.clone(),
         tiers: cfg.tiers.clone(),
         exited_grace: cfg.exited_grace,
+        redaction: Some(cfg.redaction.clone()),
         ..Default::default()
     })?;
     // Exited tracked processes keep their series twice the model's grace; their final records

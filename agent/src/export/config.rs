@@ -50,6 +50,18 @@ pub struct FileConfig {
     /// `[hotness]`: DAMON intervals, thresholds, CPU cap (see `collect::damon::config`).
     #[serde(default)]
     pub hotness: crate::model::hotness_config::HotnessConfig,
+    #[serde(default)]
+    pub privacy: FilePrivacy,
+}
+
+/// `[privacy]`: command lines and environment values are masked by the built-in rules
+/// ([`crate::model::redact`]) before they are stored or shown; `redact` adds patterns (each
+/// match masked). The exporter never sends command lines or environment values at all.
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FilePrivacy {
+    #[serde(default)]
+    pub redact: Vec<String>,
 }
 
 /// `[latency]`: the periodic tier probe.
@@ -171,6 +183,8 @@ pub struct Config {
     pub exited_grace: Option<Duration>,
     /// DAMON hotness (off unless `--hotness` or `[hotness] enabled = true`).
     pub hotness: crate::model::hotness_config::HotnessConfig,
+    /// Secrets masked out of command lines and environment values (`[privacy] redact`).
+    pub redaction: crate::model::redact::Redaction,
 }
 
 impl Config {
@@ -380,6 +394,8 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     let mut hotness = file.hotness.clone();
     hotness.enabled |= flags.hotness;
     hotness.validate().map_err(|e| bad("[hotness]", e))?;
+    let redaction = crate::model::redact::Redaction::with_extra(&file.privacy.redact)
+        .map_err(|e| bad("privacy.redact", e.to_string()))?;
 
     Ok(Config {
         otlp,
@@ -398,6 +414,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         probe_interval,
         exited_grace: flags.exited_grace,
         hotness,
+        redaction,
     })
 }
 
@@ -449,6 +466,17 @@ mod tests {
             let e = parse_file(text).unwrap_err();
             assert!(e.contains(says), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn privacy_adds_redaction_patterns_and_refuses_bad_ones() {
+        let f = parse_file("[privacy]\nredact = [\"corp-[0-9]+\"]\n").unwrap();
+        let c = resolve(&f, &Flags::default(), &env(&[])).unwrap();
+        assert_eq!(c.redaction.redact("job corp-42 --token=abc"), "job *** --token=***");
+        let f = parse_file("[privacy]\nredact = [\"(\"]\n").unwrap();
+        let e = resolve(&f, &Flags::default(), &env(&[])).unwrap_err().to_string();
+        assert!(e.starts_with("privacy.redact: redaction pattern \"(\" is not a valid"), "{e}");
+        assert!(parse_file("[privacy]\nexport_cmdline = true\n").is_err(), "no switch exports command lines");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod migration;
 pub mod policy;
 pub mod process;
 pub mod reading;
+pub mod redact;
 pub mod residency;
 pub mod scan_plan;
 pub mod snapshot;
