@@ -150,14 +150,15 @@ fn main() {
     if child_mode() {
         return;
     }
-    let Some(bin) = agent_bin("agent_lifecycle") else { return summary(0, 2) };
+    let Some(bin) = agent_bin("agent_lifecycle") else { return summary(0, 3) };
     let dir = std::env::temp_dir().join(format!("tierscope-lifecycle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     secrets_never_leave_the_agent(&bin);
+    passed("agent_lifecycle::secrets_never_leave_the_agent");
     sighup_reloads_or_keeps_the_config(&bin, &dir);
     passed("agent_lifecycle::sighup_reloads_or_keeps_the_config");
     sigint_stops_a_busy_agent(&bin, &dir);
     passed("agent_lifecycle::sigint_stops_a_busy_agent");
     let _ = std::fs::remove_dir_all(&dir);
-    summary(2, 0);
+    summary(3, 0);
 }
