@@ -133,7 +133,7 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
     assert!(!sites.is_empty(), "no CXL allocation sites: {p}");
     let top = &sites[0];
     let frames: Vec<String> =
-        top["frames"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
+        top["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
     eprintln!("top site: {} pages, frames {frames:?}", top["pages"]);
     assert!(frames.iter().any(|f| f.contains("touch")), "the workload's `touch` is not among {frames:?}");
     let estimated: u64 = sites.iter().filter_map(|s| s["pages"].as_u64()).sum();

@@ -11,6 +11,8 @@ pub enum EventKind {
     RawTrace = 4,
     /// A CXL/RAS tracepoint record: [`HealthTraceEvent`].
     HealthTrace = 5,
+    /// A sampled CXL-tier allocation with its user stack: [`SiteSampleEvent`].
+    SiteSample = 6,
 }
 
 impl EventKind {
@@ -21,6 +23,7 @@ impl EventKind {
             3 => Some(EventKind::Policy),
             4 => Some(EventKind::RawTrace),
             5 => Some(EventKind::HealthTrace),
+            6 => Some(EventKind::SiteSample),
             _ => None,
         }
     }
@@ -173,3 +176,25 @@ pub struct HealthTraceEvent {
     pub data: [u8; HEALTH_TRACE_BYTES],
 }
 const _: () = assert!(core::mem::size_of::<HealthTraceEvent>() == 32 + HEALTH_TRACE_BYTES);
+
+/// User frames a [`SiteSampleEvent`] holds: `kernel.perf_event_max_stack`'s default (127); the
+/// kernel refuses deeper requests, and a smaller sysctl just yields fewer frames.
+pub const SITE_MAX_FRAMES: usize = 127;
+
+/// A sampled allocation on a CXL-tier node with the allocating task's user stack
+/// (`bpf_get_stack` straight into the ring-buffer record). `pages` is every CXL-tier page the
+/// process allocated on this CPU since its previous delivered sample here, this allocation's
+/// included: site pages add up to the process's CXL allocations however many samples were
+/// skipped (less what is still pending).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteSampleEvent {
+    pub header: EventHeader,
+    pub pages: u64,
+    pub node: u32,
+    /// Bytes of `frames` that `bpf_get_stack` wrote (8 per frame).
+    pub stack_bytes: u32,
+    /// Return addresses, innermost first.
+    pub frames: [u64; SITE_MAX_FRAMES],
+}
+const _: () = assert!(core::mem::size_of::<SiteSampleEvent>() == 40 + 8 * SITE_MAX_FRAMES);

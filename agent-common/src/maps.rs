@@ -12,14 +12,15 @@ pub const MAX_MIGRATE_REASONS: u32 = 16;
 /// `BLOCK_NODE` values: node id + 1 in the low bits, this flag when the node is on the CXL tier.
 pub const BLOCK_NODE_CXL: u32 = 1 << 31;
 
-/// A sampled allocation site on the CXL tier: the allocating process and its user stack.
+/// A process's site-sample budget (`SITE_BUDGET`, LRU by tgid): a GCRA token bucket.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SiteKey {
-    pub tgid: u32,
-    pub stack_id: u32,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteBudget {
+    /// The bucket's theoretical arrival time (ns, `bpf_ktime_get_ns`): a sample is allowed when
+    /// it is at most `SITE_BURST_NS` ahead of now, and each sample moves it one interval on.
+    pub next_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<SiteKey>() == 8);
+const _: () = assert!(core::mem::size_of::<SiteBudget>() == 8);
 
 /// Which path took a fault the exception tracepoints saw: the slot of `FAULT_CACHE` and the
 /// `path` of a [`FaultKey`].

@@ -17,8 +17,9 @@ pub mod map {
     pub const FAULT_LATENCY: &str = "FAULT_LATENCY";
     pub const EVENTS: &str = "EVENTS";
     pub const STATS: &str = "STATS";
-    pub const STACKS: &str = "STACKS";
-    pub const CXL_SITES: &str = "CXL_SITES";
+    pub const SITE_SAMPLES: &str = "SITE_SAMPLES";
+    pub const SITE_BUDGET: &str = "SITE_BUDGET";
+    pub const SITE_PENDING: &str = "SITE_PENDING";
     pub const SITE_SAMPLER: &str = "SITE_SAMPLER";
     pub const ALL: &[&str] = &[
         FAULTS,
@@ -35,8 +36,9 @@ pub mod map {
         FAULT_LATENCY,
         EVENTS,
         STATS,
-        STACKS,
-        CXL_SITES,
+        SITE_SAMPLES,
+        SITE_BUDGET,
+        SITE_PENDING,
         SITE_SAMPLER,
     ];
 }
@@ -54,6 +56,11 @@ pub mod global {
     /// `u32`: take the user stack of one in this many page allocations on a CXL-tier node
     /// (0: never).
     pub const SITE_SAMPLE_EVERY: &str = "SITE_SAMPLE_EVERY";
+    /// `u64`: nanoseconds between a process's site samples (1e9 / `site_samples_per_sec`;
+    /// 0: no budget).
+    pub const SITE_INTERVAL_NS: &str = "SITE_INTERVAL_NS";
+    /// `u64`: how far ahead of now a process's sample budget may run (its burst, in ns).
+    pub const SITE_BURST_NS: &str = "SITE_BURST_NS";
     /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
     /// [`crate::layout::TaskLayout`]: where `task_struct` keeps the fault counters.

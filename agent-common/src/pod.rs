@@ -18,4 +18,4 @@ unsafe impl aya::Pod for LifecycleEvent {}
 unsafe impl aya::Pod for PolicyEvent {}
 unsafe impl aya::Pod for RawTraceEvent {}
 unsafe impl aya::Pod for HealthTraceEvent {}
-unsafe impl aya::Pod for SiteKey {}
+unsafe impl aya::Pod for SiteBudget {}

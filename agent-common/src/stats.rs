@@ -20,16 +20,31 @@ pub enum Stat {
     MigrateNoStart = 6,
     /// A fault-latency exit without a recorded entry.
     FaultNoStart = 7,
-    /// A user stack could not be taken for a CXL allocation (kernel thread, no frames, map full).
-    StackFailed = 8,
+    /// CXL-tier allocations chosen for a site sample (one in `site_sample_every`). Every attempt
+    /// ends as exactly one of the `Site*` outcomes below, so attempts = delivered + the causes.
+    SiteAttempts = 16,
+    /// Site samples written to the `SITE_SAMPLES` ring buffer with their user stack.
+    SiteDelivered = 17,
+    /// No user frames: a kernel thread (kswapd demoting, khugepaged, migration) or a task whose
+    /// user stack could not be walked.
+    SiteNoUserStack = 18,
+    /// Over the process's sample budget (`site_samples_per_sec`): skipped on purpose; its pages
+    /// go with the process's next delivered sample.
+    SiteRateLimited = 19,
+    /// The `SITE_SAMPLES` ring buffer was full.
+    SiteRingFull = 20,
+    /// `bpf_get_stack` failed (the kernel's callchain buffers were busy).
+    SiteStackError = 21,
+    /// No budget entry could be made for the process (`SITE_BUDGET` full).
+    SiteBudgetFull = 22,
 }
 
 /// Number of slots in the `STATS` map.
-pub const STAT_SLOTS: u32 = 16;
+pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 9] = [
+    pub const ALL: [(Stat, &'static str); 15] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -38,6 +53,27 @@ impl Stat {
         (Stat::AgentFiltered, "agent_filtered"),
         (Stat::MigrateNoStart, "migrate_no_start"),
         (Stat::FaultNoStart, "fault_no_start"),
-        (Stat::StackFailed, "stack_failed"),
+        (Stat::SiteAttempts, "site_attempts"),
+        (Stat::SiteDelivered, "site_delivered"),
+        (Stat::SiteNoUserStack, "site_no_user_stack"),
+        (Stat::SiteRateLimited, "site_rate_limited"),
+        (Stat::SiteRingFull, "site_ring_full"),
+        (Stat::SiteStackError, "site_stack_error"),
+        (Stat::SiteBudgetFull, "site_budget_full"),
     ];
+
+    /// The site-sampling outcomes that end an attempt (every attempt ends in exactly one).
+    pub const SITE_OUTCOMES: [Stat; 6] = [
+        Stat::SiteDelivered,
+        Stat::SiteNoUserStack,
+        Stat::SiteRateLimited,
+        Stat::SiteRingFull,
+        Stat::SiteStackError,
+        Stat::SiteBudgetFull,
+    ];
+
+    /// The exported name of a stat.
+    pub fn name(self) -> &'static str {
+        Stat::ALL.iter().find(|(s, _)| *s == self).map_or("unknown", |(_, n)| n)
+    }
 }

@@ -1,7 +1,7 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
@@ -16,6 +16,10 @@ pub static AGENT_TGID: u32 = 0;
 pub static BLOCK_PAGES_SHIFT: u32 = 15;
 #[unsafe(no_mangle)]
 pub static SITE_SAMPLE_EVERY: u32 = 1;
+#[unsafe(no_mangle)]
+pub static SITE_INTERVAL_NS: u64 = 0;
+#[unsafe(no_mangle)]
+pub static SITE_BURST_NS: u64 = 0;
 #[unsafe(no_mangle)]
 pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
 #[unsafe(no_mangle)]
@@ -60,12 +64,19 @@ pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);
-/// User stacks of sampled CXL-tier allocations.
+/// Sampled CXL-tier allocations with their user stacks ([`SiteSampleEvent`] records, about 1 KiB
+/// each): apart from `EVENTS` so a burst of samples never crowds out exits and policy events.
+///
+/// [`SiteSampleEvent`]: tierscope_common::event::SiteSampleEvent
 #[map]
-pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
-/// (tgid, stack id) -> sampled pages allocated on CXL-tier nodes.
+pub static SITE_SAMPLES: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+/// tgid -> its sample budget. LRU: a process that stops allocating ages out by itself.
 #[map]
-pub static CXL_SITES: PerCpuHashMap<SiteKey, u64> = PerCpuHashMap::with_max_entries(16384, 0);
+pub static SITE_BUDGET: LruHashMap<u32, SiteBudget> = LruHashMap::with_max_entries(16384, 0);
+/// tgid -> CXL-tier pages allocated on this CPU since its last delivered sample here (per CPU:
+/// exact without atomics, which this target lacks).
+#[map]
+pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(16384, 0);
 /// Per-CPU countdown to the next sampled CXL allocation.
 #[map]
 pub static SITE_SAMPLER: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);

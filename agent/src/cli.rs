@@ -118,6 +118,10 @@ pub struct TierFlags {
     /// (windows that saw it still list it, with its final totals).
     #[arg(long = "exited-grace", value_name = "SECS", value_parser = grace_seconds)]
     pub exited_grace: Option<Duration>,
+    /// Site samples (user stacks) one process may deliver per second; its other CXL-tier
+    /// pages are carried by its next sample (0: no budget).
+    #[arg(long, default_value_t = crate::model::site::DEFAULT_SAMPLES_PER_SEC)]
+    pub site_samples_per_sec: u32,
 }
 
 /// Parses `--exited-grace` (seconds, 0.1 to 3600).

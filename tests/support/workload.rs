@@ -14,12 +14,14 @@
 //!   threads N MIB      N threads each populate MIB MiB and touch MIB MiB, then exit
 //!   forks N MIB        N forked children each populate and touch MIB MiB and exit; reports
 //!                      `children=PID:MINFLT:MAJFLT,...` (their own counters before exiting)
+//!   chains N           touch N pages, page i from call chain i (distinct user stacks, see chains.rs)
 //!
 //! Every `done` line also carries `faults_go=` and `faults_done=` (minflt+majflt from
 //! /proc/self/stat at `go` and at `done`); after stdin closes it prints `exit faults=N major=N`
 //! (read just before exiting).
 use std::io::{BufRead as _, Write as _};
 
+mod chains;
 mod populate;
 
 fn minflt() -> u64 {
@@ -134,10 +136,16 @@ fn main() {
         Some("populate") => populate::populate_by(arg(&args, 1, 16), args.get(2).map(String::as_str)),
         Some("threads") => populate::threads(arg(&args, 1, 4), arg(&args, 2, 8)),
         Some("forks") => populate::forks(arg(&args, 1, 4), arg(&args, 2, 8)),
+        Some("chains") => {
+            let n: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(10_000);
+            let p = map(n * 4096);
+            let pages = chains::touch_from_chains(p, n);
+            format!("pages={pages} minflt_go={go}")
+        }
         other => {
             eprintln!(
                 "tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB | \
-                 populate MIB [HOW] | threads N MIB | forks N MIB"
+                 populate MIB [HOW] | threads N MIB | forks N MIB | chains N"
             );
             std::process::exit(2);
         }

@@ -6,8 +6,8 @@ use aya::{
 };
 use tierscope_common::{
     maps::{
-        FaultKey, Log2Hist, MigrateCounts, MigrateKey, SiteKey, TaskFaults, TgidNode, TgidNodePending, TgidPending,
-        FAULT_PATHS, FAULT_PATH_KERNEL, LOG2_BUCKETS, MAX_MIGRATE_REASONS,
+        FaultKey, Log2Hist, MigrateCounts, MigrateKey, TaskFaults, TgidNode, TgidNodePending, TgidPending, FAULT_PATHS,
+        FAULT_PATH_KERNEL, LOG2_BUCKETS, MAX_MIGRATE_REASONS,
     },
     names::map,
     stats::Stat,
@@ -122,11 +122,6 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             r.fault_latency.insert(tgid, sum);
         }
     }
-    if let Some(sites) = per_cpu_hash::<SiteKey, u64>(ebpf, map::CXL_SITES) {
-        for (k, vals) in sites.iter().flatten() {
-            *r.cxl_sites.entry((k.tgid, k.stack_id)).or_default() += vals.iter().sum::<u64>();
-        }
-    }
     if let Some(stats) = per_cpu_array::<u64>(ebpf, map::STATS) {
         for (stat, name) in Stat::ALL {
             let v: u64 = stats.get(&(stat as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
@@ -189,9 +184,6 @@ pub fn forget(ebpf: &mut Ebpf, tgids: &[u32], last: &CounterReading) -> usize {
     n += remove::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY, tgids.iter().copied());
     let allocs = last.allocs.keys().filter(|(t, _)| gone.contains(t)).map(|&(tgid, node)| TgidNode { tgid, node });
     n += remove::<TgidNode, u64>(ebpf, map::ALLOCS, allocs);
-    let sites =
-        last.cxl_sites.keys().filter(|(t, _)| gone.contains(t)).map(|&(tgid, stack_id)| SiteKey { tgid, stack_id });
-    n += remove::<SiteKey, u64>(ebpf, map::CXL_SITES, sites);
     let migrations = last
         .migrations
         .keys()

@@ -60,7 +60,8 @@ impl Decoder {
             Some(EventKind::Policy) => Ok(Event::Policy(decode_policy(&read::<PolicyEvent>(buf)?))),
             Some(EventKind::RawTrace) => self.decode_raw(&read::<RawTraceEvent>(buf)?),
             Some(EventKind::HealthTrace) => self.decode_health(&read::<HealthTraceEvent>(buf)?),
-            None => Err(DecodeError::UnknownKind(h.kind)),
+            // Site samples come through their own ring buffer (`collect::sites`), never this one.
+            Some(EventKind::SiteSample) | None => Err(DecodeError::UnknownKind(h.kind)),
         }
     }
 

@@ -10,6 +10,7 @@ pub mod procfs;
 pub mod programs;
 pub mod ringbuf;
 pub mod session;
+pub mod sites;
 pub mod symbols;
 pub mod task_faults;
 pub mod tracefs;

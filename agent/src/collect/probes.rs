@@ -57,11 +57,17 @@ pub struct LoadOptions {
     pub cxl_nodes: Vec<u32>,
     /// Take the stack of one in this many CXL-tier allocations (0: never).
     pub site_sample_every: u32,
+    /// Site samples a process may deliver per second (0: no budget).
+    pub site_samples_per_sec: u32,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { cxl_nodes: vec![], site_sample_every: 1 }
+        LoadOptions {
+            cxl_nodes: vec![],
+            site_sample_every: 1,
+            site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
+        }
     }
 }
 
@@ -119,6 +125,8 @@ impl Probes {
 
         let task_layout = super::btf::read_task_layout(std::path::Path::new(VMLINUX_BTF));
         let agent_tgid = std::process::id();
+        // A GCRA token bucket: one sample per interval, up to a second's worth at once.
+        let site_interval_ns = 1_000_000_000u64.checked_div(u64::from(opts.site_samples_per_sec)).unwrap_or(0);
         // Room for memory onlined later (see `refresh_block_table`).
         let block_slots = table.len().max(MIN_TABLE_SLOTS);
         let table_len = u32::try_from(block_slots).unwrap_or(u32::MAX);
@@ -130,6 +138,8 @@ impl Probes {
             .override_global(global::MIGRATE_LAYOUT, &migrate_layout, true)
             .override_global(global::SITE_SAMPLE_EVERY, &opts.site_sample_every, true)
             .override_global(global::TASK_LAYOUT, task_layout.as_ref().unwrap_or(&TaskLayout::DEFAULT), true)
+            .override_global(global::SITE_INTERVAL_NS, &site_interval_ns, true)
+            .override_global(global::SITE_BURST_NS, &SITE_BURST_NS, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .load(OBJECT)
             .map_err(|e| {
@@ -333,6 +343,9 @@ fn classify(spec: &ProgramSpec, e: &ProgramError) -> (Attach, String) {
         }
     }
 }
+
+/// How far a process's site-sample budget may run ahead: a second's worth of samples at once.
+const SITE_BURST_NS: u64 = 1_000_000_000;
 
 /// The kernel's internal ENOTSUPP, which leaks to user space from BPF syscalls.
 const ENOTSUPP: i32 = 524;

@@ -21,9 +21,9 @@ pub struct ReaderStats {
     pub undecodable: AtomicU64,
 }
 
-/// Spawns the reader on the current tokio runtime.
-pub fn spawn(ring: RingBuf<MapData>, decoder: Decoder) -> std::io::Result<(mpsc::Receiver<Event>, Arc<ReaderStats>)> {
-    let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+/// Spawns the reader on the current tokio runtime; it sends on `tx` (made with capacity
+/// [`EVENT_QUEUE`]).
+pub fn spawn(ring: RingBuf<MapData>, decoder: Decoder, tx: mpsc::Sender<Event>) -> std::io::Result<Arc<ReaderStats>> {
     let stats = Arc::new(ReaderStats::default());
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as it lives, which
     // is as long as the AsyncFd that owns it.
@@ -53,7 +53,7 @@ pub fn spawn(ring: RingBuf<MapData>, decoder: Decoder) -> std::io::Result<(mpsc:
             }
         }
     });
-    Ok((rx, stats))
+    Ok(stats)
 }
 
 /// Forwards aya-log records from the kernel programs to `log`/`tracing` (never the screen).

@@ -10,9 +10,7 @@ use super::{
     caps, counters,
     events::Decoder,
     probes::{LoadOptions, Probes},
-    procfs, ringbuf,
-    symbols::SiteSymbolizer,
-    task_faults,
+    procfs, ringbuf, sites, task_faults,
 };
 use crate::{
     model::{
@@ -51,6 +49,9 @@ pub struct SessionOptions {
     /// Masks secrets in command lines and environment values before they enter the model
     /// (default: [`Redaction::default`]).
     pub redaction: Option<Redaction>,
+    /// Site samples a process may deliver per second (0: no budget; default
+    /// [`crate::model::site::DEFAULT_SAMPLES_PER_SEC`]).
+    pub site_samples_per_sec: Option<u32>,
 }
 
 pub struct Session {
@@ -74,10 +75,11 @@ pub struct Session {
     pub block_slots_rewritten: u64,
     next_block_check_ns: u64,
     beyond_warned: bool,
+    pub site_samples_per_sec: u32,
+    pub site_reader: sites::SiteReader,
     pattern: Option<regex::Regex>,
     redaction: Redaction,
     identified: HashSet<u32>,
-    symbolizer: SiteSymbolizer,
     health_poller: crate::health::poller::HealthPoller,
 }
 
@@ -96,7 +98,8 @@ impl Session {
         }
         let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
         let site_sample_every = opts.site_sample_every.unwrap_or(1);
-        let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every };
+        let site_samples_per_sec = opts.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
+        let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every, site_samples_per_sec };
         let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
         let ring = probes
@@ -106,7 +109,15 @@ impl Session {
         let ring = aya::maps::RingBuf::try_from(ring).context("EVENTS is not a ring buffer (build bug)")?;
         let health_formats = probes.tracefs.as_deref().map(crate::health::read_formats).unwrap_or_default();
         let decoder = Decoder { raw_formats: probes.raw_formats.clone(), health_formats };
-        let (events, reader) = ringbuf::spawn(ring, decoder).context("polling the ring buffer")?;
+        let (tx, events) = mpsc::channel(ringbuf::EVENT_QUEUE);
+        let reader = ringbuf::spawn(ring, decoder, tx).context("polling the ring buffer")?;
+        let site_ring = probes
+            .ebpf
+            .take_map(map::SITE_SAMPLES)
+            .context("the SITE_SAMPLES ring buffer is missing from the object (build bug)")?;
+        let site_ring =
+            aya::maps::RingBuf::try_from(site_ring).context("SITE_SAMPLES is not a ring buffer (build bug)")?;
+        let site_reader = sites::spawn(site_ring).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
@@ -126,10 +137,11 @@ impl Session {
             block_slots_rewritten: 0,
             next_block_check_ns: 0,
             beyond_warned: false,
+            site_samples_per_sec,
+            site_reader,
             pattern: opts.pattern,
             redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),
-            symbolizer: SiteSymbolizer::default(),
             health_poller: Default::default(),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
@@ -143,6 +155,7 @@ impl Session {
         while let Ok(e) = self.events.try_recv() {
             if let Event::Exec { tgid, .. } = &e {
                 self.identified.remove(tgid);
+                self.site_reader.forget(*tgid);
             }
             self.model.apply_event(e);
         }
@@ -151,9 +164,12 @@ impl Session {
     /// Reads the kernel maps into the model and names processes seen for the first time.
     pub fn read_counters(&mut self) {
         self.drain_events();
+        // Sites after the reading: every sampled process is in it (it allocated).
+        let sites = self.site_reader.take();
         let mut r = counters::read(&self.probes.ebpf);
         self.read_live_faults(&mut r);
         self.model.apply_reading(&r);
+        self.model.apply_sites(sites);
         self.measure_dead_before();
         self.health_poller.poll(&mut self.model.health);
         if r.at_ns >= self.next_block_check_ns {
@@ -176,13 +192,12 @@ impl Session {
             }
         }
         self.model.assign_jobs();
-        self.symbolize_sites();
         let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         if !gone.is_empty() {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
             for tgid in gone {
                 self.identified.remove(&tgid);
-                self.symbolizer.forget(tgid);
+                self.site_reader.forget(tgid);
             }
         }
     }
@@ -297,25 +312,6 @@ impl Session {
         self.model.set_training(tgid, role, job::rank(&environ), run_id);
     }
 
-    /// Symbolizes CXL allocation sites seen for the first time (while their process lives).
-    fn symbolize_sites(&mut self) {
-        let sites: Vec<(u32, u32)> = self
-            .model
-            .processes
-            .values()
-            .filter(|p| p.exited_at_ns.is_none())
-            .flat_map(|p| {
-                p.cxl_site_pages.keys().filter(|id| !p.site_frames.contains_key(id)).map(move |&id| (p.tgid, id))
-            })
-            .collect();
-        if sites.is_empty() {
-            return;
-        }
-        for (tgid, id, frames) in self.symbolizer.resolve(&self.probes.ebpf, sites) {
-            self.model.set_site_frames(tgid, id, frames);
-        }
-    }
-
     /// Scans numa_maps of the given processes now (exact residency; costs a page-table walk
     /// each, measured and recorded in the model).
     pub fn scan_residency(&mut self, tgids: &[u32]) {
@@ -352,7 +348,9 @@ impl Session {
     }
 
     pub fn channel_dropped(&self) -> u64 {
-        self.reader.channel_full.load(Ordering::Relaxed) + self.reader.undecodable.load(Ordering::Relaxed)
+        self.reader.channel_full.load(Ordering::Relaxed)
+            + self.reader.undecodable.load(Ordering::Relaxed)
+            + self.site_reader.stats.undecodable.load(Ordering::Relaxed)
     }
 
     /// The nodes as the snapshot shows them.

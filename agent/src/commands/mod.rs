@@ -54,6 +54,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         site_sample_every: Some(tiers.site_sample_every),
         exited_grace: tiers.exited_grace,
         redaction: None,
+        site_samples_per_sec: Some(tiers.site_samples_per_sec),
     }
 }
 

@@ -104,6 +104,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             map_entries_forgotten: s.entries_forgotten,
             memory_block_checks: s.block_checks,
             memory_block_slots_rewritten: s.block_slots_rewritten,
+            site_samples_per_sec: s.site_samples_per_sec,
+            site_unnormalized: s.site_reader.stats.unnormalized.load(std::sync::atomic::Ordering::Relaxed),
         },
     );
     s.model.departed.close_window(window);

@@ -105,6 +105,8 @@ pub struct FileCollect {
     pub read_interval_ms: Option<u64>,
     pub residency_interval_ms: Option<u64>,
     pub max_tracked: Option<usize>,
+    /// Site samples (user stacks of CXL-tier allocations) one process may deliver per second.
+    pub site_samples_per_sec: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -173,6 +175,8 @@ pub struct Config {
     /// How often tracked processes' numa_maps are scanned (a page-table walk each).
     pub residency_interval: Duration,
     pub max_tracked: usize,
+    /// `[collect] site_samples_per_sec`: the per-process site-sample budget (0: none).
+    pub site_samples_per_sec: u32,
     pub track_pids: Vec<u32>,
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
@@ -368,6 +372,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     let read_interval = ms(file.collect.read_interval_ms.unwrap_or(1000), "collect.read_interval_ms")?;
     let residency_interval = ms(file.collect.residency_interval_ms.unwrap_or(10_000), "collect.residency_interval_ms")?;
     let max_tracked = file.collect.max_tracked.unwrap_or(64);
+    let site_samples_per_sec = file.collect.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
 
     let track_pids = if flags.pids.is_empty() { file.track.pids.clone() } else { flags.pids.clone() };
     let (pattern, what) = match (&flags.pattern, &file.track.pattern) {
@@ -407,6 +412,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         read_interval,
         residency_interval,
         max_tracked,
+        site_samples_per_sec,
         track_pids,
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),

@@ -17,6 +17,7 @@ pub mod reading;
 pub mod redact;
 pub mod residency;
 pub mod scan_plan;
+pub mod site;
 pub mod snapshot;
 pub mod tiering;
 
@@ -61,6 +62,9 @@ pub struct Model {
     /// (nor its map entries deleted) while a slot could still flush counts into its entry.
     held_by_slots: BTreeSet<u32>,
     pub events_seen: u64,
+    /// Site samples that reached the model (the kernel's `site_delivered` less what the agent's
+    /// channel dropped).
+    pub site_samples_received: u64,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,
@@ -148,12 +152,6 @@ impl Model {
             .map(|(&reason, b)| (self.names.reason(reason), Log2Histogram::from_buckets(b)))
             .collect();
         for p in self.processes.values_mut() {
-            p.cxl_site_pages.clear();
-        }
-        for (&(tgid, stack), &pages) in &r.cxl_sites {
-            *self.process(tgid).cxl_site_pages.entry(stack).or_default() += pages;
-        }
-        for p in self.processes.values_mut() {
             p.update_alloc_rates(r.at_ns);
         }
         for (&tgid, b) in &r.fault_latency {
@@ -207,6 +205,24 @@ impl Model {
                 self.numa_moves.push(m);
             }
             Event::Health(h) => self.health.apply(h),
+        }
+    }
+
+    /// Folds in what the site reader gathered, after the reading of the same tick: a sampled
+    /// process allocated, so that reading knows it; a pruned one is not brought back.
+    pub fn apply_sites(&mut self, tally: site::SiteTally) {
+        for ((tgid, site), t) in tally.samples {
+            self.site_samples_received += t.samples;
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                let s = p.cxl_sites.entry(site).or_default();
+                s.pages += t.pages;
+                s.samples += t.samples;
+            }
+        }
+        for (tgid, site, frames) in tally.named {
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                p.site_frames.insert(site, frames);
+            }
         }
     }
 
@@ -348,11 +364,6 @@ impl Model {
                 p.job = j;
             }
         }
-    }
-
-    /// Records the symbolized frames of a CXL allocation site.
-    pub fn set_site_frames(&mut self, tgid: u32, stack_id: u32, frames: Vec<String>) {
-        self.process(tgid).site_frames.insert(stack_id, frames);
     }
 
     pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {
@@ -517,17 +528,44 @@ mod tests {
     }
 
     #[test]
-    fn cxl_sites_and_alloc_rates_follow_readings() {
+    fn alloc_rates_follow_readings() {
         let mut m = Model::default();
-        let mut r = reading(1_000_000_000, &[], &[((7, 2), 100)]);
-        r.cxl_sites.insert((7, 55), 40);
-        m.apply_reading(&r);
-        let mut r = reading(2_000_000_000, &[], &[((7, 2), 612)]);
-        r.cxl_sites.insert((7, 55), 90);
-        m.apply_reading(&r);
+        m.apply_reading(&reading(1_000_000_000, &[], &[((7, 2), 100)]));
+        m.apply_reading(&reading(2_000_000_000, &[], &[((7, 2), 612)]));
+        assert_eq!(m.processes[&7].alloc_rate_by_node[&2], 512.0);
+    }
+
+    #[test]
+    fn site_samples_add_up_per_site_and_keep_their_names() {
+        let mut m = Model::default();
+        m.set_identity(7, "train", "", 1);
+        let mut t = site::SiteTally::default();
+        for pages in [40, 50] {
+            t.add(7, 55, pages);
+        }
+        t.add(7, 56, 1);
+        m.apply_sites(t);
+        let frames = vec![site::SiteFrame::unnamed("libcuda.so.1", 0x1a2b3c)];
+        m.apply_sites(site::SiteTally { named: vec![(7, 55, frames.clone())], ..Default::default() });
+        m.apply_sites(site::SiteTally {
+            samples: [((7, 55), site::SiteTotals { pages: 10, samples: 1 })].into(),
+            ..Default::default()
+        });
         let p = &m.processes[&7];
-        assert_eq!(p.cxl_site_pages[&55], 90);
-        assert_eq!(p.alloc_rate_by_node[&2], 512.0);
+        assert_eq!(p.cxl_sites[&55], site::SiteTotals { pages: 100, samples: 3 });
+        assert_eq!(p.cxl_sites[&56].pages, 1);
+        assert_eq!(p.site_frames[&55], frames);
+        assert_eq!(m.site_samples_received, 4);
+        assert_eq!(m.events_seen, 0, "samples are not events");
+        // A pruned process is not brought back by a late sample or name.
+        m.apply_event(Event::Exit { tgid: 7, comm: String::new(), ts_ns: 1 });
+        assert_eq!(m.prune_exited(100, 10), vec![7]);
+        let mut t = site::SiteTally::default();
+        t.add(7, 55, 3);
+        t.named.push((7, 55, frames));
+        m.apply_sites(t);
+        assert!(!m.processes.contains_key(&7));
+        assert_eq!(m.site_samples_received, 5);
     }
 
     #[test]

@@ -48,10 +48,10 @@ pub struct Process {
     pub start_time: u64,
     /// `TORCHELASTIC_RUN_ID` from its environment, when it names a run.
     pub run_id: Option<String>,
-    /// CXL-tier allocation sites: user stack id -> sampled pages (cumulative).
-    pub cxl_site_pages: BTreeMap<u32, u64>,
-    /// Symbolized frames per stack id, innermost first.
-    pub site_frames: BTreeMap<u32, Vec<String>>,
+    /// CXL-tier allocation sites (a hash of their normalised frames) -> pages and samples.
+    pub cxl_sites: BTreeMap<u64, super::site::SiteTotals>,
+    /// Named frames per site, innermost first.
+    pub site_frames: BTreeMap<u64, Vec<super::site::SiteFrame>>,
     /// Pages allocated per second per node over the last two readings.
     pub alloc_rate_by_node: BTreeMap<u32, f64>,
     prev_allocs: Option<(BTreeMap<u32, u64>, u64)>,

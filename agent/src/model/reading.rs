@@ -31,8 +31,6 @@ pub struct CounterReading {
     pub migrate_latency: BTreeMap<u32, Vec<u64>>,
     /// tgid -> log2 histogram buckets of `handle_mm_fault` duration.
     pub fault_latency: HashMap<u32, Vec<u64>>,
-    /// (tgid, user stack id) -> sampled pages allocated on CXL-tier nodes.
-    pub cxl_sites: HashMap<(u32, u32), u64>,
     /// Tgids whose counts a per-CPU pending slot holds (not yet flushed into the maps).
     pub held_by_slots: BTreeSet<u32>,
     /// Kernel-side drop and error counters by name.

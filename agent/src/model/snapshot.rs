@@ -86,6 +86,8 @@ pub struct ProcessSnapshot {
     pub exited_at_s: Option<f64>,
     /// The busiest sampled allocation sites on CXL-tier nodes.
     pub top_cxl_alloc_sites: Vec<AllocSite>,
+    /// How many distinct sites were sampled (the top ones are listed).
+    pub cxl_alloc_site_count: usize,
 }
 
 /// Page faults by the path that took them.
@@ -104,11 +106,63 @@ pub struct FaultsByPath {
 /// Where CXL-tier pages were allocated from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AllocSite {
-    /// Symbolized user frames, innermost first (`symbol+0xoff (module)`, or the raw address).
-    pub frames: Vec<String>,
-    /// Estimated pages: sampled pages times the sampling rate.
+    /// The user frames, innermost first: module, offset in its file, and the function when
+    /// the module's symbols name it (empty until named).
+    pub frames: Vec<super::site::SiteFrame>,
+    /// The same frames as text: `function+0x1f (module)`, or `module+0x1a2b3c` when unnamed.
+    pub frames_text: Vec<String>,
+    /// CXL-tier pages this site's samples stand for (each sample carries the pages its process
+    /// allocated there since its previous sample).
     pub pages: u64,
-    pub sampled_pages: u64,
+    pub samples: u64,
+}
+
+/// How the site sampler fared: every attempt ends in exactly one outcome, so `unaccounted`
+/// (attempts less the outcomes) must be 0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SiteSampling {
+    /// One in this many CXL-tier allocations is an attempt.
+    pub sample_every: u32,
+    /// Samples a process may deliver per second (0: no budget).
+    pub samples_per_sec: u32,
+    pub attempts: u64,
+    pub delivered: u64,
+    /// Kernel threads (kswapd demoting) or tasks without user frames.
+    pub no_user_stack: u64,
+    pub rate_limited: u64,
+    pub ring_full: u64,
+    pub stack_error: u64,
+    pub budget_full: u64,
+    pub unaccounted: i64,
+    /// Delivered samples that reached the model.
+    pub received: u64,
+    /// New stacks whose process was gone before its mappings were read (shown as
+    /// `[unknown]+0xADDR` frames).
+    pub unnormalized: u64,
+}
+
+impl SiteSampling {
+    /// The sampler's figures from the kernel's counters and the model.
+    pub fn of(model: &Model, sample_every: u32, samples_per_sec: u32, unnormalized: u64) -> Self {
+        let k = |n: &str| model.kernel_stats.get(n).copied().unwrap_or(0);
+        let mut s = SiteSampling {
+            sample_every,
+            samples_per_sec,
+            attempts: k("site_attempts"),
+            delivered: k("site_delivered"),
+            no_user_stack: k("site_no_user_stack"),
+            rate_limited: k("site_rate_limited"),
+            ring_full: k("site_ring_full"),
+            stack_error: k("site_stack_error"),
+            budget_full: k("site_budget_full"),
+            unaccounted: 0,
+            received: model.site_samples_received,
+            unnormalized,
+        };
+        let ended = s.delivered + s.no_user_stack + s.rate_limited + s.ring_full + s.stack_error + s.budget_full;
+        s.unaccounted = s.attempts as i64 - ended as i64;
+        s
+    }
 }
 
 /// Sites listed per process.
@@ -120,6 +174,8 @@ pub struct AgentSnapshot {
     /// Everything lost, by where it was lost: kernel-side counters and the agent's channel.
     pub drops: BTreeMap<String, u64>,
     pub events_received: u64,
+    /// The CXL allocation-site sampler: attempts and how each ended.
+    pub site_sampling: SiteSampling,
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
@@ -202,13 +258,17 @@ pub struct SnapshotContext<'a> {
     pub programs: Vec<ProgramStatus>,
     pub channel_dropped: u64,
     pub now_ns: u64,
-    /// One in this many CXL-tier allocations had its stack taken.
+    /// One in this many CXL-tier allocations is a site-sample attempt.
     pub site_sample_every: u32,
     /// When the window started (monotonic ns).
     pub window_start_ns: u64,
     pub map_entries_forgotten: u64,
     pub memory_block_checks: u64,
     pub memory_block_slots_rewritten: u64,
+    /// The per-process site-sample budget (0: none).
+    pub site_samples_per_sec: u32,
+    /// Site stacks the reader could not normalise (their process was gone).
+    pub site_unnormalized: u64,
 }
 
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
@@ -240,15 +300,19 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 }
             }
             let mut sites: Vec<AllocSite> = p
-                .cxl_site_pages
+                .cxl_sites
                 .iter()
-                .map(|(id, &sampled)| AllocSite {
-                    frames: p.site_frames.get(id).cloned().unwrap_or_default(),
-                    pages: sampled.saturating_mul(u64::from(ctx.site_sample_every.max(1))),
-                    sampled_pages: sampled,
+                .map(|(id, t)| {
+                    let frames = p.site_frames.get(id).cloned().unwrap_or_default();
+                    AllocSite {
+                        frames_text: frames.iter().map(ToString::to_string).collect(),
+                        frames,
+                        pages: t.pages,
+                        samples: t.samples,
+                    }
                 })
                 .collect();
-            sites.sort_by(|a, b| b.pages.cmp(&a.pages));
+            sites.sort_by(|a, b| b.pages.cmp(&a.pages).then(b.samples.cmp(&a.samples)));
             sites.truncate(TOP_SITES);
             let split = p.fault_split();
             ProcessSnapshot {
@@ -264,6 +328,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 pod_uid: p.pod_uid.clone(),
                 container_id: p.container_id.clone(),
                 alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                cxl_alloc_site_count: p.cxl_sites.len(),
                 top_cxl_alloc_sites: sites,
                 faults: p.faults,
                 faults_by_path: FaultsByPath {
@@ -308,7 +373,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
     let mut drops: BTreeMap<String, u64> = model
         .kernel_stats
         .iter()
-        .filter(|(k, _)| **k != "agent_filtered")
+        // Not losses: filtered on purpose, or the site sampler's own tally (`site_sampling`).
+        .filter(|(k, _)| {
+            **k != "agent_filtered" && !matches!(**k, "site_attempts" | "site_delivered" | "site_rate_limited")
+        })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
     drops.insert("agent.event_channel_full".into(), ctx.channel_dropped);
@@ -333,6 +401,12 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             programs: ctx.programs,
             drops,
             events_received: model.events_seen,
+            site_sampling: SiteSampling::of(
+                model,
+                ctx.site_sample_every,
+                ctx.site_samples_per_sec,
+                ctx.site_unnormalized,
+            ),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
             fault_reads: model.fault_reads,
@@ -350,7 +424,11 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{reading::CounterReading, residency::NumaResidency};
+    use crate::model::{
+        reading::CounterReading,
+        residency::NumaResidency,
+        site::{SiteFrame, SiteTally},
+    };
 
     fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
         SnapshotContext {
@@ -367,6 +445,8 @@ mod tests {
             map_entries_forgotten: 0,
             memory_block_checks: 0,
             memory_block_slots_rewritten: 0,
+            site_samples_per_sec: 100,
+            site_unnormalized: 0,
         }
     }
 
@@ -407,15 +487,19 @@ mod tests {
         });
         let r = NumaResidency { pages_by_node: [(0, 100), (2, 8192), (5, 1)].into(), ..Default::default() };
         m.set_residency(10, r, 4_000_000_000);
-        let mut rd = CounterReading {
+        let rd = CounterReading {
             at_ns: 2,
             faults: [(10, 5)].into(),
             allocs: [((10, 2), 8192)].into(),
             ..Default::default()
         };
-        rd.cxl_sites = [((10, 1), 10), ((10, 2), 30)].into();
         m.apply_reading(&rd);
-        m.set_site_frames(10, 2, vec!["alloc_optimizer_state+0x1f (train)".into()]);
+        let mut t = SiteTally::default();
+        t.add(10, 1, 10);
+        t.add(10, 2, 30);
+        let named = SiteFrame::unnamed("train", 0x1234).named("alloc_optimizer_state", 0x1f);
+        t.named.push((10, 2, vec![named.clone()]));
+        m.apply_sites(t);
         let s = build(&m, &ProcessFilter { pids: vec![10], pattern: None }, ctx(&nodes));
         assert_eq!(s.processes.len(), 1);
         let p = &s.processes[0];
@@ -423,9 +507,10 @@ mod tests {
         assert_eq!(p.resident_bytes_by_tier["dram"], 100 * 4096);
         assert_eq!(p.resident_bytes_by_tier["unknown"], 4096);
         assert_eq!(p.residency_age_ms, Some(1000));
-        assert_eq!(p.top_cxl_alloc_sites[0].pages, 120);
-        assert_eq!(p.top_cxl_alloc_sites[0].frames, vec!["alloc_optimizer_state+0x1f (train)".to_string()]);
-        assert_eq!(p.top_cxl_alloc_sites[1].frames.len(), 0, "unsymbolized sites are still listed");
+        assert_eq!(p.top_cxl_alloc_sites[0].pages, 30);
+        assert_eq!(p.top_cxl_alloc_sites[0].frames, vec![named]);
+        assert_eq!(p.top_cxl_alloc_sites[0].frames_text, vec!["alloc_optimizer_state+0x1f (train)".to_string()]);
+        assert_eq!(p.top_cxl_alloc_sites[1].frames.len(), 0, "unnamed sites are still listed");
         assert_eq!(p.alloc_pages_by_node["2"], 8192);
         assert_eq!(s.nodes[1].alloc_pages, 8192);
         assert_eq!(s.agent.drops["agent.event_channel_full"], 2);
@@ -461,5 +546,28 @@ mod tests {
         assert_eq!(s.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![2, 1]);
         let re = ProcessFilter { pids: vec![], pattern: Some(Regex::new("^idl").unwrap()) };
         assert_eq!(build(&m, &re, ctx(&[])).processes.len(), 1);
+    }
+
+    #[test]
+    fn site_sampling_balances_attempts_against_outcomes() {
+        let mut m = Model::default();
+        for (k, v) in [
+            ("site_attempts", 100),
+            ("site_delivered", 60),
+            ("site_no_user_stack", 5),
+            ("site_rate_limited", 30),
+            ("site_ring_full", 4),
+            ("site_stack_error", 1),
+        ] {
+            m.kernel_stats.insert(k, v);
+        }
+        let s = SiteSampling::of(&m, 1, 200, 0);
+        assert_eq!((s.attempts, s.delivered, s.unaccounted), (100, 60, 0));
+        m.kernel_stats.insert("site_attempts", 103);
+        assert_eq!(SiteSampling::of(&m, 1, 200, 0).unaccounted, 3, "a lost attempt shows");
+        let snap = build(&m, &ProcessFilter::default(), ctx(&[]));
+        assert_eq!(snap.agent.drops.get("kernel.site_ring_full"), Some(&4));
+        assert!(!snap.agent.drops.contains_key("kernel.site_attempts"), "attempts are not losses");
+        assert_eq!(snap.agent.site_sampling.samples_per_sec, 100);
     }
 }

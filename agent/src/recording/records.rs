@@ -178,10 +178,12 @@ pub struct SitesRec {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteRec {
-    /// Innermost first.
+    /// Innermost first, as text (`function+0x1f (module)` or `module+0x1a2b3c`).
     pub frames: Vec<String>,
-    /// Estimated pages (sampled pages times the sampling rate).
+    /// Pages the site's samples stand for (each sample carries the CXL-tier pages its process
+    /// allocated since its previous one).
     pub pages: u64,
+    /// The same pages: site samples are no longer scaled up (kept for older recordings).
     pub sampled_pages: u64,
 }
 

@@ -225,7 +225,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
 
     // CXL allocation sites.
     out.push(heading("Top CXL allocation sites (sampled user stacks, pages)"));
-    let mut sites: Vec<(u32, u64)> = p.cxl_site_pages.iter().map(|(&id, &n)| (id, n)).collect();
+    let mut sites: Vec<(u64, u64)> = p.cxl_sites.iter().map(|(&id, t)| (id, t.pages)).collect();
     sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     if sites.is_empty() {
         let why = if scene.nodes.iter().any(|n| n.tier == crate::topology::Tier::Cxl) {
@@ -236,12 +236,12 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
     }
     for (id, pages) in sites.iter().take(5) {
-        let frames = p.site_frames.get(id).map(|f| f.iter().take(4).cloned().collect::<Vec<_>>().join(" <- "));
+        let frames = p.site_frames.get(id).map(|f| crate::model::site::frames_text(f, 4));
         out.push(Line::from(vec![
             Span::raw(format!("  {} ", rpad(&format::count(*pages), 7))),
             Span::styled(
                 format::truncate(
-                    &frames.unwrap_or_else(|| format!("stack {id} (not symbolized yet)")),
+                    &frames.unwrap_or_else(|| format!("site {id:016x} (not named yet)")),
                     width.saturating_sub(10),
                 ),
                 theme::tier(crate::topology::Tier::Cxl),

@@ -152,10 +152,21 @@ impl Fixture {
         }
         model.kernel_stats.insert("agent_filtered", 496);
         if let Some(p) = model.processes.get_mut(&4242) {
-            p.cxl_site_pages = BTreeMap::from([(3, 700), (9, 250), (11, 50)]);
+            p.cxl_sites = BTreeMap::from(
+                [(3, 700), (9, 250), (11, 50)]
+                    .map(|(site, pages)| (site, crate::model::site::SiteTotals { pages, samples: pages / 10 })),
+            );
         }
-        model.set_site_frames(4242, 3, vec!["adam_step".into(), "optimizer_update".into(), "train_loop".into()]);
-        model.set_site_frames(4242, 9, vec!["at::empty_cpu".into(), "allocate_grad_buffer".into()]);
+        let f = |name: &str, at: u64| crate::model::site::SiteFrame::unnamed("train", at).named(name, 0x1f);
+        let mut named = crate::model::site::SiteTally::default();
+        named.named.push((
+            4242,
+            3,
+            vec![f("adam_step", 0x1200), f("optimizer_update", 0x1480), f("train_loop", 0x1900)],
+        ));
+        let cuda = crate::model::site::SiteFrame::unnamed("libcuda.so.1", 0x1a2b3c);
+        named.named.push((4242, 9, vec![cuda, f("allocate_grad_buffer", 0x2040)]));
+        model.apply_sites(named);
         model.apply_event(Event::Policy(PolicyDecision {
             tgid: 4242,
             tid: 4242,

@@ -251,7 +251,7 @@ fn cxl(r: &Report) -> Vec<Figure> {
     let sites = site_list.map(|a| a.len() as f64);
     // The top site's innermost frames, function names only ("touch+0x1a (ts-alloc)" -> "touch").
     let top_frames =
-        site_list.and_then(|a| a.first()).and_then(|s| s.get("frames")).and_then(Value::as_array).map(|f| {
+        site_list.and_then(|a| a.first()).and_then(|s| s.get("frames_text")).and_then(Value::as_array).map(|f| {
             f.iter()
                 .take(2)
                 .filter_map(Value::as_str)

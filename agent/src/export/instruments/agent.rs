@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use opentelemetry::KeyValue;
 
-use super::{push, ExportInput, Points, Value, DROP_REASON, PROGRAM_STATUS};
+use super::{push, ExportInput, Points, Value, DROP_REASON, PROGRAM_STATUS, SITE_OUTCOME};
 use crate::model::agent::Attach;
 
 def!(
@@ -16,6 +16,15 @@ def!(
     false,
     &[DROP_REASON],
     "Events the kernel programs could not count (map full, read failed, unmapped pfn...)"
+);
+def!(
+    SITE_SAMPLES,
+    "tierscope.agent.site.samples",
+    "{sample}",
+    Counter,
+    false,
+    &[SITE_OUTCOME],
+    "CXL allocation-site sample attempts by how each ended; attempts = the sum of the outcomes"
 );
 def!(
     RINGBUF_LOST,
@@ -127,6 +136,12 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
         match *name {
             // Not a loss: the kernel programs skip the agent's own tgid on purpose.
             "agent_filtered" => {}
+            // The site sampler's tally: attempts and how each ended (losses among them).
+            "site_attempts" => push(out, &SITE_SAMPLES, vec![KeyValue::new(SITE_OUTCOME, "attempt")], Value::U64(v)),
+            site if site.starts_with("site_") => {
+                let outcome = site.trim_start_matches("site_").to_string();
+                push(out, &SITE_SAMPLES, vec![KeyValue::new(SITE_OUTCOME, outcome)], Value::U64(v))
+            }
             "ringbuf_full" => push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v)),
             other => push(out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
         }

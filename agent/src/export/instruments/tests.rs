@@ -47,6 +47,9 @@ fn model() -> Model {
     r.kernel_stats.insert("map_full", 3);
     r.kernel_stats.insert("ringbuf_full", 2);
     r.kernel_stats.insert("agent_filtered", 999);
+    r.kernel_stats.insert("site_attempts", 12);
+    r.kernel_stats.insert("site_delivered", 10);
+    r.kernel_stats.insert("site_ring_full", 2);
     m.apply_reading(&r);
     m.set_identity(10, "python3", "python3 train.py", 1);
     m.set_residency(10, NumaResidency { pages_by_node: [(0, 256), (2, 1024)].into(), ..Default::default() }, 1);
@@ -265,6 +268,10 @@ fn nodes_migrations_and_health() {
     assert!((0.001..0.0022).contains(&max), "max {max}");
     assert_eq!(one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "map_full")]), Value::U64(3));
     assert!(find(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "agent_filtered")]).is_empty());
+    // Site samples are their own series, attempts beside their outcomes, never "drops".
+    assert_eq!(one(&p, "tierscope.agent.site.samples", &[(SITE_OUTCOME, "attempt")]), Value::U64(12));
+    assert_eq!(one(&p, "tierscope.agent.site.samples", &[(SITE_OUTCOME, "ring_full")]), Value::U64(2));
+    assert!(find(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "site_delivered")]).is_empty());
     assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "ringbuf_full")]), Value::U64(2));
     assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, "channel_full")]), Value::U64(4));
     assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, "unsupported")]), Value::U64(1));
