@@ -123,12 +123,21 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
         }
     }
     if let Some(stats) = per_cpu_array::<u64>(ebpf, map::STATS) {
-        for (stat, name) in Stat::ALL {
+        for (stat, name) in stats_in_read_order() {
             let v: u64 = stats.get(&(stat as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
             r.kernel_stats.insert(name, v);
         }
     }
     r
+}
+
+/// The kernel stats in the order they are read while the kernel counts: `site_attempts` last.
+/// An attempt is counted before its outcome, so outcomes read first can never exceed the
+/// attempts read after them; an attempt in flight between the two reads shows as a small
+/// positive `unaccounted`, never a negative one.
+fn stats_in_read_order() -> impl Iterator<Item = (Stat, &'static str)> {
+    let (attempts, rest): (Vec<_>, Vec<_>) = Stat::ALL.into_iter().partition(|(s, _)| *s == Stat::SiteAttempts);
+    rest.into_iter().chain(attempts)
 }
 
 fn sum_task_faults<'a>(vals: impl Iterator<Item = &'a TaskFaults>) -> KernelFaults {
@@ -191,4 +200,22 @@ pub fn forget(ebpf: &mut Ebpf, tgids: &[u32], last: &CounterReading) -> usize {
         .map(|&(tgid, reason, mode)| MigrateKey { tgid, reason, mode });
     n += remove::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS, migrations);
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn site_attempts_are_read_after_every_outcome_and_no_stat_is_lost() {
+        let order: Vec<Stat> = stats_in_read_order().map(|(s, _)| s).collect();
+        assert_eq!(order.len(), Stat::ALL.len());
+        let at = |stat: Stat| order.iter().position(|&s| s == stat).expect("every stat is read");
+        for outcome in Stat::SITE_OUTCOMES {
+            assert!(at(outcome) < at(Stat::SiteAttempts), "{} is read before site_attempts", outcome.name());
+        }
+        for (stat, _) in Stat::ALL {
+            at(stat);
+        }
+    }
 }

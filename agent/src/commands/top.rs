@@ -27,6 +27,7 @@ use crate::{
     topology::{parse, Topology},
     tui::{
         app::View,
+        history::SERIES_LEN,
         mouse,
         probe::{ProbeProgress, TierProbe},
         rows, screen,
@@ -185,6 +186,10 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
     // DAMON's kdamonds run while `app.hotness` says so (H); dropping the worker stops them.
     let mut hotness: Option<HotnessWorker> = None;
     let mut history = History::default();
+    // The window the screen shows: as long as the history (SERIES_LEN ticks); processes that
+    // exit inside it stay listed, marked exited, with their final totals.
+    let history_ns = SERIES_LEN as u64 * args.tick_ms * 1_000_000;
+    let shown_window = session.model.departed.open_window(session.started_ns);
     let mut frozen: Option<Frozen> = None;
     let mut scanned: HashMap<u32, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(args.tick_ms));
@@ -228,6 +233,8 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
         tokio::select! {
             _ = tick.tick() => {
                 session.read_counters();
+                let start = session.model.last_reading_ns.saturating_sub(history_ns);
+                session.model.departed.slide_window(shown_window, start);
                 refresh_meminfo(&mut nodes);
                 let now = counters::monotonic_ns();
                 // Residency only for what is on screen, each at most every RESIDENCY_EVERY.
@@ -235,7 +242,7 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
                     let scene = scene!();
                     let mut pids: Vec<u32> = match app.view {
                         View::ProcessDetail => app.detail_pid.into_iter().collect(),
-                        _ => rows::process_rows(&scene, &app).iter().map(|r| r.pid).skip(app.selected.saturating_sub(20)).take(48).collect(),
+                        _ => rows::process_rows(&scene, &app).iter().filter(|r| r.exited_at_ns.is_none()).map(|r| r.pid).skip(app.selected.saturating_sub(20)).take(48).collect(),
                     };
                     pids.extend(demo_info.as_ref().map(|d| d.pid));
                     pids

@@ -74,7 +74,7 @@ impl Departed {
     }
 
     /// The kept records, in the order they left.
-    pub fn iter(&self) -> impl Iterator<Item = &Process> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Process> {
         self.records.iter()
     }
 

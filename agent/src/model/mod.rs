@@ -275,6 +275,11 @@ impl Model {
         self.processes.values().chain(self.departed.iter())
     }
 
+    /// One process a window sees: the model's own record, else the latest departed one.
+    pub fn process_in_window(&self, tgid: u32) -> Option<&Process> {
+        self.processes.get(&tgid).or_else(|| self.departed.iter().rev().find(|p| p.tgid == tgid))
+    }
+
     /// Marks a process as running before the agent attached, with its fault counters at first
     /// sight and the tracepoints' count just before: its window starts there (see
     /// `faults::FaultAccount`).

@@ -118,7 +118,9 @@ pub struct AllocSite {
 }
 
 /// How the site sampler fared: every attempt ends in exactly one outcome, so `unaccounted`
-/// (attempts less the outcomes) must be 0.
+/// (attempts less the outcomes) is 0 once the sampler is idle. While the kernel is counting, a
+/// small positive value is attempts in flight (the collector reads the outcomes before the
+/// attempts); a negative one or one that keeps growing would be a lost or double outcome.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SiteSampling {
     /// One in this many CXL-tier allocations is an attempt.

@@ -88,14 +88,14 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
             Line::from("Pick one in the Processes view (2): move with ↑↓ or j/k, then press Enter."),
         ];
     };
-    let Some(p) = scene.model.processes.get(&pid) else {
+    let Some(p) = scene.model.process_in_window(pid) else {
         return vec![heading(&format!("Process {pid} is no longer tracked")), Line::from("Esc goes back to the list.")];
     };
     let row = ProcessRow::new(p, scene);
     let mut out = Vec::new();
     let mut title = vec![Span::styled(format!("{} {}", pid, row.label()), theme::title())];
-    if p.exited_at_ns.is_some() {
-        title.push(Span::styled("  exited", theme::bad()));
+    if let Some(at) = p.exited_at_ns {
+        title.push(Span::styled(format!("  exited {}, final totals", format::age(at, scene.now_ns)), theme::bad()));
     }
     out.push(Line::from(title));
     if !p.cmdline.is_empty() {
@@ -129,7 +129,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     out.push(Line::from(format!(
         "faults {} ({}/s)  NUMA task moves {}  counters read {reading_age}",
         format::count(p.faults),
-        format::rate(Some(p.fault_rate)),
+        format::rate(Some(row.faults_per_s)),
         p.numa_moves
     )));
     let split = p.fault_split();

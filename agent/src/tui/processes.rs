@@ -1,4 +1,4 @@
-//! Processes: every tracked process with its residency per tier, fault and allocation rates,
+//! Processes: every tracked process (exited ones marked, with their final totals) with its residency per tier, fault and allocation rates,
 //! promotions and demotions; sortable (`s`, `S`), filterable (`/`), training-only toggle (`t`).
 use ratatui::{
     layout::{Constraint, Flex, Layout, Rect},
@@ -46,6 +46,8 @@ fn cell_text(r: &ProcessRow, k: SortKey) -> String {
         SortKey::Rss => r.rss_bytes.map_or("-".into(), format::bytes),
         SortKey::DramShare => format::percent(r.dram_share),
         SortKey::CxlShare => format::percent(r.cxl_share),
+        // An exited process has no rates: the column marks it (its figures are final totals).
+        SortKey::FaultsPerS if r.exited_at_ns.is_some() => "exited".into(),
         SortKey::FaultsPerS => format::rate(Some(r.faults_per_s)),
         SortKey::DramAllocsPerS => format::rate(r.dram_allocs_per_s),
         SortKey::CxlAllocsPerS => format::rate(r.cxl_allocs_per_s),
@@ -68,7 +70,7 @@ fn aligned(s: String, width: u16, right: bool) -> String {
 pub fn draw(
     f: &mut Frame<'_>,
     area: Rect,
-    _scene: &Scene<'_>,
+    scene: &Scene<'_>,
     app: &App,
     rows: &[ProcessRow],
 ) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
@@ -113,6 +115,7 @@ pub fn draw(
                     let style = match c.key {
                         SortKey::DramShare | SortKey::DramAllocsPerS => theme::tier(Tier::Dram),
                         SortKey::CxlShare | SortKey::CxlAllocsPerS => theme::tier(Tier::Cxl),
+                        SortKey::Comm | SortKey::FaultsPerS if r.exited_at_ns.is_some() => theme::bad(),
                         SortKey::Comm if r.demo => theme::warn(),
                         _ => Default::default(),
                     };
@@ -121,7 +124,12 @@ pub fn draw(
                 .collect();
             if wide {
                 let job = format::truncate(r.job.as_deref().unwrap_or("-"), 16);
-                cells.push(Cell::from(format!("{job:<16} {}", r.cmdline)).style(theme::dim()));
+                let mut spans = Vec::new();
+                if let Some(at) = r.exited_at_ns {
+                    spans.push(Span::styled(format!("exited {}  ", format::age(at, scene.now_ns)), theme::bad()));
+                }
+                spans.push(Span::styled(format!("{job:<16} {}", r.cmdline), theme::dim()));
+                cells.push(Cell::from(Line::from(spans)));
             }
             Row::new(cells)
         })

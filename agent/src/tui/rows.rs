@@ -34,6 +34,8 @@ pub struct ProcessRow {
     /// Base pages migrated in this process's context for promotion / demotion.
     pub promoted: u64,
     pub demoted: u64,
+    /// When it exited (monotonic ns): its figures are final totals, its rates none.
+    pub exited_at_ns: Option<u64>,
 }
 
 impl ProcessRow {
@@ -49,7 +51,11 @@ impl ProcessRow {
             }
             None => (None, None, None, None),
         };
+        let exited_at_ns = p.exited_at_ns;
         let alloc_rate = |t: Tier| {
+            if exited_at_ns.is_some() {
+                return None;
+            }
             let h = scene.history.processes.get(&p.tgid)?;
             if h.alloc_rate_by_node.is_empty() {
                 return None;
@@ -70,11 +76,12 @@ impl ProcessRow {
             cxl_share,
             residency_at_ns,
             faults: p.faults,
-            faults_per_s: p.fault_rate,
+            faults_per_s: if exited_at_ns.is_some() { 0.0 } else { p.fault_rate },
             dram_allocs_per_s: alloc_rate(Tier::Dram),
             cxl_allocs_per_s: alloc_rate(Tier::Cxl),
             promoted: migrated(PROMOTION),
             demoted: migrated(DEMOTION),
+            exited_at_ns,
         }
     }
 
@@ -99,6 +106,7 @@ impl ProcessRow {
             || self.comm.to_lowercase().contains(&needle)
             || self.cmdline.to_lowercase().contains(&needle)
             || (self.demo && "demo".contains(&needle))
+            || (self.exited_at_ns.is_some() && "exited".contains(&needle))
             || self.job.as_ref().is_some_and(|j| j.to_lowercase().contains(&needle))
     }
 }
@@ -128,16 +136,20 @@ fn compare(a: &ProcessRow, b: &ProcessRow, key: SortKey) -> Ordering {
     }
 }
 
-/// The process table: live processes the CLI selection admits (by default those the kernel saw
-/// doing memory work, plus the demo), narrowed by the `/` filter, sorted by the chosen column
-/// (pid breaks ties, so the order is stable from frame to frame).
+/// The process table: the processes the CLI selection admits (by default those the kernel saw
+/// doing memory work, plus the demo) that lived during the window `top` keeps (its history's
+/// length): live ones and exited ones with their final totals. Narrowed by the `/` filter, sorted
+/// by the chosen column (pid breaks ties, so the order is stable from frame to frame); a pid
+/// reused by a live process shows the live one.
 pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
     let jobs = scene.filter.matched_jobs(scene.model);
+    let mut seen = std::collections::HashSet::new();
     let mut rows: Vec<ProcessRow> = scene
         .model
         .processes
         .values()
-        .filter(|p| p.exited_at_ns.is_none())
+        .chain(scene.model.departed.iter().rev())
+        .filter(|p| seen.insert(p.tgid))
         .filter(|p| scene.filter.selects(p, &jobs) || scene.demo.is_some_and(|d| d.pid == p.tgid))
         .map(|p| ProcessRow::new(p, scene))
         .filter(|r| !app.training_only || r.training || r.demo)
@@ -154,7 +166,7 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::test_scene::Fixture;
+    use crate::tui::test_scene::{Fixture, DEPARTED_EXIT_NS, DEPARTED_PID, S};
 
     #[test]
     fn rows_carry_residency_shares_rates_and_migrations() {
@@ -216,13 +228,30 @@ mod tests {
     }
 
     #[test]
-    fn exited_and_idle_processes_are_left_out() {
+    fn exited_processes_stay_with_final_totals_and_idle_ones_are_left_out() {
         let mut f = Fixture::training();
-        f.model.processes.get_mut(&1200).expect("fixture").exited_at_ns = Some(1);
+        f.model.processes.get_mut(&1200).expect("fixture").exited_at_ns = Some(100 * S);
         f.model.set_identity(77, "sleeper", "", 1);
         let scene = f.scene();
         let rows = process_rows(&scene, &App::default());
-        assert!(rows.iter().all(|r| r.pid != 1200 && r.pid != 77));
+        assert!(rows.iter().all(|r| r.pid != 77), "idle processes are left out");
+        let redis = rows.iter().find(|r| r.pid == 1200).expect("the exited process stays listed");
+        assert_eq!((redis.exited_at_ns, redis.faults, redis.faults_per_s), (Some(100 * S), 120, 0.0));
+        assert_eq!(redis.dram_allocs_per_s, None, "no rates after exit");
+    }
+
+    #[test]
+    fn departed_processes_are_listed_sorted_and_filtered_like_the_others() {
+        let f = Fixture::training().with_departed();
+        let scene = f.scene();
+        let app = App { sort: SortKey::Pid, descending: false, ..App::default() };
+        let pids = |app: &App| process_rows(&scene, app).iter().map(|r| r.pid).collect::<Vec<_>>();
+        assert_eq!(pids(&app), vec![75, 1200, 4242, 4243, DEPARTED_PID]);
+        let gone = process_rows(&scene, &app).into_iter().find(|r| r.pid == DEPARTED_PID).expect("departed row");
+        assert_eq!((gone.exited_at_ns, gone.faults, gone.faults_per_s), (Some(DEPARTED_EXIT_NS), 7_000, 0.0));
+        assert_eq!(pids(&App { filter: "exited".into(), ..app.clone() }), vec![DEPARTED_PID]);
+        assert_eq!(pids(&App { filter: "loader".into(), ..app.clone() }), vec![DEPARTED_PID]);
+        assert!(!pids(&App { training_only: true, ..app.clone() }).contains(&DEPARTED_PID));
     }
 
     #[test]

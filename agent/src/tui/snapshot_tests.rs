@@ -132,6 +132,22 @@ fn detail_of_a_process_that_left_or_was_never_picked() {
 }
 
 #[test]
+fn a_departed_process_shows_marked_exited_with_its_exit_time_and_final_totals() {
+    let f = Fixture::training().with_departed();
+    let by_pid = App { view: View::Processes, sort: SortKey::Pid, descending: false, ..App::default() };
+    let wide = render(&f, &by_pid, 160, 48);
+    let row = wide.lines().find(|l| l.contains("4300")).unwrap_or_else(|| panic!("no departed row:\n{wide}"));
+    assert!(row.contains("pt_loader") && row.contains("exited 12.0s ago"), "{row}");
+    let narrow = render(&f, &by_pid, 80, 24);
+    let row = narrow.lines().find(|l| l.contains("4300")).unwrap_or_else(|| panic!("no departed row:\n{narrow}"));
+    assert!(row.contains("pt_loader") && row.contains("exited"), "{row}");
+    let detail = App { view: View::ProcessDetail, detail_pid: Some(4300), ..App::default() };
+    let shown = render(&f, &detail, 160, 48);
+    assert!(shown.contains("4300 pt_loader  exited 12.0s ago, final totals"), "{shown}");
+    assert!(shown.contains("faults 7.0k (0/s)"), "final total, no rate: {shown}");
+}
+
+#[test]
 fn only_real_losses_count_as_lost() {
     let mut f = Fixture::training();
     assert_eq!(f.scene().lost(), 0, "the agent's own filtered events are no loss");

@@ -19,6 +19,9 @@ use crate::{
 use super::{probe::TierProbe, DemoInfo, Devices, History, NodeView, Scene};
 
 pub const S: u64 = 1_000_000_000;
+/// The process [`Fixture::with_departed`] adds: it exited and was pruned from the model.
+pub const DEPARTED_PID: u32 = 4300;
+pub const DEPARTED_EXIT_NS: u64 = 91 * S;
 const GIB: u64 = 1 << 30;
 
 pub struct Fixture {
@@ -225,6 +228,20 @@ impl Fixture {
             now_ns: 103 * S,
             probe: probe_done(),
         }
+    }
+
+    /// Adds a data loader that faulted 7,000 times, exited at 91 s and was pruned from the model;
+    /// the window `top` keeps open (as long as its history) still holds its final record.
+    pub fn with_departed(mut self) -> Fixture {
+        let _window = self.model.departed.open_window(0);
+        self.model.set_identity(DEPARTED_PID, "pt_loader", "python3 -m loader --shard 3", 4242);
+        let p = self.model.processes.get_mut(&DEPARTED_PID).expect("just named");
+        p.faults = 7_000;
+        p.fault_rate = 350.0;
+        p.exited_at_ns = Some(DEPARTED_EXIT_NS);
+        let pruned = self.model.prune_exited(self.now_ns, S);
+        assert_eq!(pruned, vec![DEPARTED_PID], "the fixture's departed process left the model");
+        self
     }
 
     pub fn scene(&self) -> Scene<'_> {
