@@ -36,6 +36,19 @@ fn a_long_snapshot_lists_a_process_that_exited_early_with_its_totals() {
         "pid {pid} exited after {:.1}s with {own} faults by its own /proc/self/stat",
         started.elapsed().as_secs_f64()
     );
+    // Pruning waits until no per-CPU pending slot holds the process (a later flush would put it
+    // back in the maps). The exit program flushes the exiting CPU's slots; a CPU the process
+    // left earlier keeps its slot until another process faults there, which on a quiet machine
+    // may take longer than the window. Fault once on every CPU so the precondition holds.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for cpu in 0..cpus {
+        let st = Command::new("taskset")
+            .args(["-c", &cpu.to_string(), CHURN, "exit-after", "0", "1", "flush-slots"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("taskset {CHURN}: {e}"));
+        assert!(st.success(), "flushing CPU {cpu}'s slots: {st}");
+    }
     let snap = agent.finish();
     let p = process(&snap, pid);
     let faults = p["faults"].as_u64().expect("faults");
