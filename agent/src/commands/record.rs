@@ -108,7 +108,7 @@ fn selection_words(filter: &ProcessFilter, command: &[String]) -> String {
     }
 }
 
-async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
+async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
     let mut s = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
     let hot_cfg = args.hotness.config()?;
     // Hotness (DAMON) joins the frames when asked for; dropping the worker stops its kdamonds.
@@ -121,7 +121,7 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
     let explicit_pids = filter.pids.clone();
     let mut child = if args.command.is_empty() { None } else { Some(spawn(&args.command)?) };
     let root = child.as_ref().map(Child::id);
-    let mut followed: BTreeSet<u32> = root.into_iter().collect();
+    let followed: BTreeSet<u32> = root.into_iter().collect();
     let started_ns = counters::monotonic_ns();
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -149,16 +149,22 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reap = tokio::time::interval(Duration::from_millis(100));
-    let mut capture = Capture::default();
-    let budget =
-        ScanBudget { cpu_fraction: 0.05, min_interval_ns: interval.as_nanos() as u64, ..ScanBudget::default() };
-    let nodes = s.node_infos();
-    let mut first = true;
+    let mut rec = Recorder {
+        capture: Capture::default(),
+        filter,
+        explicit_pids,
+        root,
+        followed,
+        budget: ScanBudget { cpu_fraction: 0.05, min_interval_ns: interval.as_nanos() as u64, ..ScanBudget::default() },
+        nodes: s.node_infos(),
+        started_ns,
+        first: true,
+    };
     let stop = loop {
         tokio::select! {
             _ = tick.tick() => {
                 if let Some(w) = &hotness {
-                    w.set_processes(damon::wanted_processes(&s.model, &filter));
+                    w.set_processes(damon::wanted_processes(&s.model, &rec.filter));
                     w.drain_into(&mut s.model.hotness);
                 }
             }
@@ -185,36 +191,11 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
                 break Stop::Terminated;
             }
         }
-        write_interval(
-            &mut s,
-            &mut out,
-            &mut capture,
-            &mut filter,
-            &explicit_pids,
-            root,
-            &mut followed,
-            &budget,
-            &nodes,
-            started_ns,
-            first,
-        )?;
-        first = false;
+        rec.write(&mut s, &mut out)?;
     };
     // The last interval: what the kernel delivered up to the end.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    write_interval(
-        &mut s,
-        &mut out,
-        &mut capture,
-        &mut filter,
-        &explicit_pids,
-        root,
-        &mut followed,
-        &budget,
-        &nodes,
-        started_ns,
-        first,
-    )?;
+    rec.write(&mut s, &mut out)?;
     drop(hotness.take());
     let (reason, code) = match &stop {
         Stop::Duration => ("duration", None),
@@ -245,6 +226,31 @@ async fn record(args: RecordArgs, mut filter: ProcessFilter) -> Result<i32> {
 
 /// Reads the kernel, writes one interval's records as one chunk.
 #[allow(clippy::too_many_arguments)]
+/// What a recording carries from one interval to the next.
+struct Recorder {
+    capture: Capture,
+    filter: ProcessFilter,
+    /// `--pid` as given; the followed command's tree is added to it each interval.
+    explicit_pids: Vec<u32>,
+    root: Option<u32>,
+    followed: BTreeSet<u32>,
+    budget: ScanBudget,
+    nodes: Vec<snapshot::NodeInfo>,
+    started_ns: u64,
+    first: bool,
+}
+
+impl Recorder {
+    /// Reads the session and writes one interval (the topology before the first).
+    fn write(&mut self, s: &mut Session, out: &mut SessionWriter) -> Result<()> {
+        let Recorder { capture, filter, explicit_pids, root, followed, budget, nodes, started_ns, first } = self;
+        let (root, started_ns) = (*root, *started_ns);
+        write_interval(s, out, capture, filter, explicit_pids, root, followed, budget, nodes, started_ns, *first)?;
+        *first = false;
+        Ok(())
+    }
+}
+
 fn write_interval(
     s: &mut Session,
     out: &mut SessionWriter,
