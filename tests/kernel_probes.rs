@@ -184,6 +184,82 @@ for p in procs: p.wait()
     assert!(procs.iter().filter(|p| p["job"] == job).all(|p| p["role"].is_string()));
 }
 
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn a_ranks_data_loader_workers_get_their_own_role_under_it() {
+    require_root_and_agent!();
+    // A torchrun-like launcher (torch.distributed.run from a stand-in package) with two ranks;
+    // rank 0 forks four workers named `pt_data_worker` as DataLoader(num_workers=4) does (they
+    // inherit its RANK), and each touches memory. On the GPU machine such workers showed as four
+    // more "worker, rank 0" processes.
+    let script = r#"
+import os, sys, subprocess
+rank = """
+import ctypes, mmap, os, sys, time
+kids = []
+if os.environ["RANK"] == "0":
+    for _ in range(4):
+        pid = os.fork()
+        if pid == 0:
+            ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)
+            m = mmap.mmap(-1, 4 << 20)
+            for i in range(0, 4 << 20, 4096): m[i] = 1
+            time.sleep(4)
+            os._exit(0)
+        kids.append(pid)
+m = mmap.mmap(-1, 8 << 20)
+for i in range(0, 8 << 20, 4096): m[i] = 1
+time.sleep(4)
+for k in kids: os.waitpid(k, 0)
+"""
+procs = []
+for r in range(2):
+    env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_PORT="29500")
+    procs.append(subprocess.Popen([sys.executable, "-c", rank], env=env))
+for p in procs: p.wait()
+"#;
+    let pkg = std::env::temp_dir().join(format!("tierscope-torch-workers-{}", std::process::id()));
+    let run_py = pkg.join("torch/distributed/run.py");
+    std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
+    std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
+    std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
+    std::fs::write(&run_py, script).expect("torch/distributed/run.py");
+    let agent = Agent::snapshot(&["--duration", "3", "--match", "torch_dist_workers"]);
+    let mut launcher = std::process::Command::new("python3")
+        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_workers"])
+        .env("PYTHONPATH", &pkg)
+        .spawn()
+        .expect("python3 launcher");
+    let snap = agent.finish();
+    let _ = launcher.wait();
+    let _ = std::fs::remove_dir_all(&pkg);
+    let procs = snap["processes"].as_array().cloned().unwrap_or_default();
+    let lpid = launcher.id();
+    let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
+    assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
+    let of_job: Vec<&serde_json::Value> = procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).collect();
+    let mut ranks: Vec<(u64, u64)> = of_job
+        .iter()
+        .filter(|p| p["role"] == "worker")
+        .map(|p| (p["rank"].as_u64().expect("rank"), p["pid"].as_u64().expect("pid")))
+        .collect();
+    ranks.sort();
+    eprintln!("job {job}: ranks (rank, pid) {ranks:?}");
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1], "{of_job:?}");
+    let workers: Vec<&&serde_json::Value> = of_job.iter().filter(|p| p["role"] == "data_worker").collect();
+    eprintln!(
+        "data workers: {:?}",
+        workers.iter().map(|p| (&p["pid"], &p["comm"], &p["rank_pid"])).collect::<Vec<_>>()
+    );
+    assert_eq!(workers.len(), 4, "four data workers: {of_job:?}");
+    for w in &workers {
+        assert_eq!(w["rank_pid"].as_u64(), Some(ranks[0].1), "served rank of {w}");
+        assert_eq!(w["ppid"].as_u64(), Some(ranks[0].1), "the kernel's parent of {w}");
+        assert_eq!(w["comm"], "pt_data_worker");
+        assert_eq!(w["rank"].as_u64(), Some(0));
+    }
+}
+
 /// Base pages on `node` in /proc/PID/numa_maps (hugetlb lines scaled by their page size).
 fn numa_maps_pages_on(pid: u32, node: u32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).expect("numa_maps");

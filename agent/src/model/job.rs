@@ -10,6 +10,43 @@ pub enum TrainingRole {
     Launcher,
     /// A process doing the training (a rank, or a single-process job).
     Worker,
+    /// A data-loader worker of a rank (`pt_data_worker`: `DataLoader(num_workers=N)`): shown under
+    /// its rank and counted with it.
+    DataWorker,
+    /// Another child of a rank (a compile worker, a helper it spawned): shown under its rank and
+    /// counted with it.
+    RankChild,
+}
+
+impl TrainingRole {
+    /// The role in words, as the views show it.
+    pub fn word(self) -> &'static str {
+        match self {
+            TrainingRole::Launcher => "launcher",
+            TrainingRole::Worker => "worker",
+            TrainingRole::DataWorker => "data worker",
+            TrainingRole::RankChild => "child of a rank",
+        }
+    }
+
+    /// Whether this process works for a rank rather than being one.
+    pub fn serves_a_rank(self) -> bool {
+        matches!(self, TrainingRole::DataWorker | TrainingRole::RankChild)
+    }
+}
+
+/// The comm PyTorch gives its DataLoader worker processes.
+const DATA_WORKER_COMM: &str = "pt_data_worker";
+
+/// Whether a training process is a child of the rank `ancestor` rather than a rank of its own: a
+/// DataLoader worker always is; another process is when it carries the same rank number (it
+/// inherited the rank's environment: a compile worker, a helper). A child with another rank, or
+/// with none under a parent without one (a wrapper script starting the trainer), is not.
+pub fn child_of_rank(comm: &str, rank: &Rank, ancestor_rank: &Rank) -> Option<TrainingRole> {
+    if comm.starts_with(DATA_WORKER_COMM) {
+        return Some(TrainingRole::DataWorker);
+    }
+    (ancestor_rank.rank.is_some() && rank.rank == ancestor_rank.rank).then_some(TrainingRole::RankChild)
 }
 
 /// What the collector read about a process, for classification.
@@ -219,6 +256,25 @@ mod tests {
         }
         let f = ProcessFacts { comm: "myjob", cmdline: "./myjob", user_match: true, ..Default::default() };
         assert_eq!(classify(&f), Some(TrainingRole::Worker));
+    }
+
+    #[test]
+    fn children_of_a_rank_are_told_from_ranks() {
+        let r = |n| Rank { rank: Some(n), local_rank: Some(n), world_size: Some(2) };
+        let none = Rank::default();
+        let cases = [
+            ("pt_data_worker", r(0), r(0), Some(TrainingRole::DataWorker)),
+            ("pt_data_worker", none, none, Some(TrainingRole::DataWorker)),
+            ("python3", r(0), r(0), Some(TrainingRole::RankChild)),
+            // mp.spawn-style: a parent without a rank starting ranks.
+            ("python3", r(1), none, None),
+            ("python3", r(1), r(0), None),
+            // A wrapper script (matched by --match) starting the trainer.
+            ("python3", none, none, None),
+        ];
+        for (comm, rank, ancestor, want) in cases {
+            assert_eq!(child_of_rank(comm, &rank, &ancestor), want, "{comm} {rank:?} under {ancestor:?}");
+        }
     }
 
     #[test]

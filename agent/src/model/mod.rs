@@ -328,13 +328,66 @@ impl Model {
     ) {
         let p = self.process(tgid);
         p.role = role;
+        p.classified_role = role;
         p.rank = rank;
         p.run_id = run_id;
     }
 
+    /// The rank a worker serves when it is a child of one (a DataLoader worker, a helper), with
+    /// its role; a child of a child serves the same rank.
+    fn served_rank(&self, tgid: u32) -> Option<(job::TrainingRole, u32)> {
+        let (role, mut rank) = self.served_parent(tgid)?;
+        for _ in 0..16 {
+            match self.served_parent(rank) {
+                Some((_, up)) => rank = up,
+                None => break,
+            }
+        }
+        Some((role, rank))
+    }
+
+    /// The worker a worker serves, one step up: its nearest known worker ancestor below any
+    /// launcher, when `job::child_of_rank` says it is that worker's child.
+    fn served_parent(&self, tgid: u32) -> Option<(job::TrainingRole, u32)> {
+        let p = self.processes.get(&tgid)?;
+        if p.classified_role != Some(job::TrainingRole::Worker) {
+            return None;
+        }
+        let mut cur = p.ppid;
+        for _ in 0..16 {
+            let a = self.processes.get(&cur)?;
+            match a.classified_role {
+                Some(job::TrainingRole::Worker) => {
+                    return job::child_of_rank(&p.comm, &p.rank, &a.rank).map(|r| (r, cur))
+                }
+                Some(_) => return None,
+                None if a.ppid == cur => return None,
+                None => cur = a.ppid,
+            }
+        }
+        None
+    }
+
     /// Groups workers under their launcher: a worker's job is its nearest launcher ancestor's
     /// (named by the run id its workers carry, else `comm-pid`); a lone worker is its own job.
+    /// Data-loader workers and other children of a rank get their own role and the rank's pid.
     pub fn assign_jobs(&mut self) {
+        let served: Vec<(u32, Option<job::TrainingRole>, Option<u32>)> = self
+            .processes
+            .keys()
+            .map(|&t| match self.served_rank(t) {
+                Some((role, rank)) => (t, Some(role), Some(rank)),
+                None => (t, self.processes[&t].classified_role, None),
+            })
+            .collect();
+        for (tgid, role, rank_pid) in served {
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                if p.classified_role.is_some() {
+                    p.role = role;
+                }
+                p.rank_pid = rank_pid;
+            }
+        }
         let mut jobs: Vec<(u32, Option<String>)> = Vec::new();
         for (&tgid, p) in &self.processes {
             let Some(role) = p.role else {
@@ -530,6 +583,52 @@ mod tests {
         m.set_training(101, Some(TrainingRole::Worker), Rank::default(), Some("llama".into()));
         m.assign_jobs();
         assert_eq!(m.processes[&102].job.as_deref(), Some("llama"));
+    }
+
+    #[test]
+    fn data_loader_workers_and_helpers_serve_their_rank() {
+        use job::{Rank, TrainingRole};
+        let mut m = Model::default();
+        let r = |n| Rank { rank: Some(n), local_rank: Some(n), world_size: Some(2) };
+        // torchrun 100 -> ranks 101 (r0), 102 (r1); 101 -> 4 DataLoader workers (the torchrun job
+        // of the GPU machine), one of which forked a helper; 102 -> a compile worker.
+        m.set_identity(100, "torchrun", "torchrun --nproc-per-node 2 t.py", 1);
+        m.set_training(100, Some(TrainingRole::Launcher), Rank::default(), None);
+        for (pid, comm, ppid, rank) in [
+            (101, "python3", 100, r(0)),
+            (102, "python3", 100, r(1)),
+            (110, "pt_data_worker", 101, r(0)),
+            (111, "pt_data_worker", 101, r(0)),
+            (112, "pt_data_worker", 101, r(0)),
+            (113, "pt_data_worker", 101, r(0)),
+            (120, "python3", 113, r(0)),
+            (130, "python3", 102, r(1)),
+        ] {
+            m.set_identity(pid, comm, "python3 t.py", ppid);
+            m.set_training(pid, Some(TrainingRole::Worker), rank, None);
+        }
+        // A lone trainer under a wrapper script that --match also took for a worker.
+        m.set_identity(200, "bash", "bash train.sh", 1);
+        m.set_training(200, Some(TrainingRole::Worker), Rank::default(), None);
+        m.set_identity(201, "python3", "python3 train.py", 200);
+        m.set_training(201, Some(TrainingRole::Worker), Rank::default(), None);
+        m.set_identity(202, "pt_data_worker", "python3 train.py", 201);
+        m.set_training(202, Some(TrainingRole::Worker), Rank::default(), None);
+        m.assign_jobs();
+        let of = |m: &Model, pid: u32| (m.processes[&pid].role, m.processes[&pid].rank_pid);
+        assert_eq!(of(&m, 101), (Some(TrainingRole::Worker), None));
+        assert_eq!(of(&m, 102), (Some(TrainingRole::Worker), None));
+        for pid in 110..=113 {
+            assert_eq!(of(&m, pid), (Some(TrainingRole::DataWorker), Some(101)), "pid {pid}");
+            assert_eq!(m.processes[&pid].job.as_deref(), Some("torchrun-100"));
+        }
+        assert_eq!(of(&m, 120), (Some(TrainingRole::RankChild), Some(101)), "a child of a data worker serves rank 0");
+        assert_eq!(of(&m, 130), (Some(TrainingRole::RankChild), Some(102)));
+        assert_eq!(of(&m, 201), (Some(TrainingRole::Worker), None), "a wrapper's trainer is a rank");
+        assert_eq!(of(&m, 202), (Some(TrainingRole::DataWorker), Some(201)));
+        // Classification is kept: reassigning gives the same answer.
+        m.assign_jobs();
+        assert_eq!(of(&m, 113), (Some(TrainingRole::DataWorker), Some(101)));
     }
 
     #[test]

@@ -35,8 +35,14 @@ pub struct Process {
     /// What the last numa_maps read of this process cost (ns).
     pub residency_cost_ns: Option<u64>,
     pub exited_at_ns: Option<u64>,
-    /// Launcher or worker of a training job; `None` for everything else.
+    /// What it is to a training job (a data-loader worker or other child of a rank is told from
+    /// the rank by `Model::assign_jobs`); `None` for everything else.
     pub role: Option<TrainingRole>,
+    /// What classification alone decided (launcher or worker), before the process tree was read.
+    pub classified_role: Option<TrainingRole>,
+    /// For a data-loader worker or other child of a rank: the rank's process, which its memory is
+    /// counted with.
+    pub rank_pid: Option<u32>,
     pub rank: Rank,
     /// The job this process belongs to (its launcher's name, or its own for a lone worker).
     pub job: Option<String>,
@@ -139,4 +145,21 @@ pub fn tgids_on_node(processes: &BTreeMap<u32, Process>, node: u32) -> Vec<u32> 
         })
         .map(|p| p.tgid)
         .collect()
+}
+
+/// A rank's own process and the live or exited processes that serve it (data-loader workers and
+/// other children, see `Model::assign_jobs`): what "the rank's memory" adds up.
+pub fn rank_members(processes: &BTreeMap<u32, Process>, rank_pid: u32) -> impl Iterator<Item = &Process> {
+    processes.values().filter(move |p| p.tgid == rank_pid || p.rank_pid == Some(rank_pid))
+}
+
+/// Resident pages per node of a rank with the processes that serve it (last numa_maps scans).
+pub fn rank_resident_pages(processes: &BTreeMap<u32, Process>, rank_pid: u32) -> BTreeMap<u32, u64> {
+    let mut by_node = BTreeMap::new();
+    for p in rank_members(processes, rank_pid) {
+        for (&n, &v) in p.residency.iter().flat_map(|(r, _)| r.pages_by_node.iter()) {
+            *by_node.entry(n).or_default() += v;
+        }
+    }
+    by_node
 }

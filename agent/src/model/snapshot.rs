@@ -49,9 +49,14 @@ pub struct ProcessSnapshot {
     pub comm: String,
     pub cmdline: String,
     pub ppid: u32,
-    /// `launcher` / `worker` of a training job; absent for other processes.
+    /// `launcher` / `worker` / `data_worker` / `rank_child` of a training job; absent for other
+    /// processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<super::job::TrainingRole>,
+    /// For a `data_worker` or `rank_child`: the pid of the rank it serves (its memory counts with
+    /// that rank's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_pid: Option<u32>,
     pub job: Option<String>,
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
@@ -323,6 +328,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 cmdline: p.cmdline.clone(),
                 ppid: p.ppid,
                 role: p.role,
+                rank_pid: p.rank_pid,
                 job: p.job.clone(),
                 rank: p.rank.rank,
                 local_rank: p.rank.local_rank,

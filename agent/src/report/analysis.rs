@@ -314,18 +314,27 @@ pub fn analyze(rec: &Recording) -> Analysis {
             series,
         });
     }
-    // Ranks of a job, one line each, per tier.
-    let ranked: Vec<&ProcessUse> = processes.iter().filter(|p| p.rank.is_some()).collect();
-    if ranked.len() > 1 {
+    // Ranks of a job, one line each, per tier: a rank's data-loader workers and other children
+    // carry its rank number and count with it.
+    let mut ranks: BTreeMap<(Option<String>, u32), Vec<u32>> = BTreeMap::new();
+    for p in &processes {
+        if let Some(r) = p.rank {
+            ranks.entry((p.job.clone(), r)).or_default().push(p.pid);
+        }
+    }
+    if ranks.len() > 1 {
         for t in &tiers {
-            let series = ranked
+            let series = ranks
                 .iter()
-                .map(|p| Series {
-                    name: format!("rank {}", p.rank.unwrap_or(0)),
+                .map(|((_, rank), pids)| Series {
+                    name: format!("rank {rank}"),
                     points: frames
                         .iter()
                         .enumerate()
-                        .map(|(i, f)| (secs(f), res[i].get(&p.pid).and_then(|m| m.get(t)).copied().unwrap_or(0) as f64))
+                        .map(|(i, f)| {
+                            let on: u64 = pids.iter().filter_map(|pid| res[i].get(pid).and_then(|m| m.get(t))).sum();
+                            (secs(f), on as f64)
+                        })
                         .collect(),
                 })
                 .collect();

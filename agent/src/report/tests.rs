@@ -198,3 +198,59 @@ fn an_empty_recording_reports_without_dividing_by_zero() {
     assert!(page.contains("nothing recorded") && !page.contains("NaN"));
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn a_ranks_data_loader_workers_count_with_the_rank() {
+    let d = tmp("ranks");
+    let path = d.join("ranks.tscope");
+    let mut w = SessionWriter::create(&path).expect("session file");
+    w.push(&Record::Meta(Meta {
+        schema: SCHEMA.into(),
+        tool_version: "t".into(),
+        host: "h".into(),
+        kernel: "k".into(),
+        started_unix_ms: 0,
+        interval_ms: 1000,
+        page_size: 4096,
+        site_sample_every: 1,
+        command: vec![],
+        selection: "s".into(),
+    }))
+    .expect("meta");
+    // Ranks 0 (pid 11) and 1 (pid 12); 21 and 22 are rank 0's DataLoader workers.
+    for (pid, ppid, comm, rank) in
+        [(11, 10, "python3", 0), (12, 10, "python3", 1), (21, 11, "pt_data_worker", 0), (22, 11, "pt_data_worker", 0)]
+    {
+        w.push(&Record::Process(ProcessInfo {
+            t_ms: 0,
+            pid,
+            ppid,
+            comm: comm.into(),
+            cmdline: "python3 t.py".into(),
+            job: Some("job".into()),
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(2),
+        }))
+        .expect("record");
+    }
+    for i in 0..3u64 {
+        let p = |pid, mib: u64| ProcessFrame {
+            pid,
+            resident_bytes_by_tier: Some([("dram".to_string(), mib * MIB)].into()),
+            ..Default::default()
+        };
+        w.push(&Record::Frame(Frame {
+            t_ms: i * 1000,
+            processes: vec![p(11, 100), p(12, 160), p(21, 30), p(22, 30)],
+            ..Default::default()
+        }))
+        .expect("record");
+    }
+    w.finish().expect("finish");
+    let a = analyze(&crate::recording::read(&path).expect("read back"));
+    let chart = a.charts.iter().find(|c| c.id == "ranks-dram").expect("a per-rank chart");
+    let last: Vec<(String, f64)> = chart.series.iter().map(|s| (s.name.clone(), s.points[2].1)).collect();
+    assert_eq!(last, vec![("rank 0".to_string(), (160 * MIB) as f64), ("rank 1".to_string(), (160 * MIB) as f64)]);
+    std::fs::remove_dir_all(d).expect("cleanup");
+}

@@ -105,11 +105,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(Span::styled(format!("demo workload: {}", d.placement), theme::warn())));
     }
     if let Some(role) = p.role {
-        let role = match role {
-            crate::model::job::TrainingRole::Launcher => "launcher",
-            crate::model::job::TrainingRole::Worker => "worker",
-        };
-        let mut s = format!("training {role}, job {}", p.job.as_deref().unwrap_or("-"));
+        let mut s = format!("training {}, job {}", role.word(), p.job.as_deref().unwrap_or("-"));
         if let Some(r) = p.rank.rank {
             s.push_str(&format!(", rank {r}"));
             if let Some(w) = p.rank.world_size {
@@ -118,6 +114,17 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         }
         if let Some(l) = p.rank.local_rank {
             s.push_str(&format!(" (local {l})"));
+        }
+        if let Some(rank) = p.rank_pid {
+            s.push_str(&format!(", serves the rank of pid {rank}"));
+        }
+        let children = crate::model::process::rank_members(&scene.model.processes, pid).count().saturating_sub(1);
+        if children > 0 {
+            let pages: u64 = crate::model::process::rank_resident_pages(&scene.model.processes, pid).values().sum();
+            s.push_str(&format!(
+                ", with its {children} children {} resident",
+                format::bytes(pages.saturating_mul(scene.page_size))
+            ));
         }
         out.push(Line::from(Span::styled(s, theme::accent())));
     }

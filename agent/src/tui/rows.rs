@@ -21,6 +21,8 @@ pub struct ProcessRow {
     pub training: bool,
     pub job: Option<String>,
     pub rank: Option<u32>,
+    /// For a data-loader worker or other child of a rank: the rank's pid (listed under it).
+    pub rank_pid: Option<u32>,
     /// Resident bytes from the last numa_maps scan.
     pub rss_bytes: Option<u64>,
     pub dram_share: Option<f64>,
@@ -71,6 +73,7 @@ impl ProcessRow {
             training: p.role.is_some(),
             job: p.job.clone(),
             rank: p.rank.rank,
+            rank_pid: p.rank_pid,
             rss_bytes,
             dram_share,
             cxl_share,
@@ -85,9 +88,13 @@ impl ProcessRow {
         }
     }
 
-    /// The name shown: comm, its rank when it has one, marked when it is the demo workload.
+    /// The name shown: comm, its rank when it has one, marked when it is the demo workload; a
+    /// child of a rank hangs from it (`└`).
     pub fn label(&self) -> String {
         let mut s = if self.comm.is_empty() { "?".to_string() } else { self.comm.clone() };
+        if self.rank_pid.is_some() {
+            s.insert_str(0, "└ ");
+        }
         if let Some(r) = self.rank {
             s.push_str(&format!(" r{r}"));
         }
@@ -160,7 +167,22 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
         let o = if app.descending { o.reverse() } else { o };
         o.then(a.pid.cmp(&b.pid))
     });
-    rows
+    under_their_rank(rows)
+}
+
+/// Moves each child of a rank (data-loader workers, helpers) right under its rank when the rank
+/// is listed, keeping the sorted order among ranks and among one rank's children.
+fn under_their_rank(rows: Vec<ProcessRow>) -> Vec<ProcessRow> {
+    let listed: std::collections::HashSet<u32> = rows.iter().map(|r| r.pid).collect();
+    let (children, tops): (Vec<ProcessRow>, Vec<ProcessRow>) =
+        rows.into_iter().partition(|r| r.rank_pid.is_some_and(|p| listed.contains(&p)));
+    let mut out = Vec::with_capacity(tops.len() + children.len());
+    for top in tops {
+        let pid = top.pid;
+        out.push(top);
+        out.extend(children.iter().filter(|c| c.rank_pid == Some(pid)).cloned());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -252,6 +274,29 @@ mod tests {
         assert_eq!(pids(&App { filter: "exited".into(), ..app.clone() }), vec![DEPARTED_PID]);
         assert_eq!(pids(&App { filter: "loader".into(), ..app.clone() }), vec![DEPARTED_PID]);
         assert!(!pids(&App { training_only: true, ..app.clone() }).contains(&DEPARTED_PID));
+    }
+
+    #[test]
+    fn children_of_a_rank_are_listed_under_it_whatever_the_sort() {
+        let mut f = Fixture::training();
+        for (pid, faults) in [(5001, 9_000_000), (5002, 1)] {
+            f.model.set_identity(pid, "pt_data_worker", "python3 train.py", 4242);
+            let p = f.model.processes.get_mut(&pid).expect("just set");
+            p.faults = faults;
+            p.fault_rate = faults as f64;
+            p.rank_pid = Some(4242);
+            p.role = Some(crate::model::job::TrainingRole::DataWorker);
+            p.rank.rank = Some(0);
+        }
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        let pids: Vec<u32> = rows.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, vec![4242, 5001, 5002, 4243, 1200, 75], "the busiest worker stays under its rank");
+        assert_eq!(rows[1].label(), "└ pt_data_worker r0");
+        // Filtered away from its rank, a child is listed on its own.
+        let app = App { filter: "pt_data".into(), ..App::default() };
+        let alone: Vec<u32> = process_rows(&scene, &app).iter().map(|r| r.pid).collect();
+        assert_eq!(alone, vec![5001, 5002]);
     }
 
     #[test]
