@@ -60,6 +60,8 @@ pub enum Command {
     Report(ReportArgs),
     /// What changed between two recorded sessions: tiers, migrations, latency, faults, sites.
     Diff(DiffArgs),
+    /// A recorded session for other tools: pprof (CXL allocation sites), Perfetto (timelines).
+    Export(ExportArgs),
     /// The `top --demo` workload (started by the TUI, not by hand).
     #[command(hide = true)]
     DemoWorkload(crate::demo::DemoArgs),
@@ -314,4 +316,18 @@ pub struct DiffArgs {
     /// Write here instead of standard output.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+}
+
+// `tierscope export`.
+#[derive(clap::Args, Clone, Debug)]
+#[command(group(clap::ArgGroup::new("out").required(true).multiple(true).args(["pprof", "perfetto"])))]
+pub struct ExportArgs {
+    /// A session file written by `tierscope record`.
+    pub file: PathBuf,
+    /// Write the CXL allocation sites as a gzipped pprof profile (pprof, speedscope, Pyroscope).
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pub pprof: Option<PathBuf>,
+    /// Write the timelines as Perfetto counter tracks (ui.perfetto.dev).
+    #[arg(long, value_name = "OUT.pftrace")]
+    pub perfetto: Option<PathBuf>,
 }

@@ -7,6 +7,7 @@ mod bench_hotness;
 mod build;
 mod cmd;
 mod layers;
+mod readers;
 mod setup;
 mod tally;
 mod test;

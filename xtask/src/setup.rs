@@ -21,6 +21,8 @@ pub fn run() -> Result<()> {
     apt_install(APT_PACKAGES)?;
     bpf_linker()?;
     toolchain_link()?;
+    // The real readers of `export`'s formats the session tests decode with.
+    crate::readers::install()?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use crate::{
 };
 
 pub mod check;
+pub mod export;
 pub mod probe_latency;
 pub mod record;
 pub mod report;
@@ -42,6 +43,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
         Command::Diff(args) => report::diff(args),
+        Command::Export(args) => export::run(args),
         Command::DemoWorkload(args) => crate::demo::run_workload(args),
     }
 }

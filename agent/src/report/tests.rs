@@ -122,6 +122,11 @@ pub(crate) fn tmp(name: &str) -> std::path::PathBuf {
     d
 }
 
+/// The moved session of [`moving_session`], read back (one CXL site, a migrate_pages call).
+pub(crate) fn recording_with_sites() -> crate::recording::Recording {
+    parse(&moving_session(&tmp("sites"), true), Path::new("m")).unwrap()
+}
+
 #[test]
 fn the_analysis_sees_memory_move_from_cxl_to_dram() {
     let d = tmp("moved");
