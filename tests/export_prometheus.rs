@@ -121,6 +121,28 @@ fn periodic_probe(bin: &std::path::PathBuf, promtool: &std::path::Path) -> (f64,
     (lat, bw)
 }
 
+/// Counters with a known label set (loss reasons, migration reasons and results) are on the
+/// first scrape, so dashboards and `rate()` show 0 on a quiet node rather than no data.
+fn known_label_sets_from_the_first_scrape(listen: &str) {
+    let (status, body) = http_get(listen, "/metrics").expect("first scrape");
+    assert_eq!(status, 200);
+    let want: &[(&str, &[(&str, &str)])] = &[
+        ("tierscope_agent_kernel_dropped_total", &[("tierscope_drop_reason", "map_full")]),
+        ("tierscope_agent_ringbuf_lost_total", &[("tierscope_drop_reason", "ringbuf_full")]),
+        ("tierscope_agent_ringbuf_lost_total", &[("tierscope_drop_reason", "channel_full")]),
+        ("tierscope_agent_site_samples_total", &[("tierscope_site_outcome", "ring_full")]),
+        (
+            "tierscope_memory_migrations_total",
+            &[("tierscope_migrate_reason", "demotion"), ("tierscope_migrate_result", "failed")],
+        ),
+        ("tierscope_memory_migration_calls_total", &[("tierscope_migrate_reason", "numa_misplaced")]),
+        ("tierscope_health_events_total", &[("tierscope_health_event_kind", "mc_event")]),
+    ];
+    for (metric, labels) in want {
+        assert!(sample(&body, metric, labels).is_some(), "{metric} {labels:?} is not on the first scrape:\n{body}");
+    }
+}
+
 fn main() {
     if child_mode() {
         return;
@@ -131,6 +153,7 @@ fn main() {
     let listen = format!("127.0.0.1:{port}");
     let marker = format!("tierscope-prom-test-{}", std::process::id());
     let agent = Agent::start(&bin, &["--prometheus", &listen, "--match", &marker], &[]);
+    known_label_sets_from_the_first_scrape(&listen);
     let work = Workload::start(PAGES, &marker);
     let pid = work.pid().to_string();
 

@@ -176,7 +176,7 @@ impl Probes {
                 });
                 continue;
             }
-            programs.push(attach(&mut ebpf, spec, btf.as_ref(), tfs.as_ref()));
+            programs.push(attach(&mut ebpf, spec, btf.as_ref(), tracefs_path.as_ref()));
         }
         Ok(Probes {
             ebpf,
@@ -236,7 +236,12 @@ fn migrate_layout(end: Option<&EventFormat>, start: Option<&EventFormat>) -> Mig
     }
 }
 
-fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: Result<&Btf, &String>, tracefs: Option<&PathBuf>) -> ProgramStatus {
+fn attach(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+    btf: Result<&Btf, &String>,
+    tracefs: Result<&PathBuf, &String>,
+) -> ProgramStatus {
     let hook = spec.hook.describe();
     let status = |status, reason: Option<String>| ProgramStatus {
         name: spec.name,
@@ -248,14 +253,11 @@ fn attach(ebpf: &mut Ebpf, spec: &ProgramSpec, btf: Result<&Btf, &String>, trace
     // Check for the hook first so a missing one reads as "unsupported", not as a load error.
     if let Hook::Tracepoint { group, name } | Hook::TpBtf { group, name } = spec.hook {
         match tracefs {
-            Some(t) if !t.join("events").join(group).join(name).is_dir() => {
+            Ok(t) if !t.join("events").join(group).join(name).is_dir() => {
                 return status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}")));
             }
-            None if matches!(spec.hook, Hook::Tracepoint { .. }) => {
-                return status(
-                    Attach::Failed,
-                    Some("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing`".into()),
-                );
+            Err(why) if matches!(spec.hook, Hook::Tracepoint { .. }) => {
+                return status(Attach::Failed, Some(why.clone()));
             }
             _ => {}
         }

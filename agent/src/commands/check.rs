@@ -6,7 +6,10 @@ use serde::Serialize;
 
 use crate::{
     collect::{caps, probes::Probes, tracefs},
-    model::agent::{Attach, ProgramStatus},
+    model::{
+        agent::{Attach, ProgramStatus},
+        privilege::{self, Missing},
+    },
 };
 
 #[derive(Serialize)]
@@ -15,7 +18,8 @@ struct Report {
     btf: bool,
     tracefs: Option<String>,
     capabilities_held: Vec<&'static str>,
-    capabilities_missing: Vec<&'static str>,
+    /// Each missing capability or mount, what its absence costs and what to do.
+    missing: Vec<Missing>,
     programs: Vec<ProgramStatus>,
     /// Where `task_struct` keeps the fault counters (from BTF): the exit program reads them.
     task_fault_counters: TaskFaultCounters,
@@ -34,13 +38,12 @@ enum TaskFaultCounters {
 
 pub fn run(json: bool) -> Result<i32> {
     let mask = caps::read_self().unwrap_or(0);
-    let (held, missing) = caps::split(mask);
     let mut report = Report {
         kernel: kernel_release(),
         btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
         tracefs: None,
-        capabilities_held: held,
-        capabilities_missing: missing,
+        capabilities_held: caps::held(mask),
+        missing: vec![],
         programs: vec![],
         task_fault_counters: match crate::collect::btf::read_task_layout(Path::new(crate::collect::probes::VMLINUX_BTF))
         {
@@ -65,8 +68,19 @@ pub fn run(json: bool) -> Result<i32> {
             Err(e) => report.load_error = Some(e.to_string()),
         }
     }
+    // After loading: the loader mounts tracefs when it is missing and it may.
+    let tracefs_state = tracefs::state();
+    report.missing = privilege::missing(&privilege::Node {
+        caps: mask,
+        tracefs: tracefs_state.clone(),
+        kernel: privilege::kernel_version(&report.kernel),
+    });
     if report.tracefs.is_none() {
-        report.tracefs = tracefs::mounted().map(|t| t.display().to_string());
+        report.tracefs = match tracefs_state {
+            privilege::Tracefs::Readable(p) => Some(p),
+            privilege::Tracefs::Unreadable(p) => Some(format!("{p} (mounted, not readable)")),
+            privilege::Tracefs::NotMounted => None,
+        };
     }
     if !report.btf {
         report.advice.push(
@@ -115,8 +129,8 @@ fn print_text(r: &Report, attached: usize) {
         "capabilities  held: {}",
         if r.capabilities_held.is_empty() { "none".into() } else { r.capabilities_held.join(" ") }
     );
-    if !r.capabilities_missing.is_empty() {
-        println!("              missing: {}", r.capabilities_missing.join(" "));
+    for m in &r.missing {
+        println!("missing       {}: {}; to fix: {}", m.what, m.cost, m.fix);
     }
     if let Some(e) = &r.load_error {
         println!("programs      {e}");

@@ -16,7 +16,7 @@ use crate::{
     collect::session::Session,
     export::{
         config::{Config, ConfigError, Flags, Protocol},
-        instruments::{self, AgentHealth, ExportInput, NodeState, Tracked},
+        instruments::{self, AgentHealth, ExportInput, NodeState, Points, Tracked},
         logs,
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
@@ -325,8 +325,6 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         logs::emit(l, logs::start_record(attached, s.probes.programs.len(), &s.model.health.status_line()));
     }
     let mut cursor = logs::EventCursor::default();
-    // Tests and scripts wait for this line.
-    eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
 
     let mut tracking = Tracking {
         tracked: BTreeMap::new(),
@@ -336,6 +334,11 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         other: Default::default(),
     };
     let mut health = AgentHealth { programs: s.probes.programs.clone(), ..Default::default() };
+    // Published before the "running" line: the first scrape already has every known label set.
+    s.read_counters();
+    latest.publish(current_points(&s, &mut tracking, &health, probe.as_ref()));
+    // Tests and scripts wait for this line.
+    eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
     let mut next_scan = Instant::now();
     let mut tick = tokio::time::interval(cfg.read_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -415,24 +418,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                 stats.logs_dropped.fetch_add(missed, Ordering::Relaxed);
             }
         }
-        let nodes = node_states(&s);
-        let system_vmstat = std::fs::read_to_string("/proc/vmstat")
-            .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
-            .unwrap_or_default();
-        let probe_state = probe.as_ref().map(PeriodicProbe::state);
-        let own = &tracking.tracked;
-        let other = tracking.other.totals(&s.model, |pid| own.contains_key(&pid));
-        let points = instruments::points(&ExportInput {
-            model: &s.model,
-            nodes: &nodes,
-            tracked: &tracking.tracked,
-            other: &other,
-            page_size: s.page_size,
-            health: &health,
-            system_vmstat: &system_vmstat,
-            probe: probe_state.as_ref(),
-        });
-        latest.publish(points);
+        latest.publish(current_points(&s, &mut tracking, &health, probe.as_ref()));
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());
@@ -448,4 +434,25 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     }
     let _ = telemetry.provider.shutdown();
     Ok(0)
+}
+
+/// The export points of the session now.
+fn current_points(s: &Session, tracking: &mut Tracking, health: &AgentHealth, probe: Option<&PeriodicProbe>) -> Points {
+    let nodes = node_states(s);
+    let system_vmstat = std::fs::read_to_string("/proc/vmstat")
+        .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
+        .unwrap_or_default();
+    let probe_state = probe.map(PeriodicProbe::state);
+    let own = &tracking.tracked;
+    let other = tracking.other.totals(&s.model, |pid| own.contains_key(&pid));
+    instruments::points(&ExportInput {
+        model: &s.model,
+        nodes: &nodes,
+        tracked: &tracking.tracked,
+        other: &other,
+        page_size: s.page_size,
+        health,
+        system_vmstat: &system_vmstat,
+        probe: probe_state.as_ref(),
+    })
 }

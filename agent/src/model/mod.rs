@@ -12,6 +12,7 @@ pub mod hotness_view;
 pub mod job;
 pub mod migration;
 pub mod policy;
+pub mod privilege;
 pub mod process;
 pub mod reading;
 pub mod redact;

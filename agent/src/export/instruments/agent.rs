@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use opentelemetry::KeyValue;
 
 use super::{push, ExportInput, Points, Value, DROP_REASON, PROGRAM_STATUS, SITE_OUTCOME};
+use tierscope_common::stats::Stat;
+
 use crate::model::agent::Attach;
 
 def!(
@@ -132,8 +134,10 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     let m = input.model;
     // The agent's own health.
     let h = input.health;
-    for (name, &v) in m.kernel_stats.iter() {
-        match *name {
+    // Every stat the kernel side keeps, at 0 before the first reading too (a known label set).
+    let zero = Stat::ALL.iter().filter(|(_, n)| !m.kernel_stats.contains_key(n)).map(|&(_, n)| (n, 0));
+    for (name, v) in m.kernel_stats.iter().map(|(&n, &v)| (n, v)).chain(zero) {
+        match name {
             // Not a loss: the kernel programs skip the agent's own tgid on purpose.
             "agent_filtered" => {}
             // The site sampler's tally: attempts and how each ended (losses among them).

@@ -3,7 +3,7 @@
 use opentelemetry::KeyValue;
 
 use super::{push, Points, Value, QUANTILE, REASON, RESULT};
-use crate::model::Model;
+use crate::model::{migration::MigrationTotals, Model};
 
 def!(
     MIGRATIONS,
@@ -34,8 +34,11 @@ def!(
 );
 
 pub(super) fn points(m: &Model, out: &mut Points) {
-    // Host-wide migrations (kswapd's demotions included).
-    for (reason, t) in &m.migrations {
+    // Host-wide migrations (kswapd's demotions included). Every reason the kernel names is there
+    // from the first export, at 0 until it happens, so dashboards and rate() show 0, not no data.
+    let zero = MigrationTotals::default();
+    let known = m.names.reasons.values().filter(|r| !m.migrations.contains_key(*r)).map(|r| (r, &zero));
+    for (reason, t) in m.migrations.iter().chain(known) {
         for (result, v) in [("succeeded", t.succeeded), ("failed", t.failed)] {
             push(
                 out,

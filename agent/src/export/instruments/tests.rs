@@ -328,3 +328,45 @@ fn catalog_names_follow_the_naming_rules() {
         assert!(!d.description.is_empty());
     }
 }
+
+#[test]
+fn a_quiet_node_exports_every_known_label_set_at_zero() {
+    // Nothing read and nothing happened yet: the counters with a known label set are all there.
+    let m = Model::default();
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    let h = AgentHealth { programs: vec![], channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0 };
+    let p = points(&ExportInput {
+        model: &m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+    });
+    for reason in m.names.reasons.values() {
+        for result in ["succeeded", "failed"] {
+            let at = [(REASON, reason.as_str()), (RESULT, result)];
+            assert_eq!(one(&p, "tierscope.memory.migrations", &at), Value::U64(0), "{reason} {result}");
+        }
+        assert_eq!(one(&p, "tierscope.memory.migration.calls", &[(REASON, reason.as_str())]), Value::U64(0));
+    }
+    assert!(m.names.reasons.values().any(|r| r == "demotion"), "the fallback table names demotion");
+    for reason in ["map_full", "read_failed", "pfn_unmapped", "slot_missing", "migrate_no_start", "fault_no_start"] {
+        assert_eq!(one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, reason)]), Value::U64(0), "{reason}");
+    }
+    for reason in ["ringbuf_full", "channel_full", "undecodable"] {
+        assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, reason)]), Value::U64(0), "{reason}");
+    }
+    for outcome in ["attempt", "delivered", "no_user_stack", "rate_limited", "ring_full", "stack_error", "budget_full"]
+    {
+        assert_eq!(one(&p, "tierscope.agent.site.samples", &[(SITE_OUTCOME, outcome)]), Value::U64(0), "{outcome}");
+    }
+    for status in ["attached", "unsupported", "failed"] {
+        assert_eq!(one(&p, "tierscope.agent.programs", &[(PROGRAM_STATUS, status)]), Value::U64(0));
+    }
+    assert_eq!(one(&p, "tierscope.health.events", &[(HEALTH_KIND, "mc_event")]), Value::U64(0));
+    // Every node the topology knows, with its tier.
+    assert_eq!(one(&p, "tierscope.node.page.allocations", &[(NODE, "2"), (TIER, "cxl")]), Value::U64(0));
+}
