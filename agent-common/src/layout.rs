@@ -63,11 +63,13 @@ pub struct TaskLayout {
     pub maj_flt: u32,
     /// Non-zero once the agent found both fields.
     pub valid: u32,
-    pub _pad: u32,
+    /// Byte offset of `task_struct::mm` (0: unknown). A task without one (kswapd, kworkers) has
+    /// no user stack to sample.
+    pub mm: u32,
 }
 const _: () = assert!(core::mem::size_of::<TaskLayout>() == 16);
 
 impl TaskLayout {
     /// Nothing known: the exit program reads nothing until the agent fills this in.
-    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, _pad: 0 };
+    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, mm: 0 };
 }

@@ -22,6 +22,28 @@ pub struct SiteBudget {
 }
 const _: () = assert!(core::mem::size_of::<SiteBudget>() == 8);
 
+/// The per-CPU slot of CXL-tier site sampling (`SITE_SAMPLER`): the countdown to the next
+/// attempt and the CXL-tier pages of the last allocating tgid on this CPU not yet carried by a
+/// sample (another tgid moves them to `SITE_PENDING`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteSlot {
+    pub countdown: u32,
+    pub tgid: u32,
+    pub pending: u64,
+}
+const _: () = assert!(core::mem::size_of::<SiteSlot>() == 16);
+
+/// One start-up calibration slot per CPU (`PAGE_BASE_SLOT`): the `struct page` pointer the
+/// tp_btf hook saw and the pfn the classic hook saw, whichever ran first on the current event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageBaseSlot {
+    pub page: u64,
+    pub pfn: u64,
+}
+const _: () = assert!(core::mem::size_of::<PageBaseSlot>() == 16);
+
 /// Which path took a fault the exception tracepoints saw: the slot of `FAULT_CACHE` and the
 /// `path` of a [`FaultKey`].
 pub const FAULT_PATH_USER: u32 = 0;

@@ -21,6 +21,9 @@ pub mod map {
     pub const SITE_BUDGET: &str = "SITE_BUDGET";
     pub const SITE_PENDING: &str = "SITE_PENDING";
     pub const SITE_SAMPLER: &str = "SITE_SAMPLER";
+    pub const PAGE_BASE: &str = "PAGE_BASE";
+    pub const PAGE_BASE_VOTES: &str = "PAGE_BASE_VOTES";
+    pub const PAGE_BASE_SLOT: &str = "PAGE_BASE_SLOT";
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
@@ -40,6 +43,9 @@ pub mod map {
         SITE_BUDGET,
         SITE_PENDING,
         SITE_SAMPLER,
+        PAGE_BASE,
+        PAGE_BASE_VOTES,
+        PAGE_BASE_SLOT,
     ];
 }
 
@@ -65,6 +71,8 @@ pub mod global {
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
     /// [`crate::layout::TaskLayout`]: where `task_struct` keeps the fault counters.
     pub const TASK_LAYOUT: &str = "TASK_LAYOUT";
+    /// `u32`: log2 of `sizeof(struct page)` (from BTF): `(page - PAGE_BASE) >> it` is the pfn.
+    pub const PAGE_STRUCT_SHIFT: &str = "PAGE_STRUCT_SHIFT";
 }
 
 /// Program names (the Rust function names in `tierscope-ebpf`).
@@ -73,6 +81,12 @@ pub mod program {
     pub const PAGE_FAULT_KERNEL: &str = "page_fault_kernel";
     pub const MM_PAGE_ALLOC: &str = "mm_page_alloc";
     pub const MM_PAGE_FREE: &str = "mm_page_free";
+    /// tp_btf twins of the two above: the node from the `struct page` pointer.
+    pub const MM_PAGE_ALLOC_BTF: &str = "mm_page_alloc_btf";
+    pub const MM_PAGE_FREE_BTF: &str = "mm_page_free_btf";
+    /// The start-up pair that finds the vmemmap base by matching both hooks on one event.
+    pub const PAGE_BASE_BTF: &str = "page_base_btf";
+    pub const PAGE_BASE_TP: &str = "page_base_tp";
     pub const MM_MIGRATE_PAGES_START: &str = "mm_migrate_pages_start";
     pub const MM_MIGRATE_PAGES: &str = "mm_migrate_pages";
     pub const SCHED_MOVE_NUMA: &str = "sched_move_numa";

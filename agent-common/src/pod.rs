@@ -19,3 +19,5 @@ unsafe impl aya::Pod for PolicyEvent {}
 unsafe impl aya::Pod for RawTraceEvent {}
 unsafe impl aya::Pod for HealthTraceEvent {}
 unsafe impl aya::Pod for SiteBudget {}
+unsafe impl aya::Pod for SiteSlot {}
+unsafe impl aya::Pod for PageBaseSlot {}

@@ -28,6 +28,8 @@ pub static PAGE_FREE_LAYOUT: PageLayout = PageLayout::DEFAULT;
 pub static MIGRATE_LAYOUT: MigrateLayout = MigrateLayout::DEFAULT;
 #[unsafe(no_mangle)]
 pub static TASK_LAYOUT: TaskLayout = TaskLayout::DEFAULT;
+#[unsafe(no_mangle)]
+pub static PAGE_STRUCT_SHIFT: u32 = 6;
 
 /// (tgid, path) -> faults the exception tracepoints saw.
 #[map]
@@ -77,6 +79,15 @@ pub static SITE_BUDGET: LruHashMap<u32, SiteBudget> = LruHashMap::with_max_entri
 /// exact without atomics, which this target lacks).
 #[map]
 pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(16384, 0);
-/// Per-CPU countdown to the next sampled CXL allocation.
+/// Per-CPU countdown to the next sampled CXL allocation and the last tgid's pending pages.
 #[map]
-pub static SITE_SAMPLER: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+pub static SITE_SAMPLER: PerCpuArray<SiteSlot> = PerCpuArray::with_max_entries(1, 0);
+/// The vmemmap base (address of pfn 0's `struct page`), written by the agent once the start-up
+/// calibration found it; 0 leaves the tp_btf page programs idle.
+#[map]
+pub static PAGE_BASE: Array<u64> = Array::with_max_entries(1, 0);
+/// Start-up calibration: candidate base -> events that gave it.
+#[map]
+pub static PAGE_BASE_VOTES: HashMap<u64, u64> = HashMap::with_max_entries(256, 0);
+#[map]
+pub static PAGE_BASE_SLOT: PerCpuArray<PageBaseSlot> = PerCpuArray::with_max_entries(1, 0);

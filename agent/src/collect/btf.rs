@@ -145,16 +145,27 @@ impl<'a> Btf<'a> {
         None
     }
 
-    /// Where struct `name` keeps `field`, looking into anonymous struct and union members (the
-    /// kernel wraps fields in them, e.g. for randomized layouts).
-    pub fn field(&self, name: &str, field: &str) -> Result<Field, BtfError> {
-        let id = (1..=self.starts.len() as u32)
+    /// The id of struct `name`.
+    fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
+        (1..=self.starts.len() as u32)
             .find(|&id| {
                 self.record(id).is_ok_and(|(name_off, info, _, _)| {
                     kind(info) == KIND_STRUCT && self.name(name_off) == name.as_bytes()
                 })
             })
-            .ok_or_else(|| BtfError::NoStruct(name.into()))?;
+            .ok_or_else(|| BtfError::NoStruct(name.into()))
+    }
+
+    /// The size of struct `name` in bytes.
+    pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
+        let id = self.struct_id(name)?;
+        self.size_of(id).ok_or(BtfError::Malformed("a struct without a size"))
+    }
+
+    /// Where struct `name` keeps `field`, looking into anonymous struct and union members (the
+    /// kernel wraps fields in them, e.g. for randomized layouts).
+    pub fn field(&self, name: &str, field: &str) -> Result<Field, BtfError> {
+        let id = self.struct_id(name)?;
         let (info, data) = self.aggregate(id).ok_or_else(|| BtfError::NoStruct(name.into()))?;
         match self.find_member(info, data, field.as_bytes(), 0, 0)? {
             Some(m) if m.bitfield || m.bits % 8 != 0 => Err(BtfError::Bitfield(name.into(), field.into())),
@@ -235,7 +246,14 @@ pub fn task_layout(btf: &[u8]) -> Result<TaskLayout, BtfError> {
             _ => Err(BtfError::Malformed("task_struct fault counters are not 8-byte integers")),
         }
     };
-    Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, _pad: 0 })
+    // `mm` is only a filter for site sampling: without it, every task counts as having one.
+    let mm = field("mm").unwrap_or(0);
+    Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, mm })
+}
+
+/// `sizeof(struct page)` from BTF bytes.
+pub fn struct_page_size(btf: &[u8]) -> Result<u32, BtfError> {
+    Btf::parse(btf)?.struct_size("page")
 }
 
 /// Reads the running kernel's BTF and finds the fault counters of `task_struct`.
@@ -313,9 +331,10 @@ mod tests {
         b.ty("", KIND_STRUCT, 2, false, 16); // 9: anonymous, holds the counters
         b.member("min_flt", 8, 0);
         b.member("maj_flt", 1, 64);
-        b.ty("task_struct", KIND_STRUCT, 3, true, 4096); // 10: bitfield-flagged
+        b.ty("task_struct", KIND_STRUCT, 4, true, 4096); // 10: bitfield-flagged
         b.member("flags", 1, (3 << 24) | 8);
         b.member("", 9, 2048 * 8);
+        b.member("mm", 2, 2304 * 8);
         b.member("comm", 3, 3000 * 8);
         b.ty("v", KIND_VAR, 0, false, 1); // 11
         b.words(&[1]);
@@ -336,7 +355,9 @@ mod tests {
         assert_eq!(btf.field("task_struct", "flags"), Err(BtfError::Bitfield("task_struct".into(), "flags".into())));
         assert_eq!(btf.field("task_struct", "nope"), Err(BtfError::NoField("task_struct".into(), "nope".into())));
         assert_eq!(btf.field("mm_struct", "x"), Err(BtfError::NoStruct("mm_struct".into())));
-        assert_eq!(task_layout(&data), Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, _pad: 0 }));
+        assert_eq!(task_layout(&data), Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, mm: 2304 }));
+        assert_eq!(btf.struct_size("task_struct"), Ok(4096));
+        assert_eq!(btf.struct_size("page"), Err(BtfError::NoStruct("page".into())));
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod caps;
 pub mod counters;
 pub mod damon;
 pub mod events;
+pub mod page_path;
 pub mod probes;
 pub mod procfs;
 pub mod programs;

@@ -15,6 +15,7 @@ use tierscope_common::{
 };
 
 use super::{
+    page_path,
     programs::{Hook, ProgramSpec, PROGRAMS},
     tracefs,
 };
@@ -124,6 +125,10 @@ impl Probes {
         .collect();
 
         let task_layout = super::btf::read_task_layout(std::path::Path::new(VMLINUX_BTF));
+        let struct_shift = std::fs::read(VMLINUX_BTF)
+            .map_err(|e| format!("{VMLINUX_BTF}: {e}"))
+            .and_then(|b| super::btf::struct_page_size(&b).map_err(|e| format!("{VMLINUX_BTF}: {e}")))
+            .and_then(page_path::struct_page_shift);
         let agent_tgid = std::process::id();
         // A GCRA token bucket: one sample per interval, up to a second's worth at once.
         let site_interval_ns = 1_000_000_000u64.checked_div(u64::from(opts.site_samples_per_sec)).unwrap_or(0);
@@ -140,6 +145,7 @@ impl Probes {
             .override_global(global::TASK_LAYOUT, task_layout.as_ref().unwrap_or(&TaskLayout::DEFAULT), true)
             .override_global(global::SITE_INTERVAL_NS, &site_interval_ns, true)
             .override_global(global::SITE_BURST_NS, &SITE_BURST_NS, true)
+            .override_global(global::PAGE_STRUCT_SHIFT, struct_shift.as_ref().unwrap_or(&6), true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .load(OBJECT)
             .map_err(|e| {
@@ -161,7 +167,7 @@ impl Probes {
         }
 
         let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
-        let mut programs = Vec::new();
+        let mut programs = page_path::attach_page_path(&mut ebpf, btf.as_ref(), tracefs_path.as_ref(), &struct_shift);
         for spec in PROGRAMS {
             // Without the counters' offsets the exit program would read nothing: not attached.
             if let (program::TASK_EXIT_FAULTS, Err(e)) = (spec.name, &task_layout) {
@@ -236,7 +242,7 @@ fn migrate_layout(end: Option<&EventFormat>, start: Option<&EventFormat>) -> Mig
     }
 }
 
-fn attach(
+pub(super) fn attach(
     ebpf: &mut Ebpf,
     spec: &ProgramSpec,
     btf: Result<&Btf, &String>,
@@ -293,6 +299,7 @@ fn attach(
     match result {
         Ok(()) => status(Attach::Attached, None),
         Err(e) => {
+            tracing::debug!("{} ({hook}): {e}", spec.name);
             let (attach, reason) = classify(spec, &e);
             status(attach, Some(reason))
         }

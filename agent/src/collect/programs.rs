@@ -45,7 +45,7 @@ const fn tp(name: &'static str, group: &'static str, tp_name: &'static str, feat
     ProgramSpec { name, hook: Hook::Tracepoint { group, name: tp_name }, feature }
 }
 
-/// Every program, in attach order.
+/// Every program, in attach order, but the page events (`page_path.rs` chooses their hook).
 pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec {
         name: p::PAGE_FAULT_USER,
@@ -57,8 +57,6 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         hook: Hook::TpBtf { group: "exceptions", name: "page_fault_kernel" },
         feature: "faults",
     },
-    tp(p::MM_PAGE_ALLOC, "kmem", "mm_page_alloc", "page allocations per node"),
-    tp(p::MM_PAGE_FREE, "kmem", "mm_page_free", "page frees per node"),
     tp(p::MM_MIGRATE_PAGES_START, "migrate", "mm_migrate_pages_start", "migration latency"),
     tp(p::MM_MIGRATE_PAGES, "migrate", "mm_migrate_pages", "migrations"),
     tp(p::SCHED_MOVE_NUMA, "sched", "sched_move_numa", "NUMA task moves"),
