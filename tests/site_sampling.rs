@@ -39,6 +39,8 @@ fn ten_thousand_call_chains_lose_no_sample_without_a_counted_cause() {
         "0",
         "--site-samples-per-sec",
         "20000",
+        "--site-sample-every",
+        "1",
     ]);
     let done = w.go();
     let snap = agent.finish();

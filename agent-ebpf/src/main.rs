@@ -1,9 +1,10 @@
 //! tierscope's kernel programs. One file per probe family; the maps and globals they share live
 //! in `maps.rs`, the helpers every program uses in `common.rs`.
 //!
-//! Hot events (faults) use tp_btf with a per-CPU pending slot in front of the per-tgid map;
-//! page allocations and frees use classic tracepoints because only their records carry the pfn;
-//! rare events go to the one ring buffer.
+//! Hot events (faults, page allocations and frees) use tp_btf with a per-CPU pending slot in
+//! front of the per-tgid map (the page programs compute the pfn from the `struct page` pointer;
+//! their classic-tracepoint twins stand by for kernels where that cannot be calibrated); rare
+//! events go to the one ring buffer.
 #![no_std]
 #![no_main]
 

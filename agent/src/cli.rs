@@ -113,8 +113,9 @@ pub struct TierFlags {
     /// Treat node N as the CXL tier whatever sysfs says (repeatable; like config `[tiers] cxl`).
     #[arg(long = "cxl-node")]
     pub cxl_nodes: Vec<u32>,
-    /// Take the user stack of one in N page allocations on CXL-tier nodes (0: never).
-    #[arg(long, default_value_t = 1)]
+    /// Take the user stack of one in N page allocations on CXL-tier nodes (0: never); every
+    /// allocation's pages are carried by the next sample either way.
+    #[arg(long, default_value_t = crate::model::site::DEFAULT_SAMPLE_EVERY)]
     pub site_sample_every: u32,
     /// Seconds an exited process stays in the model before its kernel map entries are freed
     /// (windows that saw it still list it, with its final totals).

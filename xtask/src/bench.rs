@@ -1,8 +1,9 @@
-//! `cargo xtask bench`: what the agent costs a workload, measured in one run against a baseline
-//! in the same run. The fault storm (`tierscope-fault-storm`: map 256 MiB, touch every page,
-//! unmap, repeat) runs alternately without and with `tierscope snapshot` attached (ABBA order,
-//! so drift on a busy machine falls on both sides); the medians give the per-fault overhead in
-//! ns and %, and the agent's peak RSS and CPU time are read from /proc while it watches.
+//! `cargo xtask bench`: what the agent costs, each figure measured in one run beside its baseline
+//! from the same run, and beside its target. The parts: the fault storm alone / with tierscope /
+//! with bpftrace on the same events / with tierscope and a CXL-declared node (`bench_storm.rs`),
+//! per-program ns per event (`bench_bpf.rs`), the agent with many tracked processes
+//! (`bench_tracked.rs`), residency scans beside numastat (`bench_residency.rs`), hotness
+//! (`bench_hotness.rs`). Method and a recent run: BENCHMARKS.md.
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -28,13 +29,16 @@ pub struct BenchArgs {
     /// Use the binaries already in target/release.
     #[arg(long)]
     pub no_build: bool,
+    /// Live processes the agent tracks for the CPU and memory figure.
+    #[arg(long, default_value_t = 1000)]
+    pub tracked: u32,
 }
 
 /// One storm run's figures.
 #[derive(Debug, Clone, Copy)]
-struct Storm {
-    faults: u64,
-    ns_per_fault: f64,
+pub struct Storm {
+    pub faults: u64,
+    pub ns_per_fault: f64,
 }
 
 fn parse_storm(line: &str) -> Option<Storm> {
@@ -57,7 +61,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// `(with - without) / without`, in ns and percent.
-fn overhead(without: f64, with: f64) -> (f64, f64) {
+pub fn overhead(without: f64, with: f64) -> (f64, f64) {
     (with - without, (with - without) / without * 100.0)
 }
 
@@ -65,7 +69,7 @@ pub fn storm_ns_per_fault(bin: &Path, args: &BenchArgs) -> Result<f64> {
     storm(bin, args).map(|s| s.ns_per_fault)
 }
 
-fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
+pub fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
     let out = Command::new(bin)
         .args([args.mib.to_string(), args.rounds.to_string()])
         .output()
@@ -78,7 +82,7 @@ fn storm(bin: &Path, args: &BenchArgs) -> Result<Storm> {
 }
 
 /// `VmHWM` (peak RSS) in KiB and utime+stime in clock ticks of a live process.
-fn agent_usage(pid: u32) -> Option<(u64, u64)> {
+pub fn agent_usage(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let hwm =
         status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
@@ -143,6 +147,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if !args.no_build {
         crate::build::agent_release()?;
     }
+    // For the bench only: bpftrace (the comparison), numactl (numastat), bpftool (program stats).
+    crate::setup::apt_install(&["bpftrace", "numactl", "bpftool"])?;
     let release = workspace_root().join("target/release");
     let (agent, storm_bin) = (release.join("tierscope"), release.join("tierscope-fault-storm"));
     for b in [&agent, &storm_bin] {
@@ -150,53 +156,30 @@ pub fn run(args: BenchArgs) -> Result<()> {
             bail!("{} is missing: run `cargo xtask build` (or drop --no-build)", b.display());
         }
     }
-    println!("bench: fault storm {} MiB x {} rounds, {} pairs, ABBA order", args.mib, args.rounds, args.pairs);
-    // A warm-up run: page cache, binaries, the kernel's allocator.
-    storm(&storm_bin, &args)?;
-    let (mut without, mut with) = (Vec::new(), Vec::new());
-    let (mut hwm_kib, mut agent_ticks, mut faults_with) = (0u64, 0u64, 0u64);
-    for i in 0..args.pairs {
-        for agent_on in if i % 2 == 0 { [false, true] } else { [true, false] } {
-            if !agent_on {
-                let s = storm(&storm_bin, &args)?;
-                without.push(s.ns_per_fault);
-                continue;
-            }
-            let child = start_agent(&agent, &[])?;
-            let before = agent_usage(child.id()).map_or(0, |u| u.1);
-            let s = storm(&storm_bin, &args);
-            let usage = agent_usage(child.id());
-            stop_agent(child)?;
-            let s = s?;
-            with.push(s.ns_per_fault);
-            faults_with += s.faults;
-            if let Some((hwm, ticks)) = usage {
-                hwm_kib = hwm_kib.max(hwm);
-                agent_ticks += ticks.saturating_sub(before);
-            }
-        }
-        println!(
-            "bench: pair {}: without {:.1} ns/fault, with {:.1} ns/fault",
-            i + 1,
-            without[without.len() - 1],
-            with[with.len() - 1]
-        );
+    println!("bench: machine load before: {}", load_average());
+    crate::bench_storm::run(&agent, &storm_bin, &args)?;
+    crate::bench_bpf::run(&agent, &storm_bin, &args)?;
+    crate::bench_tracked::run(&agent, args.tracked)?;
+    crate::bench_residency::run(&agent)?;
+    crate::bench_hotness::run(&agent, &storm_bin, &args)?;
+    println!("bench: machine load after: {}", load_average());
+    Ok(())
+}
+
+/// `/proc/loadavg`'s three averages, for the record of how quiet the machine was.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `measured` beside its `target` (lower is better): "met" or "MISSED".
+pub fn verdict(measured: f64, target: f64) -> &'static str {
+    if measured <= target {
+        "met"
+    } else {
+        "MISSED"
     }
-    let (a, b) = (median(&without), median(&with));
-    let (ns, pct) = overhead(a, b);
-    println!(
-        "bench: fault storm per fault: without agent {a:.1} ns, with agent {b:.1} ns (medians of {} runs each)",
-        args.pairs
-    );
-    println!("bench: agent overhead per fault: {ns:+.1} ns ({pct:+.1}%), ratio with/without {:.3}", b / a);
-    // USER_HZ is 100 on every Linux the agent targets.
-    let cpu_ns_per_fault = agent_ticks as f64 * 1e7 / faults_with.max(1) as f64;
-    println!(
-        "bench: agent CPU while the storm ran: {:.0} ms total, {cpu_ns_per_fault:.1} ns per workload fault",
-        agent_ticks as f64 * 10.0
-    );
-    println!("bench: agent peak RSS (VmHWM): {:.1} MiB", hwm_kib as f64 / 1024.0);
-    crate::bench_hotness::run(&agent, &storm_bin, &args)
 }
 
 #[cfg(test)]

@@ -3,7 +3,11 @@
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
 mod bench;
+mod bench_bpf;
 mod bench_hotness;
+mod bench_residency;
+mod bench_storm;
+mod bench_tracked;
 mod build;
 mod cmd;
 mod layers;

@@ -213,10 +213,10 @@ mod tests {
     fn the_base_needs_enough_votes_that_agree() {
         let votes = |v: &[(u64, u64)]| v.iter().copied().collect::<HashMap<_, _>>();
         assert_eq!(elect_base(&votes(&[(0xffff_ea00_0000_0000, 500), (0x1234, 3)])), Ok(0xffff_ea00_0000_0000));
-        assert!(elect_base(&votes(&[])).unwrap_err().contains("no page allocation"));
-        assert!(elect_base(&votes(&[(0xffff_ea00_0000_0000, 10)])).unwrap_err().contains("only 10"));
+        assert!(elect_base(&votes(&[])).expect_err("an error").contains("no page allocation"));
+        assert!(elect_base(&votes(&[(0xffff_ea00_0000_0000, 10)])).expect_err("an error").contains("only 10"));
         let split = elect_base(&votes(&[(0xffff_ea00_0000_0000, 300), (0xffff_eb00_0000_0000, 200)]));
-        assert!(split.unwrap_err().contains("disagree"), "a split vote is no base");
+        assert!(split.expect_err("an error").contains("disagree"), "a split vote is no base");
         assert!(elect_base(&votes(&[(0, 500)])).is_err());
     }
 
@@ -224,6 +224,6 @@ mod tests {
     fn struct_page_must_shift() {
         assert_eq!(struct_page_shift(64), Ok(6));
         assert_eq!(struct_page_shift(128), Ok(7));
-        assert!(struct_page_shift(72).unwrap_err().contains("72 bytes"));
+        assert!(struct_page_shift(72).expect_err("an error").contains("72 bytes"));
     }
 }

@@ -66,7 +66,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             cxl_nodes: vec![],
-            site_sample_every: 1,
+            site_sample_every: crate::model::site::DEFAULT_SAMPLE_EVERY,
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
         }
     }

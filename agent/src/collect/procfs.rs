@@ -57,6 +57,11 @@ pub fn read_stat(pid: u32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Resident pages of a process (`/proc/PID/statm`, second field): cheap, no page-table walk.
+pub fn read_resident_pages(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?.split_whitespace().nth(1)?.parse().ok()
+}
+
 pub fn read_cmdline(pid: u32) -> Option<String> {
     std::fs::read(format!("/proc/{pid}/cmdline")).ok().map(|b| parse_cmdline(&b))
 }

@@ -1,6 +1,11 @@
 //! A collection session: the loaded probes, the event reader, and the model they feed. Shared by
 //! every command that watches (snapshot, top, run).
-use std::{collections::HashSet, path::Path, sync::atomic::Ordering, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+    sync::atomic::Ordering,
+    sync::Arc,
+};
 
 use anyhow::{bail, Context as _, Result};
 use tierscope_common::names::map;
@@ -42,7 +47,8 @@ pub struct SessionOptions {
     pub pattern: Option<regex::Regex>,
     /// Tier overrides from the config (`[tiers] cxl = [2]`).
     pub tiers: TierOverrides,
-    /// Take the user stack of one in this many CXL-tier allocations (0: never; default 1).
+    /// Take the user stack of one in this many CXL-tier allocations (0: never; default
+    /// [`crate::model::site::DEFAULT_SAMPLE_EVERY`]).
     pub site_sample_every: Option<u32>,
     /// How long exited processes stay in the model before pruning (default [`EXITED_GRACE`]).
     pub exited_grace: Option<std::time::Duration>,
@@ -80,6 +86,12 @@ pub struct Session {
     pattern: Option<regex::Regex>,
     redaction: Redaction,
     identified: HashSet<u32>,
+    /// Per process: what its residency depended on at its last scan ([`residency_mark`]).
+    scan_marks: HashMap<u32, [u64; 4]>,
+    /// Processes a selection turned down (see [`Session::discover`]).
+    unwanted: HashSet<u32>,
+    /// Scans skipped because nothing that moves a process's pages changed.
+    pub residency_skipped_unchanged: u64,
     health_poller: crate::health::poller::HealthPoller,
 }
 
@@ -97,7 +109,7 @@ impl Session {
             }
         }
         let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
-        let site_sample_every = opts.site_sample_every.unwrap_or(1);
+        let site_sample_every = opts.site_sample_every.unwrap_or(crate::model::site::DEFAULT_SAMPLE_EVERY);
         let site_samples_per_sec = opts.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
         let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every, site_samples_per_sec };
         let watch_start_ticks = task_faults::boot_ticks_now();
@@ -142,6 +154,9 @@ impl Session {
             pattern: opts.pattern,
             redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),
+            scan_marks: HashMap::new(),
+            unwanted: HashSet::new(),
+            residency_skipped_unchanged: 0,
             health_poller: Default::default(),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
@@ -156,6 +171,11 @@ impl Session {
             if let Event::Exec { tgid, .. } = &e {
                 self.identified.remove(tgid);
                 self.site_reader.forget(*tgid);
+                // A new program under the pid: the selection looks at it again.
+                self.unwanted.remove(tgid);
+            }
+            if let Event::Exit { tgid, .. } = &e {
+                self.unwanted.remove(tgid);
             }
             self.model.apply_event(e);
         }
@@ -197,6 +217,7 @@ impl Session {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
             for tgid in gone {
                 self.identified.remove(&tgid);
+                self.scan_marks.remove(&tgid);
                 self.site_reader.forget(tgid);
             }
         }
@@ -225,21 +246,36 @@ impl Session {
 
     /// Adds to the model the live processes that `wanted` selects from /proc, even when the
     /// kernel has shown no memory work from them yet: an idle trainer still holds its memory.
+    /// A process `wanted` turned down is not read or matched again until it execs or exits (its
+    /// comm and command line change only then), so the cost of a pass grows with the processes
+    /// started since the last one, not with the machine; [`Session::forget_unwanted`] after the
+    /// selection changes.
     pub fn discover(&mut self, wanted: impl Fn(u32, &str, &str) -> bool) {
-        for pid in procfs::list_pids(Path::new("/proc")) {
-            if self.model.processes.contains_key(&pid) || pid == std::process::id() {
+        let pids = procfs::list_pids(Path::new("/proc"));
+        for &pid in &pids {
+            if self.model.processes.contains_key(&pid) || pid == std::process::id() || self.unwanted.contains(&pid) {
                 continue;
             }
             let Some(st) = procfs::read_stat(pid) else { continue };
             let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
-            if wanted(pid, &st.comm, &cmdline) {
-                self.note_start(pid, &st);
-                self.model.set_identity(pid, &st.comm, &self.redaction.redact(&cmdline), st.ppid);
-                self.classify(pid, &st.comm, &cmdline, st.start_time);
-                self.identified.insert(pid);
+            if !wanted(pid, &st.comm, &cmdline) {
+                self.unwanted.insert(pid);
+                continue;
             }
+            self.note_start(pid, &st);
+            self.model.set_identity(pid, &st.comm, &self.redaction.redact(&cmdline), st.ppid);
+            self.classify(pid, &st.comm, &cmdline, st.start_time);
+            self.identified.insert(pid);
         }
         self.model.assign_jobs();
+        // Pids gone without an exit event seen (one lost): a reused pid is looked at again.
+        let live: HashSet<u32> = pids.into_iter().collect();
+        self.unwanted.retain(|pid| live.contains(pid));
+    }
+
+    /// The selection changed (a reloaded configuration): every process is matched again.
+    pub fn forget_unwanted(&mut self) {
+        self.unwanted.clear();
     }
 
     /// A process that started before the agent counts its faults from now on: the tracepoints'
@@ -332,17 +368,36 @@ impl Session {
     /// Scans those of `tgids` that are due under the CPU budget (see `model::scan_plan`);
     /// returns how many were scanned.
     pub fn refresh_residency(&mut self, tgids: &[u32], budget: &ScanBudget) -> usize {
+        let now = counters::monotonic_ns();
+        let moved = host_pages_moved(&self.model);
+        let mut marks = HashMap::new();
         let states: Vec<ScanState> = tgids
             .iter()
             .filter_map(|t| self.model.processes.get(t))
             .filter(|p| p.exited_at_ns.is_none())
-            .map(|p| ScanState {
-                tgid: p.tgid,
-                last_at_ns: p.residency.as_ref().map(|r| r.1),
-                last_cost_ns: p.residency_cost_ns,
+            .map(|p| {
+                let last_at_ns = p.residency.as_ref().map(|r| r.1);
+                // Only a process old enough to be due at all costs a statm read.
+                let old_enough = last_at_ns.is_some_and(|at| now.saturating_sub(at) >= budget.min_interval_ns);
+                let mark = old_enough.then(|| residency_mark(p, moved)).flatten();
+                let unchanged = mark.is_some() && mark == self.scan_marks.get(&p.tgid).copied();
+                if let Some(m) = mark {
+                    marks.insert(p.tgid, m);
+                }
+                ScanState { tgid: p.tgid, last_at_ns, last_cost_ns: p.residency_cost_ns, unchanged }
             })
             .collect();
-        let due = budget.due(&states, counters::monotonic_ns());
+        let due = budget.due(&states, now);
+        for &tgid in &due {
+            let mark =
+                marks.remove(&tgid).or_else(|| self.model.processes.get(&tgid).and_then(|p| residency_mark(p, moved)));
+            match mark {
+                Some(m) => self.scan_marks.insert(tgid, m),
+                None => self.scan_marks.remove(&tgid),
+            };
+        }
+        self.residency_skipped_unchanged +=
+            states.iter().filter(|s| s.unchanged && !due.contains(&s.tgid)).count() as u64;
         self.scan_residency(&due);
         due.len()
     }
@@ -357,6 +412,25 @@ impl Session {
     pub fn node_infos(&self) -> Vec<NodeInfo> {
         node_infos(&self.topology)
     }
+}
+
+/// What must not change for a process's residency to be unchanged: its resident pages, its
+/// faults and allocations, and the host's count of pages moved between nodes (migration,
+/// promotion, demotion: kswapd demotes an idle process's pages without it doing anything).
+fn residency_mark(p: &crate::model::process::Process, host_moved: u64) -> Option<[u64; 4]> {
+    let resident = procfs::read_resident_pages(p.tgid)?;
+    Some([resident, p.faults, p.alloc_pages_by_node.values().sum(), host_moved])
+}
+
+/// The host's pages moved between nodes so far (the latest vmstat reading of the session).
+fn host_pages_moved(m: &Model) -> u64 {
+    m.tiering.latest().map_or(0, |r| {
+        r.system
+            .iter()
+            .filter(|(k, _)| *k == "pgmigrate_success" || *k == "numa_pages_migrated" || k.starts_with("pgdemote_"))
+            .map(|(_, v)| v)
+            .sum()
+    })
 }
 
 pub fn node_infos(t: &Topology) -> Vec<NodeInfo> {

@@ -210,9 +210,8 @@ fn node_states(s: &Session) -> Vec<NodeState> {
             let mem = std::fs::read_to_string(dir.join("meminfo"))
                 .ok()
                 .and_then(|t| crate::topology::parse::node_meminfo(&t).ok());
-            let vmstat = std::fs::read_to_string(dir.join("vmstat"))
-                .map(|t| crate::topology::parse::tiering_vmstat(&t))
-                .unwrap_or_default();
+            // This tick's reading, taken once by the session (`read_tiering_vmstat`).
+            let vmstat = s.model.tiering.latest().and_then(|r| r.by_node.get(&n.id)).cloned().unwrap_or_default();
             NodeState {
                 id: n.id,
                 tier: n.tier.as_str().to_string(),
@@ -356,6 +355,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                         Err(e) => eprintln!("tierscope: SIGHUP: keeping the running configuration: {e}"),
                         Ok(new) => {
                             let (applied, restart) = reload(&mut cfg, new);
+                            s.forget_unwanted();
                             if applied.contains(&"collect.read_interval_ms") {
                                 tick = tokio::time::interval(cfg.read_interval);
                                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -439,9 +439,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
 /// The export points of the session now.
 fn current_points(s: &Session, tracking: &mut Tracking, health: &AgentHealth, probe: Option<&PeriodicProbe>) -> Points {
     let nodes = node_states(s);
-    let system_vmstat = std::fs::read_to_string("/proc/vmstat")
-        .map(|t| crate::model::tiering::kept(&crate::topology::parse::tiering_vmstat(&t)))
-        .unwrap_or_default();
+    let system_vmstat = s.model.tiering.latest().map(|r| r.system.clone()).unwrap_or_default();
     let probe_state = probe.map(PeriodicProbe::state);
     let own = &tracking.tracked;
     let other = tracking.other.totals(&s.model, |pid| own.contains_key(&pid));

@@ -28,6 +28,9 @@ pub struct ScanState {
     pub last_at_ns: Option<u64>,
     /// What the last scan cost (ns).
     pub last_cost_ns: Option<u64>,
+    /// Nothing that moves its pages changed since the last scan (its resident size, its faults,
+    /// the host's migration counters): its residency is re-read only at `max_interval_ns`.
+    pub unchanged: bool,
 }
 
 impl ScanBudget {
@@ -48,7 +51,12 @@ impl ScanBudget {
                 (None, _) => Some((0, c.tgid)),
                 (Some(at), cost) => {
                     let age = now_ns.saturating_sub(at);
-                    (age >= self.interval_ns(cost.unwrap_or(0), n)).then_some((at, c.tgid))
+                    let interval = if c.unchanged {
+                        self.max_interval_ns.max(self.min_interval_ns)
+                    } else {
+                        self.interval_ns(cost.unwrap_or(0), n)
+                    };
+                    (age >= interval).then_some((at, c.tgid))
                 }
             })
             .collect();
@@ -76,12 +84,23 @@ mod tests {
     fn picks_new_and_stale_oldest_first() {
         let b = ScanBudget::default();
         let c = [
-            ScanState { tgid: 1, last_at_ns: Some(10 * S), last_cost_ns: Some(1_000) },
-            ScanState { tgid: 2, last_at_ns: None, last_cost_ns: None },
-            ScanState { tgid: 3, last_at_ns: Some(5 * S), last_cost_ns: Some(1_000) },
-            ScanState { tgid: 4, last_at_ns: Some(9 * S), last_cost_ns: Some(200_000_000) },
+            ScanState { tgid: 1, last_at_ns: Some(10 * S), last_cost_ns: Some(1_000), unchanged: false },
+            ScanState { tgid: 2, last_at_ns: None, last_cost_ns: None, unchanged: false },
+            ScanState { tgid: 3, last_at_ns: Some(5 * S), last_cost_ns: Some(1_000), unchanged: false },
+            ScanState { tgid: 4, last_at_ns: Some(9 * S), last_cost_ns: Some(200_000_000), unchanged: false },
         ];
         assert_eq!(b.due(&c, 11 * S), vec![2, 3, 1]);
         assert_eq!(b.due(&c, 10 * S + S / 2), vec![2, 3]);
+    }
+
+    #[test]
+    fn an_unchanged_process_waits_for_the_bound_and_no_longer() {
+        let b = ScanBudget::default();
+        let idle =
+            |at_s: u64| [ScanState { tgid: 7, last_at_ns: Some(at_s * S), last_cost_ns: Some(1_000), unchanged: true }];
+        assert!(b.due(&idle(0), 30 * S).is_empty(), "cheap but unchanged: not re-read at 30 s");
+        assert_eq!(b.due(&idle(0), 60 * S), vec![7], "re-read at the bound: values never older");
+        let never = [ScanState { tgid: 8, last_at_ns: None, last_cost_ns: None, unchanged: true }];
+        assert_eq!(b.due(&never, 0), vec![8], "never scanned: scanned now whatever the hint");
     }
 }

@@ -29,9 +29,19 @@ pub struct VmstatReading {
     pub by_node: BTreeMap<u32, BTreeMap<String, u64>>,
 }
 
-/// Keeps the [`COUNTERS`] of a parsed vmstat.
+/// Keeps the [`COUNTERS`] of a parsed vmstat, every other promotion/demotion counter (the
+/// exporter sends each one a node has: one reading per tick serves both) and
+/// `pgmigrate_success` (the residency scans skip processes while no page moved).
 pub fn kept(all: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    all.iter().filter(|(k, _)| COUNTERS.contains(&k.as_str())).map(|(k, v)| (k.clone(), *v)).collect()
+    all.iter()
+        .filter(|(k, _)| {
+            COUNTERS.contains(&k.as_str())
+                || k.starts_with("pgpromote_")
+                || k.starts_with("pgdemote_")
+                || *k == "pgmigrate_success"
+        })
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
 }
 
 #[derive(Clone, Debug, Default)]
@@ -83,6 +93,11 @@ fn secs(a: &VmstatReading, b: &VmstatReading) -> f64 {
 
 impl Tiering {
     /// Folds in a new reading.
+    /// The latest reading, if any.
+    pub fn latest(&self) -> Option<&VmstatReading> {
+        self.last.as_ref()
+    }
+
     pub fn apply(&mut self, r: VmstatReading) {
         if self.first.is_none() {
             self.first = Some(r.clone());
@@ -133,8 +148,15 @@ mod tests {
 
     #[test]
     fn kept_drops_unrelated_counters() {
-        let all = m(&[("numa_hint_faults", 5), ("numa_hit", 100), ("pgdemote_kswapd", 2), ("nr_free_pages", 9)]);
-        assert_eq!(kept(&all), m(&[("numa_hint_faults", 5), ("pgdemote_kswapd", 2)]));
+        let all = m(&[
+            ("numa_hint_faults", 5),
+            ("numa_hit", 100),
+            ("pgdemote_kswapd", 2),
+            ("pgpromote_candidate_nrl", 3),
+            ("nr_free_pages", 9),
+        ]);
+        let want = m(&[("numa_hint_faults", 5), ("pgdemote_kswapd", 2), ("pgpromote_candidate_nrl", 3)]);
+        assert_eq!(kept(&all), want, "every promotion/demotion counter is kept for the exporter");
     }
 
     #[test]
