@@ -125,6 +125,16 @@ pub struct TierFlags {
     /// pages are carried by its next sample (0: no budget).
     #[arg(long, default_value_t = crate::model::site::DEFAULT_SAMPLES_PER_SEC)]
     pub site_samples_per_sec: u32,
+    /// Size of the kernel's event ring buffer in KiB (a power of two, 4 to 262144); a burst
+    /// bigger than it is counted as `ringbuf_full` losses.
+    #[arg(long, value_name = "KIB", default_value_t = crate::model::agent::DEFAULT_EVENT_RING_KIB, value_parser = ring_kib)]
+    pub event_ring_kib: u32,
+}
+
+/// Parses `--event-ring-kib`: a power of two, 4 to 262144.
+pub fn ring_kib(s: &str) -> Result<u32, String> {
+    let v: u32 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number of KiB"))?;
+    crate::model::agent::check_ring_kib(v)
 }
 
 /// Parses `--exited-grace` (seconds, 0.1 to 3600).

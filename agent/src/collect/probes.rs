@@ -60,6 +60,8 @@ pub struct LoadOptions {
     pub site_sample_every: u32,
     /// Site samples a process may deliver per second (0: no budget).
     pub site_samples_per_sec: u32,
+    /// Bytes of the `EVENTS` ring buffer (a power of two, a multiple of the page size).
+    pub event_ring_bytes: u32,
 }
 
 impl Default for LoadOptions {
@@ -68,6 +70,7 @@ impl Default for LoadOptions {
             cxl_nodes: vec![],
             site_sample_every: crate::model::site::DEFAULT_SAMPLE_EVERY,
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
+            event_ring_bytes: crate::model::agent::DEFAULT_EVENT_RING_KIB * 1024,
         }
     }
 }
@@ -147,6 +150,7 @@ impl Probes {
             .override_global(global::SITE_BURST_NS, &SITE_BURST_NS, true)
             .override_global(global::PAGE_STRUCT_SHIFT, struct_shift.as_ref().unwrap_or(&6), true)
             .map_max_entries(map::BLOCK_NODE, table_len)
+            .map_max_entries(map::EVENTS, opts.event_ring_bytes)
             .load(OBJECT)
             .map_err(|e| {
                 let msg = format!("{e:#}");

@@ -58,6 +58,8 @@ pub struct SessionOptions {
     /// Site samples a process may deliver per second (0: no budget; default
     /// [`crate::model::site::DEFAULT_SAMPLES_PER_SEC`]).
     pub site_samples_per_sec: Option<u32>,
+    /// The kernel's event ring buffer in KiB (default [`crate::model::agent::DEFAULT_EVENT_RING_KIB`]).
+    pub event_ring_kib: Option<u32>,
 }
 
 pub struct Session {
@@ -111,7 +113,15 @@ impl Session {
         let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
         let site_sample_every = opts.site_sample_every.unwrap_or(crate::model::site::DEFAULT_SAMPLE_EVERY);
         let site_samples_per_sec = opts.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
-        let load = LoadOptions { cxl_nodes: topology.nodes_in(Tier::Cxl), site_sample_every, site_samples_per_sec };
+        let load = LoadOptions {
+            cxl_nodes: topology.nodes_in(Tier::Cxl),
+            site_sample_every,
+            site_samples_per_sec,
+            event_ring_bytes: opts
+                .event_ring_kib
+                .unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB)
+                .saturating_mul(1024),
+        };
         let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
         let ring = probes

@@ -57,6 +57,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         exited_grace: tiers.exited_grace,
         redaction: None,
         site_samples_per_sec: Some(tiers.site_samples_per_sec),
+        event_ring_kib: Some(tiers.event_ring_kib),
     }
 }
 

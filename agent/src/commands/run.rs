@@ -239,6 +239,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         exited_grace: cfg.exited_grace,
         redaction: Some(cfg.redaction.clone()),
         site_samples_per_sec: Some(cfg.site_samples_per_sec),
+        event_ring_kib: Some(cfg.event_ring_kib),
         ..Default::default()
     })?;
     // Exited tracked processes keep their series twice the model's grace; their final records

@@ -107,6 +107,8 @@ pub struct FileCollect {
     pub max_tracked: Option<usize>,
     /// Site samples (user stacks of CXL-tier allocations) one process may deliver per second.
     pub site_samples_per_sec: Option<u32>,
+    /// The kernel's event ring buffer in KiB (a power of two, 4 to 262144; default 1024).
+    pub event_ring_kib: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -177,6 +179,8 @@ pub struct Config {
     pub max_tracked: usize,
     /// `[collect] site_samples_per_sec`: the per-process site-sample budget (0: none).
     pub site_samples_per_sec: u32,
+    /// `[collect] event_ring_kib`: the kernel's event ring buffer in KiB.
+    pub event_ring_kib: u32,
     pub track_pids: Vec<u32>,
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
@@ -373,6 +377,10 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     let residency_interval = ms(file.collect.residency_interval_ms.unwrap_or(10_000), "collect.residency_interval_ms")?;
     let max_tracked = file.collect.max_tracked.unwrap_or(64);
     let site_samples_per_sec = file.collect.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
+    let event_ring_kib = crate::model::agent::check_ring_kib(
+        file.collect.event_ring_kib.unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB),
+    )
+    .map_err(|e| bad("collect.event_ring_kib", e))?;
 
     let track_pids = if flags.pids.is_empty() { file.track.pids.clone() } else { flags.pids.clone() };
     let (pattern, what) = match (&flags.pattern, &file.track.pattern) {
@@ -413,6 +421,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         residency_interval,
         max_tracked,
         site_samples_per_sec,
+        event_ring_kib,
         track_pids,
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),
