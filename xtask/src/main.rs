@@ -1,4 +1,4 @@
-//! `cargo xtask`: setup, build, run, test, vm-test, layers, bench.
+//! `cargo xtask`: setup, build, run, test, vm-test, layers, soak, bench.
 //!
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
@@ -13,6 +13,7 @@ mod cmd;
 mod layers;
 mod readers;
 mod setup;
+mod soak;
 mod tally;
 mod test;
 mod vm;
@@ -49,6 +50,9 @@ enum Task {
     VmTest(vm::VmTestArgs),
     /// Check the agent's layers against ARCHITECTURE.md's table, and every file's length.
     Layers,
+    /// The agent under churn: 10,000 short-lived processes, then steady churn; RSS over time and
+    /// its slope, registry and kernel map entries bounded.
+    Soak(soak::SoakArgs),
     /// The agent's cost to a fault-heavy workload: interleaved runs with and without it, ratios.
     Bench(bench::BenchArgs),
 }
@@ -62,6 +66,7 @@ fn main() {
         Task::Test { no_vm } => test::run(!no_vm),
         Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)).map(|_| ()),
         Task::Layers => layers::run(),
+        Task::Soak(args) => soak::run(args),
         Task::Bench(args) => setup::run().and_then(|()| bench::run(args)),
     };
     if let Err(e) = result {

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{build, cmd, setup, tally::Tally, vm};
+use crate::{build, cmd, setup, soak, tally::Tally, vm};
 
 /// Debian packages only the tests need.
 const TEST_PACKAGES: &[&str] = &["chromium"];
@@ -34,6 +34,9 @@ pub fn run(with_vm: bool) -> Result<()> {
             ["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"],
         ))
         .context("integration tests failed")?;
+    // A short soak (issue 19): the burst of 10,000 children, then about half a minute of churn.
+    println!("xtask: short soak");
+    soak::soak(&bin, std::time::Duration::from_secs(45)).context("the short soak failed")?;
     let scenarios = if with_vm { Some(vm::run(vm::VmTestArgs::default())?) } else { None };
     let (unit, root) = (Tally::parse(&unit), Tally::parse(&root));
     println!("xtask: unit tests: {}", unit.line());
