@@ -240,6 +240,10 @@ pub struct RunArgs {
     /// Monitor hot/warm/cold memory per tier, node and process with DAMON (`[hotness]` in the config).
     #[arg(long)]
     pub hotness: bool,
+    /// Read the config file, the OTEL_* environment and these flags, say where the agent would
+    /// export, and exit (0, or 1 with the problem) without loading anything into the kernel.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 // `tierscope probe-latency`.

@@ -15,7 +15,8 @@ use crate::{
     cli::RunArgs,
     collect::session::Session,
     export::{
-        config::{Config, ConfigError, Flags, Protocol},
+        config::{Config, ConfigError, Flags, Granularity, Protocol},
+        fleet::FleetFold,
         instruments::{self, AgentHealth, ExportInput, NodeState, Points, Tracked},
         logs,
         meter::{self, ExportStats, Latest},
@@ -61,6 +62,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
         hotness: args.hotness,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
+    if args.check_config {
+        // Deployment checks (tests/deployment.rs runs the manifests' arguments through this).
+        println!("tierscope: configuration ok; {}", exports(&cfg).join("; "));
+        return Ok(0);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -68,6 +74,25 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .context("starting the async runtime")?;
     let path = args.config.clone();
     rt.block_on(agent(cfg, move || Config::load(path.as_deref(), &flags)))
+}
+
+/// Where the points go and how they are keyed, in words (the start line and `--check-config`).
+fn exports(cfg: &Config) -> Vec<String> {
+    let mut targets = Vec::new();
+    if let Some(o) = &cfg.otlp {
+        let proto = match o.protocol {
+            Protocol::Grpc => "gRPC",
+            Protocol::HttpProtobuf => "HTTP/protobuf",
+        };
+        targets.push(format!("OTLP {proto} to {} every {:.1?}", o.endpoint, cfg.interval));
+    }
+    if let Some(a) = cfg.prometheus {
+        targets.push(format!("Prometheus on http://{a}/metrics"));
+    }
+    if cfg.granularity == Granularity::Job {
+        targets.push("series per job and rank (granularity job)".into());
+    }
+    targets
 }
 
 /// Applies a configuration read again on SIGHUP: what can change while running changes now; the
@@ -104,6 +129,7 @@ fn reload(running: &mut Config, new: Config) -> (Vec<&'static str>, Vec<&'static
         (running.otlp != new.otlp, "otlp"),
         (running.prometheus != new.prometheus, "prometheus.listen"),
         (running.interval != new.interval, "export.interval_ms"),
+        (running.granularity != new.granularity, "export.granularity"),
         (running.queue_batches != new.queue_batches, "export.queue_batches"),
         (running.backoff_initial != new.backoff_initial || running.backoff_max != new.backoff_max, "export.backoff_*"),
         (running.resource_attributes != new.resource_attributes, "resource"),
@@ -301,17 +327,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     }
 
     let attached = s.probes.programs.iter().filter(|p| p.status == Attach::Attached).count();
-    let mut targets = Vec::new();
-    if let Some(o) = &cfg.otlp {
-        let proto = match o.protocol {
-            Protocol::Grpc => "gRPC",
-            Protocol::HttpProtobuf => "HTTP/protobuf",
-        };
-        targets.push(format!("OTLP {proto} to {} every {:.1?}", o.endpoint, cfg.interval));
-    }
-    if let Some(a) = cfg.prometheus {
-        targets.push(format!("Prometheus on http://{a}/metrics"));
-    }
+    let mut targets = exports(&cfg);
     let mut hotness =
         crate::collect::damon::start(&s.topology, &cfg.hotness, s.page_size, vec![], &mut s.model.hotness);
     if hotness.is_some() {
@@ -326,6 +342,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     }
     let mut cursor = logs::EventCursor::default();
 
+    let mut fleet = FleetFold::default();
     let mut tracking = Tracking {
         tracked: BTreeMap::new(),
         exited: BTreeMap::new(),
@@ -336,7 +353,12 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     let mut health = AgentHealth { programs: s.probes.programs.clone(), ..Default::default() };
     // Published before the "running" line: the first scrape already has every known label set.
     s.read_counters();
-    latest.publish(current_points(&s, &mut tracking, &health, probe.as_ref()));
+    latest.publish(keyed(
+        current_points(&s, &mut tracking, &health, probe.as_ref()),
+        cfg.granularity,
+        &mut fleet,
+        s.model.last_reading_ns,
+    ));
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
     let mut next_scan = Instant::now();
@@ -419,7 +441,12 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                 stats.logs_dropped.fetch_add(missed, Ordering::Relaxed);
             }
         }
-        latest.publish(current_points(&s, &mut tracking, &health, probe.as_ref()));
+        latest.publish(keyed(
+            current_points(&s, &mut tracking, &health, probe.as_ref()),
+            cfg.granularity,
+            &mut fleet,
+            s.model.last_reading_ns,
+        ));
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());
@@ -438,6 +465,14 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
 }
 
 /// The export points of the session now.
+/// The points as `[export] granularity` keys them: per process, or per job and rank.
+fn keyed(points: Points, granularity: Granularity, fleet: &mut FleetFold, now_ns: u64) -> Points {
+    match granularity {
+        Granularity::Process => points,
+        Granularity::Job => fleet.apply(points, now_ns),
+    }
+}
+
 fn current_points(s: &Session, tracking: &mut Tracking, health: &AgentHealth, probe: Option<&PeriodicProbe>) -> Points {
     let nodes = node_states(s);
     let system_vmstat = s.model.tiering.latest().map(|r| r.system.clone()).unwrap_or_default();

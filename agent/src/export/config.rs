@@ -97,6 +97,8 @@ pub struct FileExport {
     pub queue_batches: Option<usize>,
     pub backoff_initial_ms: Option<u64>,
     pub backoff_max_ms: Option<u64>,
+    /// `process` (the default) or `job`: see [`Granularity`].
+    pub granularity: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -162,6 +164,18 @@ pub struct OtlpConfig {
     pub headers: BTreeMap<String, String>,
 }
 
+/// What the per-process series are keyed by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Granularity {
+    /// One series set per tracked process (`process.pid` and its pod and container).
+    #[default]
+    Process,
+    /// Fleet mode: tracked processes summed per training job, rank and executable, without pid,
+    /// pod or container labels, so a restarted rank continues the same series
+    /// ([`crate::export::fleet`]).
+    Job,
+}
+
 /// Everything `tierscope run` needs, resolved.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -193,6 +207,8 @@ pub struct Config {
     pub hotness: crate::model::hotness_config::HotnessConfig,
     /// Secrets masked out of command lines and environment values (`[privacy] redact`).
     pub redaction: crate::model::redact::Redaction,
+    /// `[export] granularity`.
+    pub granularity: Granularity,
 }
 
 impl Config {
@@ -373,6 +389,16 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     if backoff_max < backoff_initial {
         return Err(bad("export.backoff_max_ms", "must not be less than export.backoff_initial_ms"));
     }
+    let granularity = match file.export.granularity.as_deref().map(str::trim) {
+        None | Some("process") => Granularity::Process,
+        Some("job") => Granularity::Job,
+        Some(other) => {
+            return Err(bad(
+                "export.granularity",
+                format!("unknown granularity {other:?}: use \"process\" (per pid) or \"job\" (per job and rank)"),
+            ))
+        }
+    };
     let read_interval = ms(file.collect.read_interval_ms.unwrap_or(1000), "collect.read_interval_ms")?;
     let residency_interval = ms(file.collect.residency_interval_ms.unwrap_or(10_000), "collect.residency_interval_ms")?;
     let max_tracked = file.collect.max_tracked.unwrap_or(64);
@@ -430,6 +456,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         exited_grace: flags.exited_grace,
         hotness,
         redaction,
+        granularity,
     })
 }
 
@@ -511,6 +538,13 @@ mod tests {
         assert!(c.otlp.is_none());
         assert_eq!(c.prometheus, Some(DEFAULT_PROMETHEUS));
         assert_eq!(c.interval, Duration::from_secs(10));
+        assert_eq!(c.granularity, Granularity::Process, "per process unless asked");
+        let job = resolve(
+            &parse_file("[export]\ngranularity = \"job\"\n").expect("valid config"),
+            &Flags::default(),
+            &env(&[]),
+        );
+        assert_eq!(job.expect("valid config").granularity, Granularity::Job);
     }
 
     #[test]
@@ -602,6 +636,8 @@ mod tests {
         assert!(e.contains("track.match"), "{e}");
         let e = err("[export]\nqueue_batches = 0\n", Flags::default(), &[]);
         assert!(e.contains("queue_batches"), "{e}");
+        let e = err("[export]\ngranularity = \"pod\"\n", Flags::default(), &[]);
+        assert!(e.contains("export.granularity") && e.contains("\"job\""), "{e}");
     }
 
     #[test]
