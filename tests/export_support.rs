@@ -260,3 +260,62 @@ pub fn sample(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f64> 
         labels.iter().all(|(k, v)| series.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
     })
 }
+
+pub fn need(tool: &str) -> std::path::PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/sbin"]) {
+        let p = std::path::Path::new(dir).join(tool);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("{tool} is not installed: `cargo xtask setup` installs it (apt-get install prometheus)");
+}
+
+/// A Prometheus server scraping `targets` every second; killed on drop.
+pub struct Prometheus {
+    child: std::process::Child,
+    pub dir: std::path::PathBuf,
+    pub addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn start_prometheus(targets: &[&str]) -> Prometheus {
+    let bin = need("prometheus");
+    let dir = std::env::temp_dir().join(format!("tierscope-prom-{}-{}", std::process::id(), free_port()));
+    let targets = targets.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tierscope\n    static_configs:\n      - targets: [{targets}]\n"),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new(bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starting prometheus");
+    Prometheus { child, dir, addr }
+}
+
+/// Runs an instant query; returns the first sample's value.
+pub fn query(prom: &str, q: &str) -> Option<f64> {
+    let (status, body) = http_get(prom, &format!("/api/v1/query?query={}", urlencode(q))).ok()?;
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["data"]["result"].as_array()?.first()?["value"][1].as_str()?.parse().ok()
+}

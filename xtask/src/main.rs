@@ -1,4 +1,4 @@
-//! `cargo xtask`: setup, build, run, test, vm-test, layers, soak, bench.
+//! `cargo xtask`: setup, build, run, image, test, vm-test, layers, soak, bench.
 //!
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
@@ -10,6 +10,8 @@ mod bench_storm;
 mod bench_tracked;
 mod build;
 mod cmd;
+mod deploy_tools;
+mod image;
 mod layers;
 mod readers;
 mod setup;
@@ -40,6 +42,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The agent's container image (`FROM scratch`: the binary and its libraries), built with podman.
+    Image(image::ImageArgs),
     /// Run every test: unit tests, root integration tests, then the QEMU guest scenarios.
     Test {
         /// Skip the QEMU guest scenarios.
@@ -63,6 +67,7 @@ fn main() {
         Task::Setup => setup::run(),
         Task::Build => setup::run().and_then(|()| build::agent_release()).map(|_| ()),
         Task::Run { args } => run(args),
+        Task::Image(args) => setup::run().and_then(|()| image::run(&args)).map(|_| ()),
         Task::Test { no_vm } => test::run(!no_vm),
         Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)).map(|_| ()),
         Task::Layers => layers::run(),

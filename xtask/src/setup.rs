@@ -9,9 +9,21 @@ use crate::{build::cargo, cmd};
 /// Debian's rustc-web ships a prebuilt `core` for bpfel-unknown-none; llvm-22-dev is what
 /// bpf-linker links against (the same LLVM major as that rustc). tmux drives the TUI end-to-end
 /// test; prometheus (with promtool) scrapes the agent in the export tests; python3 runs the
-/// launcher stand-in of the job test; bpftool reads the agent's kernel maps back in the churn test.
-const APT_PACKAGES: &[&str] =
-    &["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev", "tmux", "prometheus", "python3", "bpftool"];
+/// launcher stand-in of the job test; bpftool reads the agent's kernel maps back in the churn test;
+/// podman builds and runs the container image (`cargo xtask image`), with runc as its runtime
+/// (crun refuses this machine's hybrid cgroup layout); python3-pip installs the manifest validator.
+const APT_PACKAGES: &[&str] = &[
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    "llvm-22-dev",
+    "tmux",
+    "prometheus",
+    "python3",
+    "bpftool",
+    "podman",
+    "runc",
+];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TOOLCHAIN_LINK: &str = "bpf-debian";
 
@@ -23,6 +35,8 @@ pub fn run() -> Result<()> {
     toolchain_link()?;
     // The real readers of `export`'s formats the session tests decode with.
     crate::readers::install()?;
+    // The Kubernetes manifest validator and kubectl's kustomize (deployment tests).
+    crate::deploy_tools::install()?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{build, cmd, setup, soak, tally::Tally, vm};
+use crate::{build, cmd, image, setup, soak, tally::Tally, vm};
 
 /// Debian packages only the tests need.
 const TEST_PACKAGES: &[&str] = &["chromium"];
@@ -26,14 +26,19 @@ pub fn run(with_vm: bool) -> Result<()> {
     .context("unit tests failed")?;
     // Real readers the tests use: headless Chromium renders the HTML report (issue 15).
     setup::apt_install(TEST_PACKAGES)?;
+    // The container image the deployment test runs `check` in.
+    let image = image::run(&image::ImageArgs::default())?;
     println!("xtask: root integration tests (real kernel)");
     // `--include-ignored`: the root tests are ignored without it (they need root and the agent);
     // here they run, and one that cannot run fails.
-    let root =
-        cmd::run_tee(Command::new(build::cargo()).current_dir(cmd::workspace_root()).env("TIERSCOPE_BIN", &bin).args(
-            ["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"],
-        ))
-        .context("integration tests failed")?;
+    let root = cmd::run_tee(
+        Command::new(build::cargo())
+            .current_dir(cmd::workspace_root())
+            .env("TIERSCOPE_BIN", &bin)
+            .env("TIERSCOPE_IMAGE", &image)
+            .args(["test", "--release", "--package", "tierscope-tests", "--", "--include-ignored", "--test-threads=1"]),
+    )
+    .context("integration tests failed")?;
     // A short soak (issue 19): the burst of 10,000 children, then about half a minute of churn.
     println!("xtask: short soak");
     soak::soak(&bin, std::time::Duration::from_secs(45)).context("the short soak failed")?;
