@@ -1,13 +1,26 @@
 //! `tierscope-fault-storm [MIB] [ROUNDS]`: the fault-heavy workload `cargo xtask bench` times with
 //! and without the agent. Each round maps MIB MiB (default 256) of anonymous memory without huge
 //! pages, writes one byte per page (one fault each), and unmaps it. Prints one line:
-//! `faults=N elapsed_ns=T ns_per_fault=X`, faults being the process's minflt delta.
+//! `faults=N elapsed_ns=T ns_per_fault=X cpu_ns_per_fault=Y`, faults being the process's minflt
+//! delta and Y its own CPU time per fault (steadier than wall time on a busy machine).
 
-fn minflt() -> u64 {
+fn usage() -> libc::rusage {
     // SAFETY: getrusage fills the struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_minflt as u64
+    ru
+}
+
+fn minflt() -> u64 {
+    usage().ru_minflt as u64
+}
+
+/// User + system CPU time of this process, ns: what each fault costs the process itself
+/// (probes run in its context), whatever else competes for the CPUs.
+fn cpu_ns() -> u64 {
+    let ru = usage();
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
 }
 
 fn main() {
@@ -21,7 +34,7 @@ fn main() {
     };
     let (mib, rounds) = (parse(0, 256), parse(1, 4));
     let bytes = mib << 20;
-    let f0 = minflt();
+    let (f0, c0) = (minflt(), cpu_ns());
     let t = std::time::Instant::now();
     for _ in 0..rounds {
         let p = tierscope_tests::map_anon(bytes).unwrap_or_else(|e| {
@@ -40,5 +53,10 @@ fn main() {
     }
     let ns = t.elapsed().as_nanos() as u64;
     let faults = minflt() - f0;
-    println!("faults={faults} elapsed_ns={ns} ns_per_fault={:.1}", ns as f64 / faults.max(1) as f64);
+    let cpu = cpu_ns() - c0;
+    println!(
+        "faults={faults} elapsed_ns={ns} ns_per_fault={:.1} cpu_ns_per_fault={:.1}",
+        ns as f64 / faults.max(1) as f64,
+        cpu as f64 / faults.max(1) as f64
+    );
 }

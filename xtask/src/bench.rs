@@ -39,11 +39,17 @@ pub struct BenchArgs {
 pub struct Storm {
     pub faults: u64,
     pub ns_per_fault: f64,
+    /// The storm's own CPU time per fault (NaN from an older storm binary).
+    pub cpu_ns_per_fault: f64,
 }
 
 fn parse_storm(line: &str) -> Option<Storm> {
     let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)?.strip_prefix('='));
-    Some(Storm { faults: field("faults")?.parse().ok()?, ns_per_fault: field("ns_per_fault")?.parse().ok()? })
+    Some(Storm {
+        faults: field("faults")?.parse().ok()?,
+        ns_per_fault: field("ns_per_fault")?.parse().ok()?,
+        cpu_ns_per_fault: field("cpu_ns_per_fault").and_then(|v| v.parse().ok()).unwrap_or(f64::NAN),
+    })
 }
 
 pub fn median(v: &[f64]) -> f64 {
@@ -161,8 +167,35 @@ pub fn run(args: BenchArgs) -> Result<()> {
     crate::bench_bpf::run(&agent, &storm_bin, &args)?;
     crate::bench_tracked::run(&agent, args.tracked)?;
     crate::bench_residency::run(&agent)?;
+    ui_and_export_figures()?;
     crate::bench_hotness::run(&agent, &storm_bin, &args)?;
     println!("bench: machine load after: {}", load_average());
+    Ok(())
+}
+
+/// One TUI frame and the export points with 1,000 processes x 4 nodes: timed by `#[ignore]`d
+/// figure tests of the agent's library (`figure_*`), which print `figure NAME=MS` lines.
+fn ui_and_export_figures() -> Result<()> {
+    const MAX_FRAME_MS: f64 = 5.0;
+    let out = Command::new(crate::build::cargo())
+        .current_dir(workspace_root())
+        .args(["test", "--release", "-p", "tierscope", "--lib", "figure_", "--", "--ignored", "--nocapture"])
+        .args(["--test-threads=1"])
+        .output()
+        .context("running the figure tests")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        println!("bench: TUI frame / export points: not measured: the figure tests failed ({})", out.status);
+        return Ok(());
+    }
+    println!("bench: 1,000 processes x 4 nodes (median of 9):");
+    for line in text.lines().filter_map(|l| l.strip_prefix("figure ")) {
+        let ms = line.rsplit_once('=').and_then(|(_, v)| v.split_whitespace().next()?.parse::<f64>().ok());
+        match (line.starts_with("tui_frame_ms"), ms) {
+            (true, Some(ms)) => println!("bench:   {line} (target < {MAX_FRAME_MS} ms: {})", verdict(ms, MAX_FRAME_MS)),
+            _ => println!("bench:   {line}"),
+        }
+    }
     Ok(())
 }
 
@@ -191,6 +224,9 @@ mod tests {
         let s = parse_storm("faults=262150 elapsed_ns=190000000 ns_per_fault=724.8\n").expect("line");
         assert_eq!(s.faults, 262_150);
         assert_eq!(s.ns_per_fault, 724.8);
+        assert!(s.cpu_ns_per_fault.is_nan(), "an older storm prints no CPU time");
+        let s = parse_storm("faults=2 elapsed_ns=9 ns_per_fault=724.8 cpu_ns_per_fault=700.5").expect("line");
+        assert_eq!(s.cpu_ns_per_fault, 700.5);
         assert!(parse_storm("faults=12").is_none());
         assert!(parse_storm("faults=x ns_per_fault=1").is_none());
     }

@@ -113,6 +113,7 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
     }
     storm(storm_bin, args)?; // warm-up: page cache, binaries, the kernel's allocator
     let mut ns: [Vec<f64>; 4] = Default::default();
+    let mut cpu: [Vec<f64>; 4] = Default::default();
     let mut cost: [AgentCost; 4] = Default::default();
     for round in 0..args.pairs as usize {
         for k in 0..WAYS.len() {
@@ -144,39 +145,18 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
                 }
             };
             ns[i].push(s.ns_per_fault);
+            cpu[i].push(s.cpu_ns_per_fault);
         }
-        let last: Vec<String> = WAYS.iter().zip(&ns).map(|(w, v)| format!("{} {:.0}", w.label(), v[round])).collect();
-        println!("bench: round {}: ns/fault {}", round + 1, last.join(", "));
+        let last: Vec<String> = WAYS
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("{} {:.0}/{:.0}", w.label(), ns[i][round], cpu[i][round]))
+            .collect();
+        println!("bench: round {}: ns/fault wall/cpu: {}", round + 1, last.join(", "));
     }
-    let med: Vec<f64> = ns.iter().map(|v| median(v)).collect();
-    let alone = med[0];
-    println!(
-        "bench: fault storm, median ns per fault of {} runs each (load now {}):",
-        args.pairs,
-        crate::bench::load_average()
-    );
-    println!("bench:   {:<34} {:>8} {:>10} {:>8} {:>6}  target", "", "ns/fault", "added", "added %", "ratio");
-    for (i, way) in WAYS.iter().enumerate() {
-        let (add, pct) = overhead(alone, med[i]);
-        let target = match way {
-            Way::Tierscope => format!("<= +{MAX_OVERHEAD_PCT}%: {}", verdict(pct, MAX_OVERHEAD_PCT)),
-            _ => String::new(),
-        };
-        println!(
-            "bench:   {:<34} {:>8.0} {:>+10.0} {:>+7.1}% {:>6.3}  {target}",
-            way.label(),
-            med[i],
-            add,
-            pct,
-            med[i] / alone
-        );
-    }
-    let (ours, theirs) = (med[1] - alone, med[2] - alone);
-    let share = ours / theirs;
-    println!(
-        "bench:   tierscope's added cost / bpftrace's on the same events: {share:.2} (target <= {MAX_SHARE_OF_BPFTRACE}: {})",
-        verdict(share, MAX_SHARE_OF_BPFTRACE)
-    );
+    println!("bench: fault storm, medians of {} runs each (load now {}):", args.pairs, crate::bench::load_average());
+    table("wall time per fault (what the issue's figures are; swayed by other load on a busy machine)", &ns, false);
+    table("the storm's own CPU time per fault (probes run in its context; steadier on a busy machine)", &cpu, true);
     for (i, way) in WAYS.iter().enumerate().filter(|(_, w)| matches!(w, Way::Tierscope | Way::TierscopeCxl)) {
         let c = &cost[i];
         // USER_HZ is 100 on every Linux the agent targets.
@@ -202,4 +182,37 @@ fn others_on_the_hooks() -> Vec<String> {
         .filter(|n| n.starts_with("page_fault") || n.starts_with("mm_page_"))
         .map(str::to_string)
         .collect()
+}
+
+/// One table of medians: each way beside the storm alone, with the targets where `verdicts`.
+fn table(what: &str, runs: &[Vec<f64>; 4], verdicts: bool) {
+    let med: Vec<f64> = runs.iter().map(|v| median(v)).collect();
+    let alone = med[0];
+    println!("bench:   {what}:");
+    println!("bench:   {:<34} {:>8} {:>10} {:>8} {:>6}  target", "", "ns/fault", "added", "added %", "ratio");
+    for (i, way) in WAYS.iter().enumerate() {
+        let (add, pct) = overhead(alone, med[i]);
+        let target = match way {
+            Way::Tierscope | Way::TierscopeCxl => {
+                format!("<= +{MAX_OVERHEAD_PCT}%: {}", verdict(pct, MAX_OVERHEAD_PCT))
+            }
+            _ => String::new(),
+        };
+        let target = if verdicts { target } else { String::new() };
+        println!(
+            "bench:   {:<34} {:>8.0} {:>+10.0} {:>+7.1}% {:>6.3}  {target}",
+            way.label(),
+            med[i],
+            add,
+            pct,
+            med[i] / alone
+        );
+    }
+    let share = (med[1] - alone) / (med[2] - alone);
+    let target = if verdicts {
+        format!(" (target <= {MAX_SHARE_OF_BPFTRACE}: {})", verdict(share, MAX_SHARE_OF_BPFTRACE))
+    } else {
+        String::new()
+    };
+    println!("bench:   tierscope's added cost / bpftrace's on the same events: {share:.2}{target}");
 }

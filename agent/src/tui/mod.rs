@@ -3,6 +3,8 @@
 //! feeds a [`Scene`] (model values plus what the topology says) and the views draw it.
 pub mod app;
 pub mod format;
+#[cfg(test)]
+mod frame_figure;
 pub mod health;
 pub mod help;
 pub mod history;

@@ -91,6 +91,8 @@ macro_rules! def {
 }
 
 pub mod agent;
+#[cfg(test)]
+mod figure;
 pub mod health;
 pub mod hotness;
 pub mod migrations;
