@@ -189,7 +189,8 @@ fn ui_and_export_figures() -> Result<()> {
         return Ok(());
     }
     println!("bench: 1,000 processes x 4 nodes (median of 9):");
-    for line in text.lines().filter_map(|l| l.strip_prefix("figure ")) {
+    // With --nocapture, libtest may print `test NAME ... ` before a test's first line.
+    for line in text.lines().filter_map(|l| l.find("figure ").map(|i| &l[i + "figure ".len()..])) {
         let ms = line.rsplit_once('=').and_then(|(_, v)| v.split_whitespace().next()?.parse::<f64>().ok());
         match (line.starts_with("tui_frame_ms"), ms) {
             (true, Some(ms)) => println!("bench:   {line} (target < {MAX_FRAME_MS} ms: {})", verdict(ms, MAX_FRAME_MS)),

@@ -1,5 +1,6 @@
 //! Collect: reading the system. The kernel programs' maps and ring buffer, /proc and /sys.
 //! Everything here is bounded and hands plain values to the model.
+pub mod attach;
 pub mod btf;
 pub mod caps;
 pub mod counters;

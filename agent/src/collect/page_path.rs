@@ -16,7 +16,7 @@ use aya::{
 use tierscope_common::names::{map, program};
 
 use super::{
-    probes::attach,
+    attach::attach,
     programs::{Hook, ProgramSpec},
 };
 use crate::model::agent::{Attach, ProgramStatus};

@@ -78,5 +78,10 @@ fn figure_tui_frame_with_a_thousand_processes() {
         }
         ms.sort_by(f64::total_cmp);
         println!("figure tui_frame_ms {view:?}={:.3}", ms[ms.len() / 2]);
+        if view == View::Processes {
+            let t0 = Instant::now();
+            let rows = super::rows::process_rows(&f.scene(), &app);
+            println!("figure of which process_rows_ms={:.3} rows={}", t0.elapsed().as_secs_f64() * 1e3, rows.len());
+        }
     }
 }
