@@ -104,7 +104,13 @@ pub fn draw(
     if wide {
         header.push(Cell::from("JOB              COMMAND"));
     }
-    let body: Vec<Row> = rows
+    // Only the rows that fit are formatted: the window a fresh table state scrolls to (the
+    // selection on the last line once it is below the first screenful), so a thousand processes
+    // cost what a screenful does.
+    let fit = usize::from(table.height.saturating_sub(1)).max(1);
+    let selected = app.selected.min(rows.len().saturating_sub(1));
+    let first = (selected + 1).saturating_sub(fit);
+    let body: Vec<Row> = rows[first.min(rows.len())..rows.len().min(first + fit)]
         .iter()
         .map(|r| {
             let mut cells: Vec<Cell> = COLUMNS
@@ -153,11 +159,11 @@ pub fn draw(
         .header(Row::new(header).style(theme::header()))
         .row_highlight_style(theme::selected())
         .column_spacing(1);
-    let mut state = TableState::default().with_selected(Some(app.selected.min(rows.len().saturating_sub(1))));
+    let mut state = TableState::default().with_selected(Some(selected - first));
     f.render_stateful_widget(t, table, &mut state);
-    // The header takes the table's first line; rows follow from the offset the table scrolled to.
+    // The header takes the table's first line; rows follow from the window's first row.
     let list = Rect { y: table.y.saturating_add(1), height: table.height.saturating_sub(1), ..table };
-    let rows = (list.height > 0).then_some(RowArea { area: list, first: state.offset(), count: rows.len() });
+    let rows = (list.height > 0).then_some(RowArea { area: list, first: first + state.offset(), count: rows.len() });
     (rows, headings)
 }
 
