@@ -244,3 +244,96 @@ fn top_demo_in_tmux_80x24_and_160x48() {
     run_at(80, 24);
     run_at(160, 48);
 }
+
+/// `frame K/N` from the replay's header.
+fn replay_frame(screen: &str) -> Option<(usize, usize)> {
+    let rest = &screen[screen.find("  frame ")? + "  frame ".len()..];
+    let (k, n) = rest.split_whitespace().next()?.split_once('/')?;
+    Some((k.parse().ok()?, n.parse().ok()?))
+}
+
+/// The workload's row in the process list, running and with 60 MiB or more resident.
+fn workload_resident(screen: &str) -> bool {
+    screen.lines().filter(|l| l.contains("tierscope-work") && !l.contains("exited")).any(|l| {
+        l.split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[1] == "MiB" && w[0].parse::<f64>().is_ok_and(|v| v >= 60.0))
+    })
+}
+
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn top_replay_in_tmux_pauses_seeks_and_changes_speed() {
+    require_root_and_agent!();
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let workload = env!("CARGO_BIN_EXE_tierscope-workload");
+    let dir = std::env::temp_dir().join(format!("tierscope-replay-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("run.tscope");
+    // Nothing for 0.6 s, then 64 MiB held for a second, then gone.
+    let script = format!("sleep 0.6; (printf 'go\\n'; sleep 1) | {workload} touch 64 >/dev/null; sleep 0.6");
+    let o = Command::new(&bin)
+        .args(["record", "-o", file.to_str().expect("p"), "--interval-ms", "200", "--", "sh", "-c", &script])
+        .output()
+        .expect("record");
+    assert!(o.status.success(), "record: {}", String::from_utf8_lossy(&o.stderr));
+    let state = dir.join("state");
+    let command = format!(
+        "XDG_STATE_HOME={} {bin} top --replay {}; echo TIERSCOPE-EXIT=$?; sleep 120",
+        state.display(),
+        file.display()
+    );
+    let pane = Pane::start(&format!("tierscope-replay-{}", std::process::id()), 120, 32, &command);
+    pane.keys(&["2"]);
+    // It plays at 1x on its own: the frame number goes up.
+    let first = pane.wait_for("the replay header", 20, |s| replay_frame(s).is_some());
+    let (k0, n) = replay_frame(&first).expect("frame");
+    assert!(n >= 10, "a recording of about 2.4 s at 200 ms: {n} frames\n{first}");
+    pane.wait_for("playing on", 10, |s| replay_frame(s).is_some_and(|(k, _)| k > k0));
+    // Space pauses: the frame stays.
+    pane.keys(&["Space"]);
+    let paused = pane.wait_for("PAUSED", 5, |s| s.contains("PAUSED 1x"));
+    sleep(Duration::from_millis(1200));
+    assert_eq!(replay_frame(&pane.capture()), replay_frame(&paused), "paused: the frame stays");
+    // Home: the first frame, before the workload ran.
+    pane.keys(&["Home"]);
+    let start = pane.wait_for("frame 1", 5, |s| replay_frame(s) == Some((1, n)) && s.contains(" 0.0 s / "));
+    assert!(!start.contains("tierscope-work"), "the workload starts after 0.6 s:\n{start}");
+    // Right steps one interval at a time until the workload holds its 64 MiB.
+    let mut k = 1;
+    let holding = loop {
+        pane.keys(&["Right"]);
+        k += 1;
+        let s = pane.wait_for(&format!("frame {k}"), 5, |s| replay_frame(s) == Some((k, n)));
+        if workload_resident(&s) {
+            break s;
+        }
+        assert!(k < n, "the workload never showed 64 MiB resident; last screen:\n{s}");
+    };
+    assert!(
+        holding.contains(&format!("{:.1} s / ", (k - 1) as f64 * 0.2)),
+        "position {k}: 200 ms per frame\n{holding}"
+    );
+    pane.keys(&["Left"]);
+    pane.wait_for("one frame back", 5, |s| replay_frame(s) == Some((k - 1, n)));
+    // End: the last frame, the workload gone.
+    pane.keys(&["End"]);
+    let end = pane.wait_for("the last frame", 5, |s| replay_frame(s) == Some((n, n)));
+    let row = end.lines().find(|l| l.contains("tierscope-work")).unwrap_or_default();
+    assert!(row.contains("exited"), "the workload exited before the end (its final totals stay):\n{end}");
+    // Speed: + doubles up to 16x, - halves down to 0.5x; at 16x the whole replay takes < 1 s.
+    pane.keys(&["-", "-", "-"]);
+    pane.wait_for("0.5x", 5, |s| s.contains("PAUSED 0.5x"));
+    pane.keys(&["+", "+", "+", "+", "+", "+", "+"]);
+    pane.wait_for("16x", 5, |s| s.contains("PAUSED 16x"));
+    pane.keys(&["Space"]);
+    pane.wait_for("playing again from the start, at 16x", 5, |s| s.contains("▶ 16x") || s.contains("PAUSED 16x"));
+    pane.wait_for("the end again, paused there", 10, |s| replay_frame(s) == Some((n, n)) && s.contains("PAUSED 16x"));
+    pane.keys(&["q"]);
+    let screen = pane.wait_for("the exit line after q", 20, |s| s.contains("TIERSCOPE-EXIT="));
+    assert!(screen.contains("TIERSCOPE-EXIT=0"), "top --replay exits 0 on q:\n{screen}");
+    assert_eq!(pane.format("#{alternate_on}"), "0", "back on the main screen");
+    let _ = std::fs::remove_dir_all(&dir);
+}

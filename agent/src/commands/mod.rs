@@ -14,6 +14,7 @@ pub mod check;
 pub mod export;
 pub mod probe_latency;
 pub mod record;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod signals;
@@ -25,6 +26,7 @@ pub mod topology;
 pub fn run(cli: Cli) -> Result<i32> {
     let command = cli.command.unwrap_or(Command::Top(TopArgs::default()));
     match command {
+        Command::Top(TopArgs { replay: Some(file), fps, .. }) => replay::run(&file, fps),
         Command::Top(args) => top::run(args),
         Command::Run(args) => run::run(args),
         Command::Check { json } => check::run(json),

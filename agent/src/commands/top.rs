@@ -42,10 +42,6 @@ const RESIDENCY_EVERY: Duration = Duration::from_secs(2);
 const RESIDENCY_SCANS_PER_TICK: usize = 16;
 
 pub fn run(args: TopArgs) -> Result<i32> {
-    if args.replay.is_some() {
-        eprintln!("tierscope: replay needs a session file (recording is not built yet)");
-        return Ok(2);
-    }
     if !(50..=60_000).contains(&args.tick_ms) {
         eprintln!("tierscope: --tick-ms {}: give milliseconds between 50 and 60000", args.tick_ms);
         return Ok(2);
@@ -127,6 +123,32 @@ fn spawn_probe(tx: mpsc::Sender<ProbeProgress>, stop: Arc<AtomicBool>) -> std::i
     Ok(())
 }
 
+/// Reads the terminal's keys, mouse and resizes on a thread of its own into `keys`, until `stop`.
+pub(super) fn spawn_input(keys: mpsc::Sender<TermEvent>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match crossterm::event::poll(Duration::from_millis(100)) {
+                Ok(true) => match crossterm::event::read() {
+                    Ok(ev) => {
+                        if keys.blocking_send(ev).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("reading the terminal: {e}");
+                        break;
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("polling the terminal: {e}");
+                    break;
+                }
+            }
+        }
+    })
+}
+
 /// What the screen shows while paused.
 struct Frozen {
     model: Model,
@@ -156,31 +178,7 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
 
     let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);
     let stop = Arc::new(AtomicBool::new(false));
-    let input = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match crossterm::event::poll(Duration::from_millis(100)) {
-                    Ok(true) => match crossterm::event::read() {
-                        Ok(ev) => {
-                            if keys_tx.blocking_send(ev).is_err() {
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!("reading the terminal: {e}");
-                            break;
-                        }
-                    },
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!("polling the terminal: {e}");
-                        break;
-                    }
-                }
-            }
-        })
-    };
+    let input = spawn_input(keys_tx, stop.clone());
 
     let mut app = App { hotness: hot_cfg.enabled, ..App::default() };
     // DAMON's kdamonds run while `app.hotness` says so (H); dropping the worker stops them.

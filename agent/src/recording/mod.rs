@@ -4,6 +4,7 @@
 pub mod capture;
 pub mod format;
 pub mod records;
+pub mod replay;
 
 use std::{
     collections::BTreeMap,
@@ -14,13 +15,14 @@ use std::{
 
 use records::{EndRec, EventRec, Frame, Meta, ProcessInfo, Record, SitesRec, TopologyRec};
 
-/// Why a session file could not be read. Each is one line that names the problem.
+/// Why a session file could not be read. Each is one line that names the problem (the cause is
+/// in the line, not chained after it, so `{:#}` does not say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {source}")]
-    Format { path: PathBuf, source: format::FormatError },
+    #[error("{path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
+    #[error("{path}: {cause}")]
+    Format { path: PathBuf, cause: format::FormatError },
     #[error("{path}: corrupt record {line} of chunk {chunk} ({why})")]
     BadRecord { path: PathBuf, chunk: usize, line: usize, why: String },
     #[error("{path}: no session header record (the recorder stopped before its first interval?)")]
@@ -54,14 +56,20 @@ impl Recording {
 
 /// Reads a session file.
 pub fn read(path: &Path) -> Result<Recording, ReadError> {
-    let bytes = std::fs::read(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|cause| ReadError::Io { path: path.to_path_buf(), cause })?;
     parse(&bytes, path)
+}
+
+/// Reads a session from bytes alone: the reader's single pure entry (no I/O), which the fuzz
+/// target calls. Errors name the file `<bytes>`.
+pub fn from_bytes(bytes: &[u8]) -> Result<Recording, ReadError> {
+    parse(bytes, Path::new("<bytes>"))
 }
 
 /// Reads a session from its bytes (`path` names it in errors).
 pub fn parse(bytes: &[u8], path: &Path) -> Result<Recording, ReadError> {
     let p = || path.to_path_buf();
-    let chunks = format::decode(bytes).map_err(|source| ReadError::Format { path: p(), source })?;
+    let chunks = format::decode(bytes).map_err(|cause| ReadError::Format { path: p(), cause })?;
     let mut meta = None;
     let mut rec = Recording {
         meta: Meta {

@@ -124,6 +124,8 @@ pub struct App {
     /// [`super::screen::draw`] returns); mouse events are read against it.
     pub regions: Regions,
     pub quit: bool,
+    /// `top --replay`: the recording's playback, which takes space, `p`, arrows, Home, End, `+`, `-`.
+    pub replay: Option<super::replay::Player>,
 }
 
 /// Rows of a process list on screen: the line at `area.y + k` shows row `first + k` of the
@@ -205,6 +207,7 @@ impl Default for App {
             hotness: false,
             regions: Regions::default(),
             quit: false,
+            replay: None,
         }
     }
 }
@@ -233,7 +236,7 @@ impl App {
                 KeyCode::Char('?') | KeyCode::Esc | KeyCode::Enter => self.help = false,
                 _ => {}
             }
-        } else {
+        } else if !self.replay.as_mut().is_some_and(|p| p.handle_key(&key)) {
             self.normal_key(key, pids);
         }
         self.clamp_selection(pids.len());

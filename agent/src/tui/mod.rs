@@ -16,6 +16,7 @@ pub mod overview;
 pub mod probe;
 pub mod process_detail;
 pub mod processes;
+pub mod replay;
 pub mod rows;
 pub mod screen;
 #[cfg(test)]

@@ -66,6 +66,12 @@ fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
         spans.push(Span::raw("  "));
         spans.push(Span::styled(format!("DEMO workload pid {}", d.pid), theme::warn()));
     }
+    if let Some(r) = &app.replay {
+        spans.push(Span::raw("  "));
+        let style =
+            if r.paused { theme::warn().add_modifier(ratatui::style::Modifier::REVERSED) } else { theme::accent() };
+        spans.push(Span::styled(r.status(), style));
+    }
     if app.paused {
         spans.push(Span::raw("  "));
         spans.push(Span::styled("PAUSED (p resumes)", theme::warn().add_modifier(ratatui::style::Modifier::REVERSED)));
@@ -78,7 +84,7 @@ fn title_line(scene: &Scene<'_>, app: &App) -> Paragraph<'static> {
         spans.push(Span::raw("  "));
         spans.push(Span::styled(format!("lost {}", format::count(lost)), theme::bad()));
     }
-    if scene.model.last_reading_ns > 0 {
+    if scene.model.last_reading_ns > 0 && app.replay.is_none() {
         spans.push(Span::styled(
             format!("  data {}", format::age(scene.model.last_reading_ns, scene.now_ns)),
             theme::dim(),
@@ -104,7 +110,10 @@ fn key_line(app: &App) -> Paragraph<'static> {
             Span::styled("  Enter apply  Esc clear", theme::dim()),
         ]));
     }
-    let mut s = String::from(" q quit  ? help  Tab view  p pause");
+    let mut s = String::from(match app.replay {
+        Some(_) => " q quit  ? help  Tab view  space pause  ←→ step  Home/End  +/- speed",
+        None => " q quit  ? help  Tab view  p pause",
+    });
     match app.view {
         View::Processes | View::Overview => s.push_str("  ↑↓ select  Enter detail  / filter  s sort"),
         View::ProcessDetail => s.push_str("  Esc back  ↑↓ scroll"),

@@ -1,0 +1,215 @@
+//! `tierscope top --replay FILE`: the live UI over a recording. The model of the frame shown is
+//! rebuilt from the recording ([`recording::replay`]) and drawn by the same views as the live
+//! one; [`Player`] moves through the frames (space pauses, arrows step, Home/End, `+`/`-` change
+//! the speed from 0.5x to 16x). Nothing is collected: no root needed.
+use std::{
+    path::Path,
+    sync::{atomic::AtomicBool, Arc},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use crossterm::event::{Event as TermEvent, KeyEventKind};
+use tokio::sync::mpsc;
+
+use crate::{
+    model::snapshot::ProcessFilter,
+    recording::{replay, Recording},
+    topology::Tier,
+    tui::{
+        history::SERIES_LEN, mouse, probe::TierProbe, replay::Player, rows, screen, terminal::TerminalGuard, App,
+        Devices, History, NodeView,
+    },
+};
+
+/// How often the player moves on (the frames themselves are as far apart as the recording's).
+const STEP: Duration = Duration::from_millis(50);
+
+fn tier(name: &str) -> Tier {
+    match name {
+        "dram" => Tier::Dram,
+        "cxl" => Tier::Cxl,
+        _ => Tier::Unknown,
+    }
+}
+
+/// The recording's nodes at frame `i`, as the UI shows them.
+fn nodes_at(rec: &Recording, i: usize) -> Vec<NodeView> {
+    let frame = rec.frames.get(i);
+    rec.topology
+        .iter()
+        .flat_map(|t| &t.nodes)
+        .map(|n| NodeView {
+            id: n.id,
+            tier: tier(&n.tier),
+            tier_evidence: n.tier_evidence.clone(),
+            cpus: n.cpus.len(),
+            mem_total_bytes: n.mem_total_bytes,
+            mem_free_bytes: frame.and_then(|f| f.nodes.iter().find(|x| x.id == n.id)).and_then(|x| x.mem_free_bytes),
+        })
+        .collect()
+}
+
+/// What the screen shows at frame `i`: its model, its nodes, and the history of the frames that
+/// led to it (the sparklines and rates), at most as long as the live UI keeps.
+struct Shown {
+    index: usize,
+    model: crate::model::Model,
+    nodes: Vec<NodeView>,
+    history: History,
+}
+
+impl Shown {
+    fn at(rec: &Recording, i: usize) -> Shown {
+        let mut history = History::default();
+        for j in i.saturating_sub(SERIES_LEN - 1)..i {
+            history.observe(&replay::model_at(rec, j), &nodes_at(rec, j), replay::now_ns(rec.frames[j].t_ms));
+        }
+        let mut s = Shown { index: i, model: Default::default(), nodes: vec![], history };
+        s.observe(rec, i);
+        s
+    }
+
+    fn observe(&mut self, rec: &Recording, i: usize) {
+        self.index = i;
+        self.model = replay::model_at(rec, i);
+        self.nodes = nodes_at(rec, i);
+        if let Some(f) = rec.frames.get(i) {
+            self.history.observe(&self.model, &self.nodes, replay::now_ns(f.t_ms));
+        }
+    }
+
+    /// Moves to frame `i`: one frame on is observed, anything else is rebuilt.
+    fn go(&mut self, rec: &Recording, i: usize) {
+        if i == self.index + 1 {
+            self.observe(rec, i);
+        } else if i != self.index {
+            *self = Shown::at(rec, i);
+        }
+    }
+}
+
+pub fn run(file: &Path, fps: u32) -> Result<i32> {
+    if !(1..=120).contains(&fps) {
+        eprintln!("tierscope: --fps {fps}: give frames per second between 1 and 120");
+        return Ok(2);
+    }
+    // Read before the screen is taken: a damaged file is one plain line.
+    let rec = super::report::open(file)?;
+    if rec.frames.is_empty() {
+        anyhow::bail!(
+            "{}: the recording has no frames (it stopped before its first interval): nothing to replay",
+            file.display()
+        );
+    }
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    rt.block_on(play(file, rec, fps))
+}
+
+async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
+    let name = file.file_name().map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let mut app =
+        App { replay: Some(Player::new(name, rec.frames.iter().map(|f| f.t_ms).collect())), ..App::default() };
+    let devices = Devices::default();
+    let filter = ProcessFilter::default();
+    let probe = TierProbe::NotRun;
+    let page_size = rec.meta.page_size;
+    let host = rec.meta.host.clone();
+    let mut shown = Shown::at(&rec, 0);
+
+    let log = crate::tui::terminal::StderrToLog::start()
+        .with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
+    let mut guard = TerminalGuard::enter().context("taking over the terminal (is stdout a terminal?)")?;
+    tracing::info!("top --replay {}: {} frames", file.display(), rec.frames.len());
+    let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let input = super::top::spawn_input(keys_tx, stop.clone());
+    let mut signals = super::signals::Signals::install()?;
+    let mut step = tokio::time::interval(STEP);
+    step.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut render = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(fps)));
+    render.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_step = Instant::now();
+    let mut dirty = true;
+
+    macro_rules! scene {
+        () => {
+            crate::tui::Scene {
+                model: &shown.model,
+                history: &shown.history,
+                nodes: &shown.nodes,
+                devices: &devices,
+                programs: &[],
+                filter: &filter,
+                demo: None,
+                page_size,
+                now_ns: shown.model.last_reading_ns,
+                channel_dropped: 0,
+                host: &host,
+                probe: &probe,
+            }
+        };
+    }
+
+    let result: Result<()> = loop {
+        tokio::select! {
+            _ = step.tick() => {
+                let elapsed = last_step.elapsed();
+                last_step = Instant::now();
+                if let Some(p) = app.replay.as_mut() {
+                    if p.advance(elapsed.as_secs_f64() * 1e3) {
+                        shown.go(&rec, p.index);
+                        dirty = true;
+                    }
+                }
+            }
+            _ = render.tick() => {
+                if dirty {
+                    let scene = scene!();
+                    let mut regions = None;
+                    if let Err(e) = guard.terminal.draw(|f| regions = Some(screen::draw(f, &scene, &app))) {
+                        break Err(e).context("drawing the screen");
+                    }
+                    app.regions = regions.unwrap_or_default();
+                    dirty = false;
+                }
+            }
+            ev = keys.recv() => {
+                let pids: Vec<u32> = { let scene = scene!(); rows::process_rows(&scene, &app).iter().map(|r| r.pid).collect() };
+                let changed = match ev {
+                    Some(TermEvent::Key(k)) if k.kind != KeyEventKind::Release => app.handle_key(k, &pids),
+                    Some(TermEvent::Mouse(m)) => mouse::apply(&mut app, m, &pids),
+                    Some(TermEvent::Resize(..)) => true,
+                    Some(_) => false,
+                    None => break Ok(()),
+                };
+                if let Some(p) = &app.replay {
+                    shown.go(&rec, p.index);
+                }
+                dirty |= changed;
+                if app.quit {
+                    break Ok(());
+                }
+            }
+            _ = signals.stop() => break Ok(()),
+        }
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(guard);
+    let _ = input.join();
+    drop(log);
+    result.map(|()| 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_read_back_from_their_names() {
+        assert_eq!(tier("cxl"), Tier::Cxl);
+        assert_eq!(tier("dram"), Tier::Dram);
+        assert_eq!(tier("hbm"), Tier::Unknown);
+    }
+}
