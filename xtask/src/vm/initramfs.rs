@@ -44,7 +44,10 @@ pub fn build(f: &Fetched, cache: &Path, extra: &Extra) -> Result<PathBuf> {
     modules(f, &stage)?;
     trixie_tools(f, &stage)?;
 
-    let mut bins: Vec<(PathBuf, &str)> = vec![(PathBuf::from("/usr/bin/numactl"), "usr/bin/numactl")];
+    let mut bins: Vec<(PathBuf, &str)> = vec![
+        (PathBuf::from("/usr/bin/numactl"), "usr/bin/numactl"),
+        (PathBuf::from("/usr/bin/migratepages"), "usr/bin/migratepages"),
+    ];
     bins.push((f.bpo_root.join("usr/sbin/bpftool"), "usr/sbin/bpftool"));
     bins.push((compile_alloc(cache)?, "usr/bin/ts-alloc"));
     if let Some(a) = &extra.agent {

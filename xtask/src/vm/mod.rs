@@ -11,6 +11,7 @@ mod initramfs;
 mod qemu;
 mod qmp;
 mod scenarios;
+mod sessions;
 
 use std::{
     fs,

@@ -36,6 +36,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "latency", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 120, judge: latency },
     Scenario { name: "tier-latency", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 240, judge: tier_latency },
     Scenario { name: "hotness", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 300, judge: super::hotness::judge },
+    Scenario { name: "sessions", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 240, judge: super::sessions::judge },
 ];
 
 /// What a run brought back.
