@@ -7,6 +7,7 @@ pub mod collect;
 pub mod commands;
 pub mod demo;
 pub mod export;
+pub mod fuzz;
 pub mod health;
 pub mod latency;
 pub mod logging;

@@ -1,4 +1,4 @@
-//! `cargo xtask`: setup, build, run, image, test, vm-test, layers, soak, bench.
+//! `cargo xtask`: setup, build, run, image, test, vm-test, layers, fuzz, soak, bench.
 //!
 //! Every command that builds calls `setup` first, which installs what a fresh Debian machine lacks
 //! and skips what is present.
@@ -11,6 +11,7 @@ mod bench_tracked;
 mod build;
 mod cmd;
 mod deploy_tools;
+mod fuzz;
 mod image;
 mod layers;
 mod readers;
@@ -54,6 +55,13 @@ enum Task {
     VmTest(vm::VmTestArgs),
     /// Check the agent's layers against ARCHITECTURE.md's table, and every file's length.
     Layers,
+    /// Fuzz every parser (numa_maps, sysfs, tracefs formats, ring-buffer records, CXL events, the
+    /// config file, session files) for N seconds each; crashing inputs go to target/fuzz-crashes/.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30.0)]
+        seconds: f64,
+    },
     /// The agent under churn: 10,000 short-lived processes, then steady churn; RSS over time and
     /// its slope, registry and kernel map entries bounded.
     Soak(soak::SoakArgs),
@@ -72,6 +80,7 @@ fn main() {
         Task::VmTest(args) => setup::run().and_then(|()| vm::run(args)).map(|_| ()),
         Task::Layers => layers::run(),
         Task::Soak(args) => soak::run(args),
+        Task::Fuzz { seconds } => setup::run().and_then(|()| fuzz::run(seconds)),
         Task::Bench(args) => setup::run().and_then(|()| bench::run(args)),
     };
     if let Err(e) = result {
