@@ -194,7 +194,16 @@ pub struct SiteSampleEvent {
     pub node: u32,
     /// Bytes of `frames` that `bpf_get_stack` wrote (8 per frame).
     pub stack_bytes: u32,
-    /// Return addresses, innermost first.
+    /// Return addresses, innermost first (the frame-pointer walk: the fallback when the stack
+    /// copy cannot be unwound).
     pub frames: [u64; SITE_MAX_FRAMES],
+    /// Registers and stack copy, unwound in user space with the modules' unwind tables.
+    pub user: crate::stack::UserStack,
+    /// The Python frames the thread was running.
+    pub python: crate::stack::PyStack,
 }
-const _: () = assert!(core::mem::size_of::<SiteSampleEvent>() == 40 + 8 * SITE_MAX_FRAMES);
+const _: () = assert!(
+    core::mem::size_of::<SiteSampleEvent>()
+        == 40 + 8 * SITE_MAX_FRAMES + core::mem::size_of::<crate::stack::UserStack>()
+            + core::mem::size_of::<crate::stack::PyStack>()
+);

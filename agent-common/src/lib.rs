@@ -9,6 +9,7 @@ pub mod event;
 pub mod layout;
 pub mod maps;
 pub mod names;
+pub mod stack;
 pub mod stats;
 
 #[cfg(feature = "user")]

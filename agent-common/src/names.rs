@@ -24,6 +24,7 @@ pub mod map {
     pub const PAGE_BASE: &str = "PAGE_BASE";
     pub const PAGE_BASE_VOTES: &str = "PAGE_BASE_VOTES";
     pub const PAGE_BASE_SLOT: &str = "PAGE_BASE_SLOT";
+    pub const PY_PROCS: &str = "PY_PROCS";
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
@@ -46,6 +47,7 @@ pub mod map {
         PAGE_BASE,
         PAGE_BASE_VOTES,
         PAGE_BASE_SLOT,
+        PY_PROCS,
     ];
 }
 
@@ -67,6 +69,9 @@ pub mod global {
     pub const SITE_INTERVAL_NS: &str = "SITE_INTERVAL_NS";
     /// `u64`: how far ahead of now a process's sample budget may run (its burst, in ns).
     pub const SITE_BURST_NS: &str = "SITE_BURST_NS";
+    /// `u32`: pages of user stack a site sample copies from `sp`'s page up
+    /// (0..=[`crate::stack::USER_STACK_MAX_PAGES`]; 0: none, frame pointers only).
+    pub const USER_STACK_PAGES: &str = "USER_STACK_PAGES";
     /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
     /// [`crate::layout::TaskLayout`]: where `task_struct` keeps the fault counters.

@@ -1,5 +1,5 @@
 //! `aya::Pod` for the shared types (user side only).
-use crate::{event::*, layout::*, maps::*};
+use crate::{event::*, layout::*, maps::*, stack::PyProcess};
 
 // SAFETY: all of these are #[repr(C)], Copy, made of integers, with explicit padding.
 unsafe impl aya::Pod for TgidPending {}
@@ -21,3 +21,4 @@ unsafe impl aya::Pod for HealthTraceEvent {}
 unsafe impl aya::Pod for SiteBudget {}
 unsafe impl aya::Pod for SiteSlot {}
 unsafe impl aya::Pod for PageBaseSlot {}
+unsafe impl aya::Pod for PyProcess {}

@@ -17,7 +17,9 @@ mod maps;
 mod migrate;
 mod pages;
 mod policy;
+mod python_frames;
 mod sched_numa;
+mod user_stack;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -6,6 +6,7 @@ use aya_ebpf::{
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
     maps::*,
+    stack::PyProcess,
     stats::STAT_SLOTS,
 };
 
@@ -20,6 +21,8 @@ pub static SITE_SAMPLE_EVERY: u32 = 1;
 pub static SITE_INTERVAL_NS: u64 = 0;
 #[unsafe(no_mangle)]
 pub static SITE_BURST_NS: u64 = 0;
+#[unsafe(no_mangle)]
+pub static USER_STACK_PAGES: u32 = 4;
 #[unsafe(no_mangle)]
 pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
 #[unsafe(no_mangle)]
@@ -66,12 +69,12 @@ pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);
-/// Sampled CXL-tier allocations with their user stacks ([`SiteSampleEvent`] records, about 1 KiB
-/// each): apart from `EVENTS` so a burst of samples never crowds out exits and policy events.
+/// Sampled CXL-tier allocations with their user stacks ([`SiteSampleEvent`] records, about
+/// 18 KiB each with the stack copy): apart from `EVENTS` so a burst of samples never crowds out exits and policy events.
 ///
 /// [`SiteSampleEvent`]: tierscope_common::event::SiteSampleEvent
 #[map]
-pub static SITE_SAMPLES: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+pub static SITE_SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 /// tgid -> its sample budget. LRU: a process that stops allocating ages out by itself.
 #[map]
 pub static SITE_BUDGET: LruHashMap<u32, SiteBudget> = LruHashMap::with_max_entries(16384, 0);
@@ -91,3 +94,6 @@ pub static PAGE_BASE: Array<u64> = Array::with_max_entries(1, 0);
 pub static PAGE_BASE_VOTES: HashMap<u64, u64> = HashMap::with_max_entries(256, 0);
 #[map]
 pub static PAGE_BASE_SLOT: PerCpuArray<PageBaseSlot> = PerCpuArray::with_max_entries(1, 0);
+/// tgid -> where its CPython interpreter keeps its frames (written by the agent).
+#[map]
+pub static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(4096, 0);

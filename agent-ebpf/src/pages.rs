@@ -342,6 +342,11 @@ fn sample_site<C: EbpfContext>(ctx: &C, tgid: u32, pid: u32, node: u32, pages: u
         (*rec).node = node;
         (*rec).stack_bytes = copied as u32;
     }
+    // Registers and stack copy for unwinding in user space, and the Python frames.
+    // SAFETY: fields of the reserved record.
+    let (user, python) = unsafe { (&raw mut (*rec).user, &raw mut (*rec).python) };
+    crate::user_stack::capture(user);
+    crate::python_frames::capture(python, tgid, pid);
     entry.submit(0);
     count(Stat::SiteDelivered);
 }

@@ -52,6 +52,8 @@ pub struct LoadOptions {
     pub site_samples_per_sec: u32,
     /// Bytes of the `EVENTS` ring buffer (a power of two, a multiple of the page size).
     pub event_ring_bytes: u32,
+    /// Pages of user stack each site sample copies for unwinding (0: frame pointers only).
+    pub user_stack_pages: u32,
 }
 
 impl Default for LoadOptions {
@@ -61,6 +63,7 @@ impl Default for LoadOptions {
             site_sample_every: crate::model::site::DEFAULT_SAMPLE_EVERY,
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
             event_ring_bytes: crate::model::agent::DEFAULT_EVENT_RING_KIB * 1024,
+            user_stack_pages: crate::model::site::DEFAULT_USER_STACK_PAGES,
         }
     }
 }
@@ -139,6 +142,7 @@ impl Probes {
             .override_global(global::SITE_INTERVAL_NS, &site_interval_ns, true)
             .override_global(global::SITE_BURST_NS, &SITE_BURST_NS, true)
             .override_global(global::PAGE_STRUCT_SHIFT, struct_shift.as_ref().unwrap_or(&6), true)
+            .override_global(global::USER_STACK_PAGES, &opts.user_stack_pages, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
             .load(OBJECT)

@@ -121,6 +121,7 @@ impl Session {
                 .event_ring_kib
                 .unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB)
                 .saturating_mul(1024),
+            ..LoadOptions::default()
         };
         let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
@@ -139,7 +140,12 @@ impl Session {
             .context("the SITE_SAMPLES ring buffer is missing from the object (build bug)")?;
         let site_ring =
             aya::maps::RingBuf::try_from(site_ring).context("SITE_SAMPLES is not a ring buffer (build bug)")?;
-        let site_reader = sites::spawn(site_ring).context("starting the site-sample reader")?;
+        // Without the map (an old object), samples keep their native frames only.
+        let py_procs = probes
+            .ebpf
+            .take_map(map::PY_PROCS)
+            .and_then(|m| aya::maps::HashMap::try_from(m).ok());
+        let site_reader = sites::spawn(site_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);

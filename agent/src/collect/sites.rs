@@ -16,10 +16,17 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use tierscope_common::event::{EventKind, SiteSampleEvent};
 
-use super::symbols::{site_id, FrameNamer, FrameNormalizer, NormalFrame, MAX_FRAMES};
-use crate::model::site::SiteTally;
+use aya::maps::HashMap as BpfHashMap;
+use tierscope_common::stack::{PyProcess, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_READ_FAILED, USER_STACK_OK};
 
-/// What the reader could not decode or normalise.
+use super::{
+    python::{self, PyResolver, RawPyFrame},
+    symbols::{site_id, FrameNamer, FrameNormalizer, NormalFrame, MAX_FRAMES},
+    unwind::{Fallback, Unwinders},
+};
+use crate::model::site::{splice_python, SiteFrame, SiteTally, StackFigures};
+
+/// What the reader could not decode or normalise, and how stacks were taken.
 #[derive(Debug, Default)]
 pub struct SiteReaderStats {
     /// Records that were not site samples or were cut short.
@@ -28,6 +35,47 @@ pub struct SiteReaderStats {
     pub unnormalized: AtomicU64,
     /// New sites not named because the namer was behind (retried on their next sample).
     pub naming_skipped: AtomicU64,
+    unwound: AtomicU64,
+    unwound_truncated: AtomicU64,
+    unwind_ns: AtomicU64,
+    fp_no_copy: AtomicU64,
+    fp_no_modules: AtomicU64,
+    fp_no_tables: AtomicU64,
+    fp_short: AtomicU64,
+    python: AtomicU64,
+    python_no_thread: AtomicU64,
+    python_no_frame: AtomicU64,
+    python_read_failed: AtomicU64,
+    python_processes: AtomicU64,
+    python_unsupported: AtomicU64,
+    python_frames_unresolved: AtomicU64,
+}
+
+impl SiteReaderStats {
+    /// The figures the snapshot shows.
+    pub fn stacks(&self) -> StackFigures {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StackFigures {
+            unwound: l(&self.unwound),
+            unwound_truncated: l(&self.unwound_truncated),
+            fp_no_copy: l(&self.fp_no_copy),
+            fp_no_modules: l(&self.fp_no_modules),
+            fp_no_tables: l(&self.fp_no_tables),
+            fp_short: l(&self.fp_short),
+            unwind_ns_per_sample: l(&self.unwind_ns).checked_div(l(&self.unwound)).unwrap_or(0),
+            python: l(&self.python),
+            python_no_thread: l(&self.python_no_thread),
+            python_no_frame: l(&self.python_no_frame),
+            python_read_failed: l(&self.python_read_failed),
+            python_processes: l(&self.python_processes),
+            python_unsupported: l(&self.python_unsupported),
+            python_frames_unresolved: l(&self.python_frames_unresolved),
+        }
+    }
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A decoded site sample.
@@ -35,8 +83,16 @@ pub struct SiteReaderStats {
 pub struct SiteSample {
     pub tgid: u32,
     pub pages: u64,
-    /// Return addresses, innermost first, at most [`MAX_FRAMES`].
+    /// Return addresses of the frame-pointer walk, innermost first, at most [`MAX_FRAMES`].
     pub frames: Vec<u64>,
+    /// `UserStack::status`; with it the registers (ip, sp, bp), the copy's start and bytes.
+    pub stack_status: u32,
+    pub regs: (u64, u64, u64),
+    pub stack_start: u64,
+    pub stack: Vec<u8>,
+    /// `PyStack::status` and the frames the kernel read.
+    pub python_status: u32,
+    pub python: Vec<RawPyFrame>,
 }
 
 /// Decodes a `SITE_SAMPLES` record. Pure.
@@ -45,14 +101,28 @@ pub fn decode(buf: &[u8]) -> Option<SiteSample> {
         return None;
     }
     // SAFETY: length checked; SiteSampleEvent is #[repr(C)] integers; read_unaligned copes with
-    // any alignment.
-    let e: SiteSampleEvent = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+    // any alignment. Boxed: the record is ~18 KiB.
+    let e: Box<SiteSampleEvent> = Box::new(unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) });
     if EventKind::from_u32(e.header.kind) != Some(EventKind::SiteSample) {
         return None;
     }
     let n = (e.stack_bytes as usize / 8).min(e.frames.len()).min(MAX_FRAMES);
     let frames = e.frames[..n].iter().copied().take_while(|&a| a != 0).collect();
-    Some(SiteSample { tgid: e.header.tgid, pages: e.pages, frames })
+    let len = (e.user.len as usize).min(e.user.bytes.len());
+    let py = (e.python.count as usize).min(e.python.frames.len());
+    Some(SiteSample {
+        tgid: e.header.tgid,
+        pages: e.pages,
+        frames,
+        stack_status: e.user.status,
+        regs: (e.user.ip, e.user.sp, e.user.bp),
+        stack_start: e.user.start,
+        stack: e.user.bytes[..len].to_vec(),
+        python_status: e.python.status,
+        python: (0..py)
+            .map(|i| RawPyFrame { code: e.python.frames[i].code, instr: e.python.frames[i].instr, mark: e.python.marks[i] })
+            .collect(),
+    })
 }
 
 /// Stacks known per process before its table starts over (a bound on memory).
@@ -63,18 +133,22 @@ const MAX_STACKS_PER_PROCESS: usize = 65_536;
 struct Dedup {
     sites: HashMap<u32, HashMap<u64, u64>>,
     named: HashSet<(u32, u64)>,
+    /// Processes whose mappings were looked at for an interpreter.
+    examined: HashSet<u32>,
 }
 
 impl Dedup {
     fn forget(&mut self, tgid: u32) {
         self.sites.remove(&tgid);
         self.named.retain(|(t, _)| *t != tgid);
+        self.examined.remove(&tgid);
     }
 }
 
-fn raw_hash(frames: &[u64]) -> u64 {
+fn raw_hash(frames: &[u64], python: &[RawPyFrame]) -> u64 {
     let mut h = DefaultHasher::new();
     frames.hash(&mut h);
+    python.hash(&mut h);
     h.finish()
 }
 
@@ -82,6 +156,89 @@ struct NameJob {
     tgid: u32,
     site: u64,
     frames: Vec<NormalFrame>,
+    /// The Python frames of each interpreter call, innermost first, already named.
+    python: Vec<Vec<SiteFrame>>,
+}
+
+/// What the reader keeps besides the dedup table: the unwinders, the Python processes and the
+/// kernel's map of them.
+struct Stacks {
+    unwinders: Unwinders,
+    python: PyResolver,
+    py_procs: Option<BpfHashMap<MapData, u32, PyProcess>>,
+}
+
+impl Stacks {
+    fn forget(&mut self, tgid: u32) {
+        self.unwinders.forget(tgid);
+        if self.python.targets.contains_key(&tgid) {
+            if let Some(m) = self.py_procs.as_mut() {
+                let _ = m.remove(&tgid);
+            }
+        }
+        self.python.forget(tgid);
+    }
+
+    /// Looks at a process seen for the first time: a CPython it can read goes into `PY_PROCS`.
+    fn examine(&mut self, s: &SiteSample, st: &SiteReaderStats) {
+        let Some(maps) = self.unwinders.mappings(s.tgid, s.regs.0) else { return };
+        match python::detect(s.tgid, maps) {
+            Ok(Some(t)) => {
+                if let Some(m) = self.py_procs.as_mut() {
+                    if let Err(e) = m.insert(s.tgid, t.process, 0) {
+                        tracing::debug!("PY_PROCS insert for {}: {e}", s.tgid);
+                        return;
+                    }
+                }
+                self.python.targets.insert(s.tgid, t);
+                bump(&st.python_processes);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!("python frames of {}: {e}", s.tgid);
+                bump(&st.python_unsupported);
+            }
+        }
+    }
+
+    /// The sample's native frames: unwound from the stack copy, else the frame-pointer walk
+    /// (the reason counted).
+    fn native(&mut self, s: &SiteSample, st: &SiteReaderStats) -> Vec<u64> {
+        if s.stack_status != USER_STACK_OK {
+            bump(&st.fp_no_copy);
+            return s.frames.clone();
+        }
+        let t = std::time::Instant::now();
+        let r = self.unwinders.unwind(s.tgid, s.regs, s.stack_start, &s.stack, MAX_FRAMES);
+        match r {
+            Ok(u) => {
+                st.unwind_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                bump(&st.unwound);
+                if u.truncated {
+                    bump(&st.unwound_truncated);
+                }
+                u.frames
+            }
+            Err(why) => {
+                bump(match why {
+                    Fallback::NoModules => &st.fp_no_modules,
+                    Fallback::NoTables => &st.fp_no_tables,
+                    Fallback::Short => &st.fp_short,
+                });
+                s.frames.clone()
+            }
+        }
+    }
+}
+
+fn count_python(s: &SiteSample, st: &SiteReaderStats) {
+    match s.python_status {
+        PY_OK => bump(&st.python),
+        PY_NO_THREAD => bump(&st.python_no_thread),
+        PY_NO_FRAME => bump(&st.python_no_frame),
+        PY_READ_FAILED => bump(&st.python_read_failed),
+        _ => {}
+    }
 }
 
 /// The running reader: take its tally on every tick; tell it which processes exec'd or were
@@ -104,7 +261,10 @@ impl SiteReader {
 }
 
 /// Starts the reader and namer threads.
-pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
+pub fn spawn(
+    mut ring: RingBuf<MapData>,
+    py_procs: Option<BpfHashMap<MapData, u32, PyProcess>>,
+) -> std::io::Result<SiteReader> {
     let stats = Arc::new(SiteReaderStats::default());
     let tally = Arc::new(Mutex::new(SiteTally::default()));
     let (forget, forget_rx) = std_mpsc::channel::<u32>();
@@ -113,7 +273,7 @@ pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
     std::thread::Builder::new().name("site-namer".into()).spawn(move || {
         let mut namer = FrameNamer::default();
         while let Ok(job) = name_rx.recv() {
-            let frames = namer.name(job.tgid, &job.frames);
+            let frames = splice_python(namer.name(job.tgid, &job.frames), job.python);
             named.lock().unwrap_or_else(|e| e.into_inner()).named.push((job.tgid, job.site, frames));
         }
     })?;
@@ -121,6 +281,7 @@ pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
     std::thread::Builder::new().name("site-reader".into()).spawn(move || {
         let mut normalizer = FrameNormalizer::default();
         let mut dedup = Dedup::default();
+        let mut stacks = Stacks { unwinders: Unwinders::default(), python: PyResolver::default(), py_procs };
         let fd = ring.as_raw_fd();
         let mut batch = SiteTally::default();
         loop {
@@ -129,7 +290,10 @@ pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
             unsafe { libc::poll(&mut pfd, 1, 200) };
             loop {
                 match forget_rx.try_recv() {
-                    Ok(tgid) => dedup.forget(tgid),
+                    Ok(tgid) => {
+                        dedup.forget(tgid);
+                        stacks.forget(tgid);
+                    }
                     Err(std_mpsc::TryRecvError::Empty) => break,
                     // The session is gone.
                     Err(std_mpsc::TryRecvError::Disconnected) => return,
@@ -141,7 +305,7 @@ pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
                     continue;
                 };
                 drop(item);
-                let site = site_of(&s, &mut dedup, &mut normalizer, &name_tx, &st);
+                let site = site_of(&s, &mut dedup, &mut stacks, &mut normalizer, &name_tx, &st);
                 batch.add(s.tgid, site, s.pages);
                 // Hand over in batches: the lock is taken once per thousand samples at most.
                 if batch.samples.len() >= 1024 {
@@ -151,6 +315,7 @@ pub fn spawn(mut ring: RingBuf<MapData>) -> std::io::Result<SiteReader> {
             merge(&out, std::mem::take(&mut batch));
             if dedup.sites.is_empty() {
                 normalizer.trim();
+                stacks.unwinders.trim();
             }
         }
     })?;
@@ -174,28 +339,42 @@ fn merge(out: &Mutex<SiteTally>, batch: SiteTally) {
 fn site_of(
     s: &SiteSample,
     dedup: &mut Dedup,
+    stacks: &mut Stacks,
     normalizer: &mut FrameNormalizer,
     name_tx: &std_mpsc::SyncSender<NameJob>,
     st: &SiteReaderStats,
 ) -> u64 {
-    let raw = raw_hash(&s.frames);
+    if dedup.examined.insert(s.tgid) {
+        stacks.examine(s, st);
+    }
+    count_python(s, st);
+    let native = stacks.native(s, st);
+    let raw = raw_hash(&native, &s.python);
     if let Some(&site) = dedup.sites.get(&s.tgid).and_then(|m| m.get(&raw)) {
         if dedup.named.contains(&(s.tgid, site)) {
             return site;
         }
     }
-    let frames = normalizer.normalize(s.tgid, &s.frames).unwrap_or_else(|| {
+    let frames = normalizer.normalize(s.tgid, &native).unwrap_or_else(|| {
         st.unnormalized.fetch_add(1, Ordering::Relaxed);
-        s.frames.iter().map(|&addr| NormalFrame::Unknown { addr }).collect()
+        native.iter().map(|&addr| NormalFrame::Unknown { addr }).collect()
     });
-    let site = site_id(&frames);
+    let mut unresolved = 0;
+    let python = stacks.python.frames(s.tgid, &s.python, &mut unresolved);
+    st.python_frames_unresolved.fetch_add(unresolved, Ordering::Relaxed);
+    let site = {
+        let mut h = DefaultHasher::new();
+        site_id(&frames).hash(&mut h);
+        python.hash(&mut h);
+        h.finish()
+    };
     let table = dedup.sites.entry(s.tgid).or_default();
     if table.len() >= MAX_STACKS_PER_PROCESS {
         table.clear();
     }
     table.insert(raw, site);
     if !dedup.named.contains(&(s.tgid, site)) {
-        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames }) {
+        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames, python }) {
             Ok(()) => {
                 dedup.named.insert((s.tgid, site));
             }
@@ -209,7 +388,10 @@ fn site_of(
 
 #[cfg(test)]
 mod tests {
-    use tierscope_common::event::{EventHeader, SITE_MAX_FRAMES};
+    use tierscope_common::{
+        event::{EventHeader, SITE_MAX_FRAMES},
+        stack::{PyFrameRaw, PyStack, UserStack, PY_MAX_FRAMES, USER_STACK_BYTES, USER_STACK_NO_REGS},
+    };
 
     use super::*;
 
@@ -218,21 +400,47 @@ mod tests {
         for (i, f) in frames.iter_mut().enumerate() {
             *f = 0x1000 + i as u64;
         }
-        let e = SiteSampleEvent {
+        let mut e = Box::new(SiteSampleEvent {
             header: EventHeader { kind, tgid: 42, pid: 43, cpu: 0, ts_ns: 1 },
             pages: 9,
             node: 0,
             stack_bytes,
             frames,
-        };
+            user: UserStack { ip: 1, sp: 2, bp: 3, start: 0, len: 16, status: 0, bytes: [7; USER_STACK_BYTES] },
+            python: PyStack {
+                status: PY_OK,
+                count: 2,
+                frames: [PyFrameRaw { code: 5, instr: 6 }; PY_MAX_FRAMES],
+                marks: [0; PY_MAX_FRAMES],
+            },
+        });
+        e.python.marks[1] = 1;
         // SAFETY: a plain #[repr(C)] struct viewed as bytes.
-        unsafe { std::slice::from_raw_parts((&raw const e).cast::<u8>(), size_of::<SiteSampleEvent>()) }.to_vec()
+        unsafe { std::slice::from_raw_parts((&raw const *e).cast::<u8>(), size_of::<SiteSampleEvent>()) }.to_vec()
+    }
+
+    fn sample(tgid: u32, frames: Vec<u64>) -> SiteSample {
+        SiteSample {
+            tgid,
+            pages: 1,
+            frames,
+            stack_status: USER_STACK_NO_REGS,
+            regs: (0, 0, 0),
+            stack_start: 0,
+            stack: vec![],
+            python_status: 0,
+            python: vec![],
+        }
     }
 
     #[test]
-    fn decode_takes_the_frames_the_kernel_wrote() {
+    fn decode_takes_what_the_kernel_wrote() {
         let s = decode(&record(EventKind::SiteSample as u32, 3 * 8)).expect("decodes");
-        assert_eq!(s, SiteSample { tgid: 42, pages: 9, frames: vec![0x1000, 0x1001, 0x1002] });
+        assert_eq!((s.tgid, s.pages), (42, 9));
+        assert_eq!(s.frames, vec![0x1000, 0x1001, 0x1002]);
+        assert_eq!((s.regs, s.stack.len(), s.stack_status), ((1, 2, 3), 16, 0));
+        let f = RawPyFrame { code: 5, instr: 6, mark: 0 };
+        assert_eq!(s.python, vec![f, RawPyFrame { mark: 1, ..f }]);
         // Deeper stacks are cut to what a site keeps.
         assert_eq!(decode(&record(EventKind::SiteSample as u32, 127 * 8)).expect("decodes").frames.len(), MAX_FRAMES);
     }
@@ -247,18 +455,21 @@ mod tests {
     #[test]
     fn a_known_stack_is_not_normalised_again() {
         let mut dedup = Dedup::default();
+        let mut stacks = Stacks { unwinders: Unwinders::default(), python: PyResolver::default(), py_procs: None };
         let mut n = FrameNormalizer::default();
         let (tx, rx) = std_mpsc::sync_channel(4);
         let st = SiteReaderStats::default();
         let me = std::process::id();
         let here = a_known_stack_is_not_normalised_again as fn() as usize as u64;
-        let s = SiteSample { tgid: me, pages: 1, frames: vec![here] };
-        let first = site_of(&s, &mut dedup, &mut n, &tx, &st);
-        assert_eq!(site_of(&s, &mut dedup, &mut n, &tx, &st), first);
+        let s = sample(me, vec![here]);
+        let first = site_of(&s, &mut dedup, &mut stacks, &mut n, &tx, &st);
+        assert_eq!(site_of(&s, &mut dedup, &mut stacks, &mut n, &tx, &st), first);
         assert_eq!(rx.try_iter().count(), 1, "named once");
+        // Without a stack copy, the frame-pointer frames are used, the reason counted.
+        assert_eq!(st.stacks().fp_no_copy, 2);
         // A process that is gone: its stack is kept as addresses, counted.
-        let gone = SiteSample { tgid: u32::MAX - 1, pages: 1, frames: vec![here] };
-        assert_ne!(site_of(&gone, &mut dedup, &mut n, &tx, &st), first);
+        let gone = sample(u32::MAX - 1, vec![here]);
+        assert_ne!(site_of(&gone, &mut dedup, &mut stacks, &mut n, &tx, &st), first);
         assert_eq!(st.unnormalized.load(Ordering::Relaxed), 1);
         dedup.forget(me);
         assert!(!dedup.sites.contains_key(&me));

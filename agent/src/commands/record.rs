@@ -295,6 +295,7 @@ fn write_interval(
             site_sample_every: s.site_sample_every,
             site_samples_per_sec: s.site_samples_per_sec,
             site_unnormalized: s.site_reader.stats.unnormalized.load(std::sync::atomic::Ordering::Relaxed),
+            site_stacks: s.site_reader.stats.stacks(),
             window_start_ns: started_ns,
             map_entries_forgotten: s.entries_forgotten,
             memory_block_checks: s.block_checks,

@@ -106,6 +106,7 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             memory_block_slots_rewritten: s.block_slots_rewritten,
             site_samples_per_sec: s.site_samples_per_sec,
             site_unnormalized: s.site_reader.stats.unnormalized.load(std::sync::atomic::Ordering::Relaxed),
+            site_stacks: s.site_reader.stats.stacks(),
         },
     );
     s.model.departed.close_window(window);

@@ -17,6 +17,11 @@ pub const DEFAULT_SAMPLES_PER_SEC: u32 = 200;
 /// still above the 200/s budget.
 pub const DEFAULT_SAMPLE_EVERY: u32 = 64;
 
+/// Pages of user stack a site sample copies for unwinding through `.eh_frame` (the page `sp`
+/// lies in and three above it: 12-16 KiB above `sp`, enough for the frames between an allocation
+/// and the interpreter or training loop that asked for it).
+pub const DEFAULT_USER_STACK_PAGES: u32 = 4;
+
 /// What the samples of one allocation site add up to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteTotals {
@@ -43,13 +48,25 @@ impl SiteTally {
     }
 }
 
+/// What ran a frame: machine code, or the Python interpreter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    #[default]
+    Native,
+    Python,
+}
+
 /// One frame of a site, innermost first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct SiteFrame {
+    pub kind: FrameKind,
     /// The file the frame's code came from (its name, `libcuda.so.1`), or `[vdso]`, or
-    /// `[unknown]` for code in no file (JIT, an unmapped address).
+    /// `[unknown]` for code in no file (JIT, an unmapped address); for a Python frame, the
+    /// script's file name.
     pub module: String,
-    /// Offset in the module's file; for `[unknown]`, the address itself.
+    /// Offset in the module's file; for `[unknown]`, the address itself; for a Python frame,
+    /// its line.
     pub offset: u64,
     /// The enclosing function, when the module's symbols name it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,12 +74,44 @@ pub struct SiteFrame {
     /// Offset of the frame from the function's start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub function_offset: Option<u64>,
+    /// A Python frame's source file, as its code object names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
 }
 
 impl SiteFrame {
     /// A frame of `module` at `offset` that no symbol names.
     pub fn unnamed(module: impl Into<String>, offset: u64) -> Self {
-        SiteFrame { module: module.into(), offset, function: None, function_offset: None }
+        SiteFrame {
+            kind: FrameKind::Native,
+            module: module.into(),
+            offset,
+            function: None,
+            function_offset: None,
+            file: None,
+            line: None,
+        }
+    }
+
+    /// A Python frame: `function` at `file:line`.
+    pub fn python(file: &str, function: &str, line: u32) -> Self {
+        let module = file.rsplit('/').next().unwrap_or(file).to_string();
+        SiteFrame {
+            kind: FrameKind::Python,
+            module,
+            offset: u64::from(line),
+            function: Some(function.to_string()),
+            function_offset: None,
+            file: Some(file.to_string()),
+            line: Some(line),
+        }
+    }
+
+    /// Whether a symbol or a code object named this frame.
+    pub fn is_named(&self) -> bool {
+        self.function.is_some() && !(self.kind == FrameKind::Python && self.file.as_deref() == Some("[unknown]"))
     }
 
     /// The same frame named `function` (+`function_offset`).
@@ -71,9 +120,14 @@ impl SiteFrame {
     }
 }
 
-/// `function+0x1f (module)` when named, `module+0x1a2b3c` otherwise: never a bare address.
+/// `function+0x1f (module)` when named, `module+0x1a2b3c` otherwise: never a bare address;
+/// a Python frame as `path/to/file.py:LINE in function`.
 impl fmt::Display for SiteFrame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind == FrameKind::Python {
+            let file = self.file.as_deref().unwrap_or(&self.module);
+            return write!(f, "{file}:{} in {}", self.line.unwrap_or(0), self.function.as_deref().unwrap_or("?"));
+        }
         match &self.function {
             Some(func) => write!(f, "{func}+{:#x} ({})", self.function_offset.unwrap_or(0), self.module),
             None => write!(f, "{}+{:#x}", self.module, self.offset),
@@ -84,6 +138,87 @@ impl fmt::Display for SiteFrame {
 /// The frames of a site as text, innermost first, joined by ` <- `.
 pub fn frames_text(frames: &[SiteFrame], max: usize) -> String {
     frames.iter().take(max).map(ToString::to_string).collect::<Vec<_>>().join(" <- ")
+}
+
+/// The frames as text with the Python frames first (innermost first), then the native ones:
+/// the script's lines are what a training engineer reads first.
+pub fn frames_text_python_first(frames: &[SiteFrame], max: usize) -> String {
+    let (py, native): (Vec<&SiteFrame>, Vec<&SiteFrame>) = frames.iter().partition(|f| f.kind == FrameKind::Python);
+    py.into_iter().chain(native).take(max).map(ToString::to_string).collect::<Vec<_>>().join(" <- ")
+}
+
+/// Replaces each native `_PyEval_EvalFrameDefault` frame (innermost first) with the Python
+/// frames that call of the interpreter ran (`runs`, innermost first). Runs left over (the native
+/// walk stopped short) go on the outer end. Pure.
+pub fn splice_python(native: Vec<SiteFrame>, runs: Vec<Vec<SiteFrame>>) -> Vec<SiteFrame> {
+    let mut runs = runs.into_iter();
+    let mut out = Vec::with_capacity(native.len());
+    for f in native {
+        let eval = f.function.as_deref().is_some_and(|n| n.starts_with("_PyEval_EvalFrameDefault"));
+        match (eval, eval.then(|| runs.next()).flatten()) {
+            (true, Some(run)) => out.extend(run),
+            _ => out.push(f),
+        }
+    }
+    out.extend(runs.flatten());
+    out
+}
+
+/// How many frames of the sites' samples are named, native and Python, weighted by samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FramesNamed {
+    pub native: u64,
+    pub native_named: u64,
+    pub python: u64,
+    pub python_named: u64,
+}
+
+impl FramesNamed {
+    /// Adds `samples` samples of a site with `frames`.
+    pub fn add(&mut self, frames: &[SiteFrame], samples: u64) {
+        for f in frames {
+            let named = u64::from(f.is_named()) * samples;
+            match f.kind {
+                FrameKind::Native => {
+                    self.native += samples;
+                    self.native_named += named;
+                }
+                FrameKind::Python => {
+                    self.python += samples;
+                    self.python_named += named;
+                }
+            }
+        }
+    }
+}
+
+/// How the samples' stacks were taken (the reader's counts since the agent started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StackFigures {
+    /// Samples unwound through the modules' unwind tables.
+    pub unwound: u64,
+    /// ... of which the walk ran past the copied stack (the outer frames are missing).
+    pub unwound_truncated: u64,
+    /// Samples that kept their frame-pointer frames, by why: the kernel copied no stack
+    /// (`no_copy`), the process had gone before its modules were read, the instruction pointer
+    /// lay in no module with unwind tables (JIT), the tables gave under two frames.
+    pub fp_no_copy: u64,
+    pub fp_no_modules: u64,
+    pub fp_no_tables: u64,
+    pub fp_short: u64,
+    /// Mean user-space unwinding time per unwound sample (ns).
+    pub unwind_ns_per_sample: u64,
+    /// Samples with Python frames; without, by why: the thread had no Python thread state (a
+    /// native thread), ran no Python code, its interpreter's memory could not be read.
+    pub python: u64,
+    pub python_no_thread: u64,
+    pub python_no_frame: u64,
+    pub python_read_failed: u64,
+    /// Python processes recognised, and those whose version the agent cannot read (3.10, 3.13+).
+    pub python_processes: u64,
+    pub python_unsupported: u64,
+    /// Python frames whose code object could not be read.
+    pub python_frames_unresolved: u64,
 }
 
 #[cfg(test)]

@@ -146,11 +146,31 @@ pub struct SiteSampling {
     /// New stacks whose process was gone before its mappings were read (shown as
     /// `[unknown]+0xADDR` frames).
     pub unnormalized: u64,
+    /// How the stacks were taken: unwound through unwind tables or frame pointers (and why),
+    /// with or without Python frames (and why).
+    pub stacks: super::site::StackFigures,
+    /// Frames of the named sites, native and Python, and how many of them are named (each
+    /// site's frames counted once per sample).
+    pub frames_named: super::site::FramesNamed,
 }
 
 impl SiteSampling {
     /// The sampler's figures from the kernel's counters and the model.
-    pub fn of(model: &Model, sample_every: u32, samples_per_sec: u32, unnormalized: u64) -> Self {
+    pub fn of(
+        model: &Model,
+        sample_every: u32,
+        samples_per_sec: u32,
+        unnormalized: u64,
+        stacks: super::site::StackFigures,
+    ) -> Self {
+        let mut frames_named = super::site::FramesNamed::default();
+        for p in model.processes.values() {
+            for (id, t) in &p.cxl_sites {
+                if let Some(frames) = p.site_frames.get(id) {
+                    frames_named.add(frames, t.samples);
+                }
+            }
+        }
         let k = |n: &str| model.kernel_stats.get(n).copied().unwrap_or(0);
         let mut s = SiteSampling {
             sample_every,
@@ -165,6 +185,8 @@ impl SiteSampling {
             unaccounted: 0,
             received: model.site_samples_received,
             unnormalized,
+            stacks,
+            frames_named,
         };
         let ended = s.delivered + s.no_user_stack + s.rate_limited + s.ring_full + s.stack_error + s.budget_full;
         s.unaccounted = s.attempts as i64 - ended as i64;
@@ -276,6 +298,8 @@ pub struct SnapshotContext<'a> {
     pub site_samples_per_sec: u32,
     /// Site stacks the reader could not normalise (their process was gone).
     pub site_unnormalized: u64,
+    /// How the site reader took the samples' stacks.
+    pub site_stacks: super::site::StackFigures,
 }
 
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
@@ -414,6 +438,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 ctx.site_sample_every,
                 ctx.site_samples_per_sec,
                 ctx.site_unnormalized,
+                ctx.site_stacks,
             ),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
@@ -455,6 +480,7 @@ mod tests {
             memory_block_slots_rewritten: 0,
             site_samples_per_sec: 100,
             site_unnormalized: 0,
+            site_stacks: Default::default(),
         }
     }
 
@@ -569,10 +595,10 @@ mod tests {
         ] {
             m.kernel_stats.insert(k, v);
         }
-        let s = SiteSampling::of(&m, 1, 200, 0);
+        let s = SiteSampling::of(&m, 1, 200, 0, Default::default());
         assert_eq!((s.attempts, s.delivered, s.unaccounted), (100, 60, 0));
         m.kernel_stats.insert("site_attempts", 103);
-        assert_eq!(SiteSampling::of(&m, 1, 200, 0).unaccounted, 3, "a lost attempt shows");
+        assert_eq!(SiteSampling::of(&m, 1, 200, 0, Default::default()).unaccounted, 3, "a lost attempt shows");
         let snap = build(&m, &ProcessFilter::default(), ctx(&[]));
         assert_eq!(snap.agent.drops.get("kernel.site_ring_full"), Some(&4));
         assert!(!snap.agent.drops.contains_key("kernel.site_attempts"), "attempts are not losses");

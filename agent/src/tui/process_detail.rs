@@ -243,7 +243,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
     }
     for (id, pages) in sites.iter().take(5) {
-        let frames = p.site_frames.get(id).map(|f| crate::model::site::frames_text(f, 4));
+        let frames = p.site_frames.get(id).map(|f| crate::model::site::frames_text_python_first(f, 4));
         out.push(Line::from(vec![
             Span::raw(format!("  {} ", rpad(&format::count(*pages), 7))),
             Span::styled(

@@ -1,0 +1,95 @@
+//! The Python frames a thread is running, read from the interpreter's memory at sample time:
+//! `_PyRuntime.interpreters.head` -> its thread states -> the one whose `native_thread_id` is the
+//! allocating thread -> its current frame -> each frame's code object and instruction pointer,
+//! outwards. The agent writes where these lie (`PY_PROCS`) when it recognises a CPython 3.11+
+//! process; user space turns code objects and instruction pointers into file, function and line.
+use aya_ebpf::helpers::bpf_probe_read_user;
+use tierscope_common::stack::{
+    PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD,
+    PY_OK, PY_READ_FAILED,
+};
+
+use crate::maps::PY_PROCS;
+
+#[inline(always)]
+fn read_u64(addr: u64) -> Option<u64> {
+    // SAFETY: a checked read of user memory; fails without faulting.
+    unsafe { bpf_probe_read_user(addr as *const u64).ok() }
+}
+
+/// Fills `out` (inside a reserved ring-buffer record) with the frames of thread `pid` of `tgid`.
+#[inline(always)]
+pub fn capture(out: *mut PyStack, tgid: u32, pid: u32) {
+    // SAFETY: `out` points into a reserved record; plain stores.
+    unsafe { (*out).count = 0 };
+    // SAFETY: a map value read by copy below.
+    let Some(p) = (unsafe { PY_PROCS.get(&tgid) }) else {
+        // SAFETY: as above.
+        unsafe { (*out).status = PY_NOT_TRACKED };
+        return;
+    };
+    let p: PyProcess = *p;
+    let status = walk(out, &p, pid);
+    // SAFETY: as above.
+    unsafe { (*out).status = status };
+}
+
+#[inline(always)]
+fn walk(out: *mut PyStack, p: &PyProcess, pid: u32) -> u32 {
+    let Some(interp) = read_u64(p.interpreters_head) else { return PY_READ_FAILED };
+    if interp == 0 {
+        return PY_NO_THREAD;
+    }
+    let Some(mut tstate) = read_u64(interp + p.interp_threads_head as u64) else { return PY_READ_FAILED };
+    let mut found = false;
+    for _ in 0..PY_MAX_THREADS {
+        if tstate == 0 {
+            break;
+        }
+        let Some(tid) = read_u64(tstate + p.tstate_native_thread_id as u64) else { return PY_READ_FAILED };
+        if tid == pid as u64 {
+            found = true;
+            break;
+        }
+        let Some(next) = read_u64(tstate + p.tstate_next as u64) else { return PY_READ_FAILED };
+        tstate = next;
+    }
+    if !found {
+        return PY_NO_THREAD;
+    }
+    let Some(mut frame) = read_u64(tstate + p.tstate_frame as u64) else { return PY_READ_FAILED };
+    if p.cframe_current_frame != PY_NO_FIELD && frame != 0 {
+        let Some(f) = read_u64(frame + p.cframe_current_frame as u64) else { return PY_READ_FAILED };
+        frame = f;
+    }
+    if frame == 0 {
+        return PY_NO_FRAME;
+    }
+    let mut n = 0usize;
+    while n < PY_MAX_FRAMES && frame != 0 {
+        let (Some(code), Some(instr), Some(prev)) = (
+            read_u64(frame + p.frame_code as u64),
+            read_u64(frame + p.frame_instr as u64),
+            read_u64(frame + p.frame_previous as u64),
+        ) else {
+            break;
+        };
+        // The mark is one byte; reading the 8 bytes it starts keeps to one helper shape.
+        let mark = read_u64(frame + p.frame_mark as u64).unwrap_or(0) as u8;
+        // SAFETY: `n` < PY_MAX_FRAMES: inside the record's arrays.
+        unsafe {
+            (*out).frames[n].code = code;
+            (*out).frames[n].instr = instr;
+            (*out).marks[n] = mark;
+        }
+        n += 1;
+        frame = prev;
+    }
+    // SAFETY: as above.
+    unsafe { (*out).count = n as u32 };
+    if n == 0 {
+        PY_READ_FAILED
+    } else {
+        PY_OK
+    }
+}

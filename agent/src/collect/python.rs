@@ -1,0 +1,444 @@
+//! CPython processes: recognised from their mappings (`python3.N` or `libpython3.N`), the
+//! interpreter's layout written into `PY_PROCS` so the kernel program reads each sample's frame
+//! chain, and the code objects it records named from process memory (file, function, line from
+//! the location table), cached per process.
+use std::{collections::HashMap, fs::File, path::PathBuf, sync::Arc};
+
+use object::{Object as _, ObjectSymbol as _};
+use tierscope_common::stack::PyProcess;
+
+use super::unwind::{exec_bias, Mapping};
+use crate::model::site::SiteFrame;
+
+/// What differs between CPython versions (offsets measured with `offsetof` against each
+/// version's headers: 3.11.7 (Debian bookworm) and 3.12.5; stable within a minor version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyLayout {
+    pub minor: u8,
+    /// `_PyRuntimeState.interpreters.head`.
+    runtime_interpreters_head: u64,
+    /// Everything but the runtime's address.
+    process: PyProcess,
+    code_filename: u64,
+    code_qualname: u64,
+    code_linetable: u64,
+    code_firstlineno: u64,
+    code_adaptive: u64,
+    /// `sizeof(PyASCIIObject)`: where a compact ASCII string's characters start.
+    ascii_data: u64,
+}
+
+/// The layout of CPython 3.`minor`, when the agent knows it.
+pub fn layout_for(minor: u8) -> Option<PyLayout> {
+    let frame = |code, previous, instr, mark| PyProcess {
+        frame_code: code,
+        frame_previous: previous,
+        frame_instr: instr,
+        frame_mark: mark,
+        tstate_next: 8,
+        tstate_frame: 56,
+        ..Default::default()
+    };
+    match minor {
+        11 => Some(PyLayout {
+            minor,
+            runtime_interpreters_head: 40,
+            process: PyProcess {
+                interp_threads_head: 16,
+                tstate_native_thread_id: 160,
+                cframe_current_frame: 8,
+                ..frame(32, 48, 56, 68)
+            },
+            code_filename: 112,
+            code_qualname: 128,
+            code_linetable: 136,
+            code_firstlineno: 72,
+            code_adaptive: 184,
+            ascii_data: 48,
+        }),
+        12 => Some(PyLayout {
+            minor,
+            runtime_interpreters_head: 40,
+            process: PyProcess {
+                interp_threads_head: 72,
+                tstate_native_thread_id: 144,
+                cframe_current_frame: 0,
+                ..frame(0, 8, 56, 70)
+            },
+            code_filename: 112,
+            code_qualname: 128,
+            code_linetable: 136,
+            code_firstlineno: 68,
+            code_adaptive: 192,
+            ascii_data: 40,
+        }),
+        _ => None,
+    }
+}
+
+/// The owner of 3.12+'s C-stack shim frame, pushed at each entry to `_PyEval_EvalFrameDefault`.
+const FRAME_OWNED_BY_CSTACK: u8 = 3;
+
+/// Why a process's Python frames cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PyError {
+    #[error("CPython 3.{0} is not supported (3.11 and 3.12 are)")]
+    Unsupported(u8),
+    #[error("no _PyRuntime symbol in {0}")]
+    NoRuntime(PathBuf),
+}
+
+/// A recognised CPython process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyTarget {
+    pub layout: PyLayout,
+    /// What the kernel program needs (`PY_PROCS`).
+    pub process: PyProcess,
+}
+
+/// The `3.N` in `python3.N` / `libpython3.N.so.1.0`, from a file name.
+pub fn python_minor(path: &std::path::Path) -> Option<u8> {
+    let name = path.file_name()?.to_str()?;
+    let rest = name.strip_prefix("libpython3.").or_else(|| name.strip_prefix("python3."))?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let tail = &rest[digits.len()..];
+    if !(tail.is_empty() || tail.starts_with(".so") || tail == "d" || tail.starts_with("d.so")) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Recognises a CPython process from its executable mappings: `Ok(None)` when it runs none.
+pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyError> {
+    // libpython when the interpreter is a shared library, else the executable.
+    let mut found = mappings.iter().filter_map(|m| python_minor(&m.path).map(|v| (m, v))).collect::<Vec<_>>();
+    found.sort_by_key(|(m, _)| !m.path.to_string_lossy().contains("libpython"));
+    let Some(&(m, minor)) = found.first() else { return Ok(None) };
+    let layout = layout_for(minor).ok_or(PyError::Unsupported(minor))?;
+    let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
+    let file = File::open(&through).or_else(|_| File::open(&m.path)).map_err(|_| PyError::NoRuntime(m.path.clone()))?;
+    // SAFETY: a read-only private map of the interpreter's file.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|_| PyError::NoRuntime(m.path.clone()))?;
+    let elf = object::File::parse(&*map).map_err(|_| PyError::NoRuntime(m.path.clone()))?;
+    let runtime = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.name() == Ok("_PyRuntime"))
+        .map(|s| s.address())
+        .ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
+    let bias = exec_bias(&elf, m).ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
+    let process = PyProcess {
+        interpreters_head: bias.wrapping_add(runtime).wrapping_add(layout.runtime_interpreters_head),
+        ..layout.process
+    };
+    Ok(Some(PyTarget { layout, process }))
+}
+
+/// Reads `buf.len()` bytes at `addr` of process `tgid`.
+pub fn read_mem(tgid: u32, addr: u64, buf: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: one local iovec over `buf`; the kernel checks the remote range.
+    let n = unsafe { libc::process_vm_readv(tgid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+fn read_u64(tgid: u32, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    read_mem(tgid, addr, &mut b).then(|| u64::from_le_bytes(b))
+}
+
+/// A code object's name, file and line table.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CodeInfo {
+    pub file: Arc<str>,
+    pub function: Arc<str>,
+    pub first_line: u32,
+    pub linetable: Vec<u8>,
+}
+
+/// Longest string or line table read from a process (a bound on a corrupt length).
+const MAX_READ: usize = 1 << 16;
+
+/// A `str` object's text (compact ASCII or Latin-1; other kinds are lossily narrowed).
+fn read_str(tgid: u32, obj: u64, layout: &PyLayout) -> Option<String> {
+    let len = read_u64(tgid, obj + 16)? as usize;
+    let state = read_u64(tgid, obj + 32)? as u32;
+    let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+    if len > MAX_READ || compact == 0 || kind == 0 {
+        return None;
+    }
+    // Non-ASCII compact strings keep their characters after the PyCompactUnicodeObject (two
+    // more words: utf8_length, utf8).
+    let data = if ascii == 1 { layout.ascii_data } else { layout.ascii_data + 16 };
+    let mut b = vec![0u8; len * kind as usize];
+    if !read_mem(tgid, obj + data, &mut b) {
+        return None;
+    }
+    Some(match kind {
+        1 if ascii == 1 => String::from_utf8_lossy(&b).into_owned(),
+        1 => b.iter().map(|&c| char::from(c)).collect(),
+        2 => char::decode_utf16(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+            .map(|c| c.unwrap_or('?'))
+            .collect(),
+        _ => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+    })
+}
+
+/// Reads a code object of process `tgid`.
+pub fn read_code(tgid: u32, code: u64, layout: &PyLayout) -> Option<CodeInfo> {
+    let file = read_str(tgid, read_u64(tgid, code + layout.code_filename)?, layout)?;
+    let function = read_str(tgid, read_u64(tgid, code + layout.code_qualname)?, layout)?;
+    let mut first = [0u8; 4];
+    if !read_mem(tgid, code + layout.code_firstlineno, &mut first) {
+        return None;
+    }
+    let table = read_u64(tgid, code + layout.code_linetable)?;
+    // A bytes object: ob_size at 16, the bytes at 32.
+    let n = read_u64(tgid, table + 16)? as usize;
+    let mut linetable = vec![0u8; n.min(MAX_READ)];
+    if !read_mem(tgid, table + 32, &mut linetable) {
+        return None;
+    }
+    Some(CodeInfo { file: file.into(), function: function.into(), first_line: u32::from_le_bytes(first), linetable })
+}
+
+fn varint(it: &mut impl Iterator<Item = u8>) -> Option<u32> {
+    let mut v = 0u32;
+    let mut shift = 0;
+    loop {
+        let b = it.next()?;
+        v |= u32::from(b & 63) << shift;
+        if b & 64 == 0 {
+            return Some(v);
+        }
+        shift += 6;
+        if shift > 30 {
+            return None;
+        }
+    }
+}
+
+fn svarint(it: &mut impl Iterator<Item = u8>) -> Option<i64> {
+    let v = varint(it)?;
+    Some(if v & 1 != 0 { -i64::from(v >> 1) } else { i64::from(v >> 1) })
+}
+
+/// The line of code unit `index` from a 3.11+ location table (`Objects/locations.md`), `None`
+/// when the table gives it no line. Pure.
+pub fn line_of(linetable: &[u8], first_line: u32, index: u64) -> Option<u32> {
+    let mut it = linetable.iter().copied().peekable();
+    let mut line = i64::from(first_line);
+    let mut at = 0u64;
+    while let Some(b) = it.next() {
+        if b & 0x80 == 0 {
+            return None;
+        }
+        let code = (b >> 3) & 15;
+        let units = u64::from(b & 7) + 1;
+        let here = match code {
+            15 => None,
+            14 => {
+                line += svarint(&mut it)?;
+                varint(&mut it)?;
+                varint(&mut it)?;
+                varint(&mut it)?;
+                Some(line)
+            }
+            13 => {
+                line += svarint(&mut it)?;
+                Some(line)
+            }
+            10..=12 => {
+                line += i64::from(code - 10);
+                it.next()?;
+                it.next()?;
+                Some(line)
+            }
+            _ => {
+                it.next()?;
+                Some(line)
+            }
+        };
+        if index < at + units {
+            return here.and_then(|l| u32::try_from(l).ok());
+        }
+        at += units;
+    }
+    None
+}
+
+/// One frame as the kernel recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawPyFrame {
+    pub code: u64,
+    pub instr: u64,
+    pub mark: u8,
+}
+
+/// Splits a thread's frames (innermost first) into the runs each native
+/// `_PyEval_EvalFrameDefault` call executed, innermost first, without 3.12+'s shim frames. Pure.
+pub fn split_by_entry(minor: u8, frames: &[RawPyFrame]) -> Vec<Vec<RawPyFrame>> {
+    let mut runs = vec![Vec::new()];
+    for f in frames {
+        if minor >= 12 && f.mark == FRAME_OWNED_BY_CSTACK {
+            if runs.last().is_some_and(|r: &Vec<RawPyFrame>| !r.is_empty()) {
+                runs.push(Vec::new());
+            }
+            continue;
+        }
+        if let Some(r) = runs.last_mut() {
+            r.push(*f);
+        }
+        // 3.11: the frame an eval call was entered with is the outermost of its run.
+        if minor == 11 && f.mark != 0 {
+            runs.push(Vec::new());
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
+}
+
+/// The processes recognised and their code objects.
+#[derive(Default)]
+pub struct PyResolver {
+    pub targets: HashMap<u32, PyTarget>,
+    codes: HashMap<(u32, u64), Option<Arc<CodeInfo>>>,
+}
+
+/// Code objects kept before the cache starts over.
+const MAX_CODES: usize = 100_000;
+
+impl PyResolver {
+    /// Frames named `file:line in function`, runs innermost first; a code object that cannot be
+    /// read gives a frame with its address as the function, counted in `unresolved`.
+    pub fn frames(&mut self, tgid: u32, raw: &[RawPyFrame], unresolved: &mut u64) -> Vec<Vec<SiteFrame>> {
+        let Some(t) = self.targets.get(&tgid).copied() else { return Vec::new() };
+        if self.codes.len() > MAX_CODES {
+            self.codes.clear();
+        }
+        split_by_entry(t.layout.minor, raw)
+            .into_iter()
+            .map(|run| {
+                run.iter()
+                    .map(|f| {
+                        let info = self
+                            .codes
+                            .entry((tgid, f.code))
+                            .or_insert_with(|| read_code(tgid, f.code, &t.layout).map(Arc::new))
+                            .clone();
+                        match info {
+                            Some(c) => {
+                                let index = f.instr.saturating_sub(f.code + t.layout.code_adaptive) / 2;
+                                let line = line_of(&c.linetable, c.first_line, index).unwrap_or(c.first_line);
+                                SiteFrame::python(&c.file, &c.function, line)
+                            }
+                            None => {
+                                *unresolved += 1;
+                                SiteFrame::python("[unknown]", &format!("code@{:#x}", f.code), 0)
+                            }
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    pub fn forget(&mut self, tgid: u32) {
+        self.targets.remove(&tgid);
+        self.codes.retain(|(t, _), _| *t != tgid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpreter_files_give_their_version() {
+        assert_eq!(python_minor(std::path::Path::new("/usr/bin/python3.11")), Some(11));
+        assert_eq!(python_minor(std::path::Path::new("/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0")), Some(12));
+        assert_eq!(python_minor(std::path::Path::new("/opt/py/lib/libpython3.13d.so")), Some(13));
+        assert_eq!(python_minor(std::path::Path::new("/usr/bin/python3")), None);
+        assert_eq!(python_minor(std::path::Path::new("/usr/bin/python3.11-config")), None);
+    }
+
+    #[test]
+    fn unknown_versions_have_no_layout() {
+        assert!(layout_for(11).is_some() && layout_for(12).is_some());
+        assert_eq!(layout_for(10), None);
+    }
+
+    #[test]
+    fn the_location_table_gives_lines() {
+        // def f():        # line 10
+        //     x = 1       # 11: two code units, one-line form (+1)
+        //     y = 2       # 12: one unit, one-line form (+1)
+        //     return 3    # 14: long form (+2), then a no-location entry
+        let table = [
+            0x80 | (10 << 3) | 1, 0, 0, // RESUME on line 10 (delta 0), 2 units
+            0x80 | (11 << 3) | 1, 4, 5, // +1 -> 11, 2 units
+            0x80 | (11 << 3), 4, 5,     // +1 -> 12, 1 unit
+            0x80 | (14 << 3), 4, 0, 5, 6, // +2 (svarint 4) -> 14, 1 unit
+            0x80 | (15 << 3),           // no location, 1 unit
+        ];
+        let l = |i| line_of(&table, 10, i);
+        assert_eq!((l(0), l(1), l(2), l(3), l(4), l(5), l(6)), (Some(10), Some(10), Some(11), Some(11), Some(12), Some(14), None));
+        assert_eq!(l(99), None);
+    }
+
+    #[test]
+    fn frames_split_at_each_evaluation_entry() {
+        let f = |code, mark| RawPyFrame { code, instr: 0, mark };
+        // 3.11: `is_entry` marks the outermost frame of each eval call.
+        let runs = split_by_entry(11, &[f(1, 0), f(2, 1), f(3, 0), f(4, 1)]);
+        assert_eq!(runs.iter().map(|r| r.iter().map(|f| f.code).collect::<Vec<_>>()).collect::<Vec<_>>(), [[1, 2], [3, 4]]);
+        // 3.12: a shim frame (owner 3) follows each call's outermost frame, and is dropped.
+        let runs = split_by_entry(12, &[f(1, 0), f(2, 0), f(9, 3), f(3, 0), f(9, 3)]);
+        assert_eq!(runs.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
+    }
+
+    #[test]
+    fn this_interpreter_is_recognised_and_its_code_named() {
+        // Debian's python3 (3.11 on bookworm): a script that waits while we read its frames from
+        // its memory as the kernel program would, then resolve them.
+        let script = "import sys, time\ndef waiting():\n    sys.stdout.write('r\\n'); sys.stdout.flush()\n    time.sleep(30)\nwaiting()\n";
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 (apt-get install python3)");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("stdout")), &mut line)
+            .expect("ready");
+        let tgid = child.id();
+        let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).expect("maps");
+        let t = detect(tgid, &super::super::unwind::parse_maps(&text)).expect("readable").expect("a Python process");
+        let p = t.process;
+        // The walk the kernel program does, here through process_vm_readv.
+        let interp = read_u64(tgid, p.interpreters_head).expect("interpreters.head");
+        let tstate = read_u64(tgid, interp + u64::from(p.interp_threads_head)).expect("threads.head");
+        assert_eq!(read_u64(tgid, tstate + u64::from(p.tstate_native_thread_id)), Some(u64::from(tgid)));
+        let cframe = read_u64(tgid, tstate + u64::from(p.tstate_frame)).expect("cframe");
+        let mut frame = read_u64(tgid, cframe + u64::from(p.cframe_current_frame)).expect("frame");
+        let mut raw = Vec::new();
+        while frame != 0 && raw.len() < 16 {
+            let mut mark = [0u8; 1];
+            read_mem(tgid, frame + u64::from(p.frame_mark), &mut mark);
+            raw.push(RawPyFrame {
+                code: read_u64(tgid, frame + u64::from(p.frame_code)).expect("code"),
+                instr: read_u64(tgid, frame + u64::from(p.frame_instr)).expect("instr"),
+                mark: mark[0],
+            });
+            frame = read_u64(tgid, frame + u64::from(p.frame_previous)).expect("previous");
+        }
+        let mut r = PyResolver::default();
+        r.targets.insert(tgid, t);
+        let mut unresolved = 0;
+        let frames: Vec<String> = r.frames(tgid, &raw, &mut unresolved).concat().iter().map(ToString::to_string).collect();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(unresolved, 0);
+        assert_eq!(frames, ["<string>:4 in waiting", "<string>:5 in <module>"]);
+    }
+}

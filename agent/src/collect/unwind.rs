@@ -1,0 +1,391 @@
+//! Unwinding a site sample's copied user stack with the unwind tables of the process's modules
+//! (`.eh_frame` with its `.eh_frame_hdr` index, else `.debug_frame`, from the file or its
+//! separate debug file found by build id), as `perf --call-graph dwarf` does after the fact: code
+//! built without frame pointers (CPython, PyTorch, glibc) walks correctly. framehop does the
+//! unwinding; this file finds the modules of a process (`/proc/PID/maps`, each file opened
+//! through `/proc/PID/map_files` so deleted files and containers' files work), reads their
+//! unwind sections once per file and keeps a per-process unwinder.
+use std::{
+    collections::HashMap,
+    fs::File,
+    ops::Range,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use framehop::{
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+    ExplicitModuleSectionInfo, Module, Unwinder as _,
+};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+
+/// An executable mapping of a process: where a file's code lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub range: Range<u64>,
+    /// Offset in the file of the mapping's start.
+    pub offset: u64,
+    /// (device, inode): the file's identity whatever path it is seen by.
+    pub file: (u64, u64),
+    pub path: PathBuf,
+}
+
+/// The executable file mappings of `/proc/PID/maps` text. Pure.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut it = line.split_ascii_whitespace();
+    let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    let path = it.collect::<Vec<_>>().join(" ");
+    if !perms.contains('x') || !path.starts_with('/') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let dev = (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?;
+    Some(Mapping {
+        range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        file: (dev, inode.parse().ok()?),
+        path: PathBuf::from(path.trim_end_matches(" (deleted)")),
+    })
+}
+
+/// The load bias of mapping `m` of ELF file `elf`: what is added to the file's addresses.
+pub fn exec_bias(elf: &object::File<'_>, m: &Mapping) -> Option<u64> {
+    bias_from(&exec_segments(elf), m)
+}
+
+/// `(file offset range, p_vaddr - p_offset)` of each executable `PT_LOAD`.
+fn exec_segments(elf: &object::File<'_>) -> Vec<(Range<u64>, u64)> {
+    elf.segments()
+        .filter(|seg| matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .map(|seg| {
+            let (off, size) = seg.file_range();
+            (off..off + size, seg.address().wrapping_sub(off))
+        })
+        .collect()
+}
+
+fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
+    let delta = segments.iter().find(|(r, _)| r.contains(&m.offset) || (r.start & !0xfff) == m.offset).map(|(_, d)| *d)?;
+    Some(m.range.start.wrapping_sub(m.offset.wrapping_add(delta)))
+}
+
+/// A module's unwind sections, read once per file.
+#[derive(Debug, Default)]
+pub struct UnwindSections {
+    /// `p_vaddr - p_offset` of each executable `PT_LOAD`, by file offset range: the file's
+    /// addresses from a mapping's file offset.
+    exec_segments: Vec<(Range<u64>, u64)>,
+    text: Option<Range<u64>>,
+    got: Option<Range<u64>>,
+    eh_frame: Option<(Range<u64>, Arc<[u8]>)>,
+    eh_frame_hdr: Option<(Range<u64>, Arc<[u8]>)>,
+    debug_frame: Option<Arc<[u8]>>,
+}
+
+impl UnwindSections {
+    /// The sections of an ELF file's bytes; `debug` is its separate debug file's, when the file
+    /// has no `.eh_frame` (its `.debug_frame` is then used).
+    pub fn from_elf(data: &[u8], debug: Option<&[u8]>) -> Option<Self> {
+        let elf = object::File::parse(data).ok()?;
+        let mut s = UnwindSections { exec_segments: exec_segments(&elf), ..Default::default() };
+        let range = |name: &str| elf.section_by_name(name).map(|sec| sec.address()..sec.address() + sec.size());
+        let data_of = |f: &object::File<'_>, name: &str| {
+            f.section_by_name(name).and_then(|sec| sec.data().ok()).filter(|d| !d.is_empty()).map(Arc::<[u8]>::from)
+        };
+        s.text = range(".text");
+        s.got = range(".got");
+        s.eh_frame = range(".eh_frame").zip(data_of(&elf, ".eh_frame"));
+        s.eh_frame_hdr = range(".eh_frame_hdr").zip(data_of(&elf, ".eh_frame_hdr"));
+        s.debug_frame = data_of(&elf, ".debug_frame");
+        if s.eh_frame.is_none() && s.debug_frame.is_none() {
+            if let Some(dbg) = debug.and_then(|d| object::File::parse(d).ok()) {
+                s.debug_frame = data_of(&dbg, ".debug_frame");
+            }
+        }
+        Some(s)
+    }
+
+    /// Whether the file has tables to unwind with.
+    pub fn has_tables(&self) -> bool {
+        self.eh_frame.is_some() || self.debug_frame.is_some()
+    }
+
+    fn module(&self, m: &Mapping) -> Option<Module<Arc<[u8]>>> {
+        let bias = bias_from(&self.exec_segments, m)?;
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.clone(),
+            got_svma: self.got.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|(_, d)| d.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..Default::default()
+        };
+        Some(Module::new(m.path.display().to_string(), m.range.clone(), bias, info))
+    }
+}
+
+/// The separate debug file of an ELF file: `/usr/lib/debug/.build-id/xx/rest.debug` by build
+/// id, else the `.gnu_debuglink` name beside the file or under `/usr/lib/debug`.
+pub fn debug_file_of(data: &[u8], path: &Path) -> Option<PathBuf> {
+    let elf = object::File::parse(data).ok()?;
+    if let Ok(Some(id)) = elf.build_id() {
+        if id.len() > 1 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let (name, _crc) = elf.gnu_debuglink().ok().flatten()?;
+    let name = std::str::from_utf8(name).ok()?;
+    let dir = path.parent()?;
+    [dir.join(name), dir.join(".debug").join(name), Path::new("/usr/lib/debug").join(dir.strip_prefix("/").ok()?).join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// Reads a file's unwind sections through a memory map (the file may be gigabytes).
+fn read_sections(path: &Path) -> Option<UnwindSections> {
+    let file = File::open(path).ok()?;
+    // SAFETY: a read-only private map of a file; a file truncated under us could fault, which
+    // code files of live processes are not.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let debug = debug_file_of(&map, path).and_then(|p| {
+        let f = File::open(p).ok()?;
+        // SAFETY: as above.
+        unsafe { memmap2::Mmap::map(&f) }.ok()
+    });
+    UnwindSections::from_elf(&map, debug.as_deref())
+}
+
+/// How one stack unwound.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Unwound {
+    /// Lookup addresses, innermost first: the instruction pointer, then each return address
+    /// less one (inside the call instruction).
+    pub frames: Vec<u64>,
+    /// The walk ran past the copied stack (the stack was deeper than the copy).
+    pub truncated: bool,
+}
+
+/// Unwinds `stack` (copied from user address `start`) from the registers. Pure but for the
+/// unwinder's cache.
+pub fn unwind_stack(
+    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    cache: &mut CacheX86_64,
+    regs: (u64, u64, u64),
+    start: u64,
+    stack: &[u8],
+    max: usize,
+) -> Unwound {
+    let (ip, sp, bp) = regs;
+    let mut read_stack = |addr: u64| -> Result<u64, ()> {
+        let off = addr.checked_sub(start).ok_or(())? as usize;
+        let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
+    };
+    let mut iter = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read_stack);
+    let mut out = Unwound { frames: Vec::new(), truncated: false };
+    while out.frames.len() < max {
+        match iter.next() {
+            Ok(Some(f)) => out.frames.push(f.address_for_lookup()),
+            Ok(None) => break,
+            Err(_) => {
+                out.truncated = true;
+                break;
+            }
+        }
+    }
+    out
+}
+
+struct ProcessModules {
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    ranges: Vec<Range<u64>>,
+    mappings: Vec<Mapping>,
+    built: Instant,
+}
+
+/// Why a sample kept its frame-pointer frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The process's mappings could not be read (it exited).
+    NoModules,
+    /// The instruction pointer lies in no file mapping with unwind tables (JIT code).
+    NoTables,
+    /// The unwind tables gave fewer than two frames.
+    Short,
+}
+
+/// The unwinders of the processes seen, and the unwind sections of their files.
+pub struct Unwinders {
+    procs: HashMap<u32, ProcessModules>,
+    files: HashMap<(u64, u64), Option<Arc<UnwindSections>>>,
+    cache: CacheX86_64,
+}
+
+impl Default for Unwinders {
+    fn default() -> Self {
+        Unwinders { procs: HashMap::new(), files: HashMap::new(), cache: CacheX86_64::new() }
+    }
+}
+
+/// How often a process's modules are read again when an address falls outside them (dlopen,
+/// or an exec: the first samples of a new program can come before the exec event).
+const REBUILD_AFTER: Duration = Duration::from_millis(20);
+
+impl Unwinders {
+    /// The process's executable mappings (read while it lives; cached).
+    pub fn mappings(&mut self, tgid: u32, ip: u64) -> Option<&[Mapping]> {
+        self.ensure(tgid, ip)?;
+        self.procs.get(&tgid).map(|p| p.mappings.as_slice())
+    }
+
+    /// Unwinds one sample of `tgid`.
+    pub fn unwind(
+        &mut self,
+        tgid: u32,
+        regs: (u64, u64, u64),
+        start: u64,
+        stack: &[u8],
+        max: usize,
+    ) -> Result<Unwound, Fallback> {
+        self.ensure(tgid, regs.0).ok_or(Fallback::NoModules)?;
+        let p = self.procs.get(&tgid).ok_or(Fallback::NoModules)?;
+        if !p.ranges.iter().any(|r| r.contains(&regs.0)) {
+            return Err(Fallback::NoTables);
+        }
+        let u = unwind_stack(&p.unwinder, &mut self.cache, regs, start, stack, max);
+        if u.frames.len() < 2 {
+            return Err(Fallback::Short);
+        }
+        Ok(u)
+    }
+
+    /// Reads the process's modules when first seen, or again when `ip` lies outside them.
+    fn ensure(&mut self, tgid: u32, ip: u64) -> Option<()> {
+        if let Some(p) = self.procs.get(&tgid) {
+            if p.mappings.iter().any(|m| m.range.contains(&ip)) || p.built.elapsed() < REBUILD_AFTER {
+                return Some(());
+            }
+        }
+        let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok()?;
+        let mappings = parse_maps(&text);
+        let mut unwinder = UnwinderX86_64::new();
+        let mut ranges = Vec::new();
+        for m in &mappings {
+            let sections = self
+                .files
+                .entry(m.file)
+                .or_insert_with(|| {
+                    let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
+                    read_sections(&through).or_else(|| read_sections(&m.path)).map(Arc::new)
+                })
+                .clone();
+            let Some(s) = sections.filter(|s| s.has_tables()) else { continue };
+            if let Some(module) = s.module(m) {
+                unwinder.add_module(module);
+                ranges.push(m.range.clone());
+            }
+        }
+        self.procs.insert(tgid, ProcessModules { unwinder, ranges, mappings, built: Instant::now() });
+        Some(())
+    }
+
+    /// Forgets a process (exec'd or pruned).
+    pub fn forget(&mut self, tgid: u32) {
+        self.procs.remove(&tgid);
+    }
+
+    /// Forgets files no process holds (after every process has gone).
+    pub fn trim(&mut self) {
+        if self.procs.is_empty() {
+            self.files.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_give_executable_file_mappings() {
+        let text = "\
+55d0c0a00000-55d0c0a2c000 r--p 00000000 fe:01 1835063   /usr/bin/python3.11
+55d0c0a2c000-55d0c0d13000 r-xp 0002c000 fe:01 1835063   /usr/bin/python3.11
+7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0
+7ffd1c7e8000-7ffd1c7ea000 r-xp 00000000 00:00 0         [vdso]
+7f1c2b000000-7f1c2b100000 r-xp 00001000 00:1f 42        /tmp/my lib.so (deleted)
+";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[0].range, 0x55d0c0a2c000..0x55d0c0d13000);
+        assert_eq!(m[0].offset, 0x2c000);
+        assert_eq!(m[0].file, ((0xfe << 32) | 1, 1835063));
+        assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
+    }
+
+    #[inline(never)]
+    fn here(depth: u32, out: &mut Option<(u64, u64, u64, u64, Vec<u8>)>) {
+        if depth > 0 {
+            here(depth - 1, out);
+            std::hint::black_box(&out);
+            return;
+        }
+        // This thread's registers and stack, as the kernel program would copy them.
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers.
+        unsafe {
+            std::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp", ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
+        }
+        let start = sp & !0xfff;
+        // Whole pages from sp's up, until one cannot be read (the top of the stack), as the
+        // kernel program copies them.
+        let mem = File::open("/proc/self/mem").expect("/proc/self/mem");
+        let mut bytes = vec![0u8; 0x4000];
+        let mut len = 0;
+        while len < bytes.len()
+            && std::os::unix::fs::FileExt::read_exact_at(&mem, &mut bytes[len..len + 0x1000], start + len as u64).is_ok()
+        {
+            len += 0x1000;
+        }
+        bytes.truncate(len);
+        *out = Some((ip, sp, bp, start, bytes));
+    }
+
+    #[test]
+    fn this_thread_unwinds_through_its_own_eh_frame() {
+        // The test binary is built without frame pointers: only the tables find the callers.
+        let mut got = None;
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                here(3, &mut got);
+                got
+            })
+            .expect("thread")
+            .join()
+            .expect("join")
+            .map(|(ip, sp, bp, start, bytes)| {
+                let mut u = Unwinders::default();
+                let r = u.unwind(std::process::id(), (ip, sp, bp), start, &bytes, 64).expect("unwinds");
+                let own = u.mappings(std::process::id(), ip).expect("maps").iter().find(|m| m.range.contains(&ip)).cloned();
+                let own = own.expect("ip in a mapping");
+                // At least the three recursive callers of `here` (frames in this binary).
+                let in_own = r.frames.iter().filter(|a| own.range.contains(a)).count();
+                assert!(in_own >= 4, "{} frames in the test binary of {:x?}", in_own, r.frames);
+            })
+            .expect("registers taken");
+    }
+}
