@@ -204,6 +204,8 @@ pub struct SiteSampleEvent {
 }
 const _: () = assert!(
     core::mem::size_of::<SiteSampleEvent>()
-        == 40 + 8 * SITE_MAX_FRAMES + core::mem::size_of::<crate::stack::UserStack>()
+        == 40
+            + 8 * SITE_MAX_FRAMES
+            + core::mem::size_of::<crate::stack::UserStack>()
             + core::mem::size_of::<crate::stack::PyStack>()
 );

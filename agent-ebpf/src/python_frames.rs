@@ -5,8 +5,8 @@
 //! process; user space turns code objects and instruction pointers into file, function and line.
 use aya_ebpf::helpers::bpf_probe_read_user;
 use tierscope_common::stack::{
-    PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD,
-    PY_OK, PY_READ_FAILED,
+    PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD, PY_OK,
+    PY_READ_FAILED,
 };
 
 use crate::maps::PY_PROCS;

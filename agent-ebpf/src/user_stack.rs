@@ -43,7 +43,8 @@ pub fn capture(out: *mut UserStack) {
         // SAFETY: bpf_probe_read_kernel copes with any address.
         unsafe { bpf_probe_read_kernel(regs.wrapping_add(off) as *const u64).ok() }
     };
-    let (Some(ip), Some(sp), Some(bp), Some(cs)) = (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP), read(PT_REGS_CS))
+    let (Some(ip), Some(sp), Some(bp), Some(cs)) =
+        (read(PT_REGS_IP), read(PT_REGS_SP), read(PT_REGS_BP), read(PT_REGS_CS))
     else {
         // SAFETY: as above.
         unsafe { (*out).status = USER_STACK_NO_REGS };

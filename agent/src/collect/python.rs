@@ -181,7 +181,10 @@ fn read_str(tgid: u32, obj: u64, layout: &PyLayout) -> Option<String> {
         2 => char::decode_utf16(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
             .map(|c| c.unwrap_or('?'))
             .collect(),
-        _ => b.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?')).collect(),
+        _ => b
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('?'))
+            .collect(),
     })
 }
 
@@ -376,14 +379,27 @@ mod tests {
         //     y = 2       # 12: one unit, one-line form (+1)
         //     return 3    # 14: long form (+2), then a no-location entry
         let table = [
-            0x80 | (10 << 3) | 1, 0, 0, // RESUME on line 10 (delta 0), 2 units
-            0x80 | (11 << 3) | 1, 4, 5, // +1 -> 11, 2 units
-            0x80 | (11 << 3), 4, 5,     // +1 -> 12, 1 unit
-            0x80 | (14 << 3), 4, 0, 5, 6, // +2 (svarint 4) -> 14, 1 unit
-            0x80 | (15 << 3),           // no location, 1 unit
+            0x80 | (10 << 3) | 1,
+            0,
+            0, // RESUME on line 10 (delta 0), 2 units
+            0x80 | (11 << 3) | 1,
+            4,
+            5, // +1 -> 11, 2 units
+            0x80 | (11 << 3),
+            4,
+            5, // +1 -> 12, 1 unit
+            0x80 | (14 << 3),
+            4,
+            0,
+            5,
+            6,                // +2 (svarint 4) -> 14, 1 unit
+            0x80 | (15 << 3), // no location, 1 unit
         ];
         let l = |i| line_of(&table, 10, i);
-        assert_eq!((l(0), l(1), l(2), l(3), l(4), l(5), l(6)), (Some(10), Some(10), Some(11), Some(11), Some(12), Some(14), None));
+        assert_eq!(
+            (l(0), l(1), l(2), l(3), l(4), l(5), l(6)),
+            (Some(10), Some(10), Some(11), Some(11), Some(12), Some(14), None)
+        );
         assert_eq!(l(99), None);
     }
 
@@ -392,7 +408,10 @@ mod tests {
         let f = |code, mark| RawPyFrame { code, instr: 0, mark };
         // 3.11: `is_entry` marks the outermost frame of each eval call.
         let runs = split_by_entry(11, &[f(1, 0), f(2, 1), f(3, 0), f(4, 1)]);
-        assert_eq!(runs.iter().map(|r| r.iter().map(|f| f.code).collect::<Vec<_>>()).collect::<Vec<_>>(), [[1, 2], [3, 4]]);
+        assert_eq!(
+            runs.iter().map(|r| r.iter().map(|f| f.code).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            [[1, 2], [3, 4]]
+        );
         // 3.12: a shim frame (owner 3) follows each call's outermost frame, and is dropped.
         let runs = split_by_entry(12, &[f(1, 0), f(2, 0), f(9, 3), f(3, 0), f(9, 3)]);
         assert_eq!(runs.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
@@ -412,6 +431,8 @@ mod tests {
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("stdout")), &mut line)
             .expect("ready");
         let tgid = child.id();
+        // From the flush on line 3 into the sleep on line 4.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).expect("maps");
         let t = detect(tgid, &super::super::unwind::parse_maps(&text)).expect("readable").expect("a Python process");
         let p = t.process;
@@ -435,7 +456,8 @@ mod tests {
         let mut r = PyResolver::default();
         r.targets.insert(tgid, t);
         let mut unresolved = 0;
-        let frames: Vec<String> = r.frames(tgid, &raw, &mut unresolved).concat().iter().map(ToString::to_string).collect();
+        let frames: Vec<String> =
+            r.frames(tgid, &raw, &mut unresolved).concat().iter().map(ToString::to_string).collect();
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(unresolved, 0);

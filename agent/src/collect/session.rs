@@ -141,10 +141,7 @@ impl Session {
         let site_ring =
             aya::maps::RingBuf::try_from(site_ring).context("SITE_SAMPLES is not a ring buffer (build bug)")?;
         // Without the map (an old object), samples keep their native frames only.
-        let py_procs = probes
-            .ebpf
-            .take_map(map::PY_PROCS)
-            .and_then(|m| aya::maps::HashMap::try_from(m).ok());
+        let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
         let site_reader = sites::spawn(site_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());

@@ -120,7 +120,11 @@ pub fn decode(buf: &[u8]) -> Option<SiteSample> {
         stack: e.user.bytes[..len].to_vec(),
         python_status: e.python.status,
         python: (0..py)
-            .map(|i| RawPyFrame { code: e.python.frames[i].code, instr: e.python.frames[i].instr, mark: e.python.marks[i] })
+            .map(|i| RawPyFrame {
+                code: e.python.frames[i].code,
+                instr: e.python.frames[i].instr,
+                mark: e.python.marks[i],
+            })
             .collect(),
     })
 }

@@ -71,7 +71,8 @@ fn exec_segments(elf: &object::File<'_>) -> Vec<(Range<u64>, u64)> {
 }
 
 fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
-    let delta = segments.iter().find(|(r, _)| r.contains(&m.offset) || (r.start & !0xfff) == m.offset).map(|(_, d)| *d)?;
+    let delta =
+        segments.iter().find(|(r, _)| r.contains(&m.offset) || (r.start & !0xfff) == m.offset).map(|(_, d)| *d)?;
     Some(m.range.start.wrapping_sub(m.offset.wrapping_add(delta)))
 }
 
@@ -149,9 +150,13 @@ pub fn debug_file_of(data: &[u8], path: &Path) -> Option<PathBuf> {
     let (name, _crc) = elf.gnu_debuglink().ok().flatten()?;
     let name = std::str::from_utf8(name).ok()?;
     let dir = path.parent()?;
-    [dir.join(name), dir.join(".debug").join(name), Path::new("/usr/lib/debug").join(dir.strip_prefix("/").ok()?).join(name)]
-        .into_iter()
-        .find(|p| p.is_file())
+    [
+        dir.join(name),
+        dir.join(".debug").join(name),
+        Path::new("/usr/lib/debug").join(dir.strip_prefix("/").ok()?).join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// Reads a file's unwind sections through a memory map (the file may be gigabytes).
@@ -288,7 +293,8 @@ impl Unwinders {
                 .files
                 .entry(m.file)
                 .or_insert_with(|| {
-                    let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
+                    let through =
+                        PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
                     read_sections(&through).or_else(|| read_sections(&m.path)).map(Arc::new)
                 })
                 .clone();
@@ -356,7 +362,8 @@ mod tests {
         let mut bytes = vec![0u8; 0x4000];
         let mut len = 0;
         while len < bytes.len()
-            && std::os::unix::fs::FileExt::read_exact_at(&mem, &mut bytes[len..len + 0x1000], start + len as u64).is_ok()
+            && std::os::unix::fs::FileExt::read_exact_at(&mem, &mut bytes[len..len + 0x1000], start + len as u64)
+                .is_ok()
         {
             len += 0x1000;
         }
@@ -380,7 +387,8 @@ mod tests {
             .map(|(ip, sp, bp, start, bytes)| {
                 let mut u = Unwinders::default();
                 let r = u.unwind(std::process::id(), (ip, sp, bp), start, &bytes, 64).expect("unwinds");
-                let own = u.mappings(std::process::id(), ip).expect("maps").iter().find(|m| m.range.contains(&ip)).cloned();
+                let own =
+                    u.mappings(std::process::id(), ip).expect("maps").iter().find(|m| m.range.contains(&ip)).cloned();
                 let own = own.expect("ip in a mapping");
                 // At least the three recursive callers of `here` (frames in this binary).
                 let in_own = r.frames.iter().filter(|a| own.range.contains(a)).count();

@@ -1,0 +1,86 @@
+//! Root integration tests of the allocation sites' frames against the real kernel, with node 0
+//! declared the CXL tier: native frames through code without frame pointers (unwound with the
+//! modules' `.eh_frame`), and Python frames (`file:LINE in function`) of Debian's python3.
+use tierscope_tests::{process, require_root_and_agent, Agent, Workload};
+
+const PYTHON: &str = "/usr/bin/python3";
+
+fn frames_text(site: &serde_json::Value) -> Vec<String> {
+    site["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect()
+}
+
+/// The position of the first frame satisfying `f`, or a failure naming the frames.
+fn position(frames: &[String], what: &str, f: impl Fn(&str) -> bool) -> usize {
+    frames.iter().position(|x| f(x)).unwrap_or_else(|| panic!("{what} missing from the top site: {frames:#?}"))
+}
+
+/// The 1-based line of `script` that contains `needle`.
+fn line_of(script: &str, needle: &str) -> usize {
+    script.lines().position(|l| l.contains(needle)).map(|i| i + 1).unwrap_or_else(|| panic!("{needle:?} not in script"))
+}
+
+/// Runs `bin args` under a snapshot with node 0 declared CXL; returns its top site.
+fn top_site(bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let mut w = Workload::start(bin, args);
+    let pid = w.pid;
+    let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    w.go();
+    // It lives on while the agent reads its memory (as a training process does).
+    let snap = agent.finish();
+    w.finish();
+    let p = process(&snap, pid);
+    eprintln!("stacks: {}", snap["agent"]["site_sampling"]);
+    (p["top_cxl_alloc_sites"][0].clone(), snap["agent"]["site_sampling"].clone())
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_python_allocation_names_its_function_file_line_and_caller() {
+    require_root_and_agent!();
+    assert!(std::path::Path::new(PYTHON).is_file(), "{PYTHON} missing: apt-get install python3");
+    let script_path = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_sites.py");
+    let script = std::fs::read_to_string(script_path).expect("script");
+    let (top, sampling) = top_site(PYTHON, &[script_path, "256"]);
+    let frames = frames_text(&top);
+    eprintln!("top site: {frames:#?}");
+    let alloc = format!("{script_path}:{} in fill_optimizer_state", line_of(&script, "= bytearray("));
+    let caller = format!("{script_path}:{} in train_step", line_of(&script, "= fill_optimizer_state("));
+    let a = position(&frames, &alloc, |f| f == alloc);
+    let c = position(&frames, &caller, |f| f == caller);
+    assert!(a < c, "the caller is above (outer to) the allocating function: {frames:#?}");
+    // Innermost first: the native frames that zero-fill the bytearray come before the script's.
+    assert!(a > 0 && top["frames"][0]["kind"] == "native", "{top}");
+    let f = &top["frames"][a];
+    assert_eq!(f["kind"], "python", "{f}");
+    assert_eq!(f["file"], script_path, "{f}");
+    assert_eq!(f["function"], "fill_optimizer_state", "{f}");
+    // Every interpreter call was replaced by its Python frames.
+    assert!(!frames.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")), "{frames:#?}");
+    assert!(sampling["stacks"]["python"].as_u64().unwrap_or(0) > 0, "{sampling}");
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_c_chain_without_frame_pointers_is_named_through_its_unwind_tables() {
+    require_root_and_agent!();
+    let dir = std::env::temp_dir().join(format!("tierscope-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bin = dir.join("c-chain");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/support/c_chain.c");
+    let st = std::process::Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status()
+        .expect("run cc (apt-get install gcc)");
+    assert!(st.success(), "cc failed");
+    let (top, _) = top_site(bin.to_str().expect("utf-8 path"), &["64"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let frames = frames_text(&top);
+    eprintln!("top site: {frames:#?}");
+    let inner = position(&frames, "chain_inner", |f| f.starts_with("chain_inner+"));
+    let middle = position(&frames, "chain_middle", |f| f.starts_with("chain_middle+"));
+    let outer = position(&frames, "chain_outer", |f| f.starts_with("chain_outer+"));
+    let main = position(&frames, "main", |f| f.starts_with("main+"));
+    assert!(inner < middle && middle < outer && outer < main, "out of order: {frames:#?}");
+}
