@@ -76,6 +76,20 @@ fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
     Some(m.range.start.wrapping_sub(m.offset.wrapping_add(delta)))
 }
 
+/// A section of a mapped file: the unwinder reads it in place (no copy of a large `.eh_frame`).
+#[derive(Clone, Debug)]
+pub struct SectionData {
+    map: Arc<memmap2::Mmap>,
+    range: Range<usize>,
+}
+
+impl std::ops::Deref for SectionData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
+}
+
 /// A module's unwind sections, read once per file.
 #[derive(Debug, Default)]
 pub struct UnwindSections {
@@ -84,29 +98,38 @@ pub struct UnwindSections {
     exec_segments: Vec<(Range<u64>, u64)>,
     text: Option<Range<u64>>,
     got: Option<Range<u64>>,
-    eh_frame: Option<(Range<u64>, Arc<[u8]>)>,
-    eh_frame_hdr: Option<(Range<u64>, Arc<[u8]>)>,
-    debug_frame: Option<Arc<[u8]>>,
+    eh_frame: Option<(Range<u64>, SectionData)>,
+    eh_frame_hdr: Option<(Range<u64>, SectionData)>,
+    debug_frame: Option<SectionData>,
 }
 
 impl UnwindSections {
-    /// The sections of an ELF file's bytes; `debug` is its separate debug file's, when the file
-    /// has no `.eh_frame` (its `.debug_frame` is then used).
-    pub fn from_elf(data: &[u8], debug: Option<&[u8]>) -> Option<Self> {
-        let elf = object::File::parse(data).ok()?;
+    /// The sections of a mapped ELF file; `debug` is its separate debug file, used when the
+    /// file has no unwind tables of its own (its `.debug_frame`).
+    pub fn from_elf(map: &Arc<memmap2::Mmap>, debug: Option<&Arc<memmap2::Mmap>>) -> Option<Self> {
+        let elf = object::File::parse(&***map).ok()?;
         let mut s = UnwindSections { exec_segments: exec_segments(&elf), ..Default::default() };
         let range = |name: &str| elf.section_by_name(name).map(|sec| sec.address()..sec.address() + sec.size());
-        let data_of = |f: &object::File<'_>, name: &str| {
-            f.section_by_name(name).and_then(|sec| sec.data().ok()).filter(|d| !d.is_empty()).map(Arc::<[u8]>::from)
+        let data_of = |map: &Arc<memmap2::Mmap>, f: &object::File<'_>, name: &str| {
+            let (off, size) = f
+                .section_by_name(name)?
+                .compressed_file_range()
+                .ok()
+                .filter(|r| r.format == object::CompressionFormat::None)
+                .map(|r| (r.offset as usize, r.compressed_size as usize))?;
+            (size > 0 && off.checked_add(size)? <= map.len())
+                .then(|| SectionData { map: map.clone(), range: off..off + size })
         };
         s.text = range(".text");
         s.got = range(".got");
-        s.eh_frame = range(".eh_frame").zip(data_of(&elf, ".eh_frame"));
-        s.eh_frame_hdr = range(".eh_frame_hdr").zip(data_of(&elf, ".eh_frame_hdr"));
-        s.debug_frame = data_of(&elf, ".debug_frame");
+        s.eh_frame = range(".eh_frame").zip(data_of(map, &elf, ".eh_frame"));
+        s.eh_frame_hdr = range(".eh_frame_hdr").zip(data_of(map, &elf, ".eh_frame_hdr"));
+        s.debug_frame = data_of(map, &elf, ".debug_frame");
         if s.eh_frame.is_none() && s.debug_frame.is_none() {
-            if let Some(dbg) = debug.and_then(|d| object::File::parse(d).ok()) {
-                s.debug_frame = data_of(&dbg, ".debug_frame");
+            if let Some(d) = debug {
+                if let Ok(dbg) = object::File::parse(&***d) {
+                    s.debug_frame = data_of(d, &dbg, ".debug_frame");
+                }
             }
         }
         Some(s)
@@ -117,7 +140,7 @@ impl UnwindSections {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
-    fn module(&self, m: &Mapping) -> Option<Module<Arc<[u8]>>> {
+    fn module(&self, m: &Mapping) -> Option<Module<SectionData>> {
         let bias = bias_from(&self.exec_segments, m)?;
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -128,7 +151,12 @@ impl UnwindSections {
             eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
             eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
             debug_frame: self.debug_frame.clone(),
-            ..Default::default()
+            text: None,
+            stubs_svma: None,
+            stub_helper_svma: None,
+            unwind_info: None,
+            text_segment_svma: None,
+            text_segment: None,
         };
         Some(Module::new(m.path.display().to_string(), m.range.clone(), bias, info))
     }
@@ -164,13 +192,13 @@ fn read_sections(path: &Path) -> Option<UnwindSections> {
     let file = File::open(path).ok()?;
     // SAFETY: a read-only private map of a file; a file truncated under us could fault, which
     // code files of live processes are not.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.ok()?);
     let debug = debug_file_of(&map, path).and_then(|p| {
         let f = File::open(p).ok()?;
         // SAFETY: as above.
-        unsafe { memmap2::Mmap::map(&f) }.ok()
+        unsafe { memmap2::Mmap::map(&f) }.ok().map(Arc::new)
     });
-    UnwindSections::from_elf(&map, debug.as_deref())
+    UnwindSections::from_elf(&map, debug.as_ref())
 }
 
 /// How one stack unwound.
@@ -186,7 +214,7 @@ pub struct Unwound {
 /// Unwinds `stack` (copied from user address `start`) from the registers. Pure but for the
 /// unwinder's cache.
 pub fn unwind_stack(
-    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    unwinder: &UnwinderX86_64<SectionData>,
     cache: &mut CacheX86_64,
     regs: (u64, u64, u64),
     start: u64,
@@ -215,7 +243,7 @@ pub fn unwind_stack(
 }
 
 struct ProcessModules {
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<SectionData>,
     ranges: Vec<Range<u64>>,
     mappings: Vec<Mapping>,
     built: Instant,
