@@ -129,12 +129,21 @@ pub struct TierFlags {
     /// bigger than it is counted as `ringbuf_full` losses.
     #[arg(long, value_name = "KIB", default_value_t = crate::model::agent::DEFAULT_EVENT_RING_KIB, value_parser = ring_kib)]
     pub event_ring_kib: u32,
+    /// A TOML file of insight thresholds (the keys of `[insights]`; see the README).
+    #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
+    pub insights_config: Option<crate::model::insights::InsightConfig>,
 }
 
 /// Parses `--event-ring-kib`: a power of two, 4 to 262144.
 pub fn ring_kib(s: &str) -> Result<u32, String> {
     let v: u32 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number of KiB"))?;
     crate::model::agent::check_ring_kib(v)
+}
+
+/// Reads and checks `--insights-config`.
+fn insights_config_file(path: &str) -> Result<crate::model::insights::InsightConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    crate::model::insights::InsightConfig::from_toml(&text, path).map_err(|e| e.to_string())
 }
 
 /// Parses `--exited-grace` (seconds, 0.1 to 3600).

@@ -15,6 +15,8 @@ pub struct ProcStat {
     /// Clock ticks after boot.
     pub start_time: u64,
     pub rss_pages: u64,
+    /// The CPU its main thread last ran on (field 39).
+    pub last_cpu: Option<u32>,
 }
 
 /// Parses `/proc/PID/stat`. The comm is in parentheses and may itself hold spaces and `)`, so
@@ -34,6 +36,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         majflt: f(12)?,
         start_time: f(22)?,
         rss_pages: f(24)?,
+        last_cpu: f(39).map(|c| c as u32),
     })
 }
 
@@ -51,6 +54,18 @@ pub fn parse_cmdline(raw: &[u8]) -> String {
 pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaResidency, String> {
     let path = format!("/proc/{pid}/numa_maps");
     std::fs::read_to_string(&path).map(|t| parse_numa_maps(&t, base_page_size)).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `VmPin` plus `VmLck` of `/proc/PID/status`, in bytes: memory pinned for a device or locked,
+/// which the kernel cannot migrate; `None` when neither line is there (a kernel thread).
+pub fn parse_pinned_bytes(status: &str) -> Option<u64> {
+    let kb = |key: &str| {
+        status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    };
+    match (kb("VmPin:"), kb("VmLck:")) {
+        (None, None) => None,
+        (a, b) => Some((a.unwrap_or(0) + b.unwrap_or(0)) * 1024),
+    }
 }
 
 pub fn read_stat(pid: u32) -> Option<ProcStat> {
@@ -101,8 +116,17 @@ mod tests {
         let p = parse_stat(s).unwrap();
         assert_eq!(p.comm, "my (odd) comm");
         assert_eq!((p.state, p.ppid, p.minflt, p.majflt, p.start_time, p.rss_pages), ('S', 1, 12345, 3, 998877, 2048));
+        assert_eq!(p.last_cpu, Some(1), "field 39: the CPU it last ran on");
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S"), None);
+    }
+
+    #[test]
+    fn pinned_bytes_add_vmpin_and_vmlck() {
+        let status = "Name:\tts-alloc\nVmLck:\t   16384 kB\nVmPin:\t       8 kB\nVmRSS:\t   17000 kB\n";
+        assert_eq!(parse_pinned_bytes(status), Some((16384 + 8) * 1024));
+        assert_eq!(parse_pinned_bytes("Name:\tkthreadd\n"), None);
+        assert_eq!(parse_pinned_bytes("VmLck:\t garbage kB\nVmPin:\t 4 kB\n"), Some(4096));
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct SessionOptions {
     pub site_samples_per_sec: Option<u32>,
     /// The kernel's event ring buffer in KiB (default [`crate::model::agent::DEFAULT_EVENT_RING_KIB`]).
     pub event_ring_kib: Option<u32>,
+    /// Insight thresholds (default: [`crate::model::insights::InsightConfig::default`]).
+    pub insights: Option<crate::model::insights::InsightConfig>,
 }
 
 pub struct Session {
@@ -146,6 +148,7 @@ impl Session {
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
+        model.insights = crate::model::insights::InsightEngine::new(opts.insights.clone().unwrap_or_default());
         let mut session = Session {
             probes,
             model,
@@ -225,6 +228,7 @@ impl Session {
             }
         }
         self.model.assign_jobs();
+        self.update_insights();
         let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         if !gone.is_empty() {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
@@ -234,6 +238,40 @@ impl Session {
                 self.site_reader.forget(tgid);
             }
         }
+    }
+
+    /// Runs the insight rules: with each node's free memory now, and for each training process
+    /// the CPU it last ran on, its resident size and its pinned and locked bytes (read here: one
+    /// small file per node, two per such process).
+    fn update_insights(&mut self) {
+        let mut nodes = self.node_infos();
+        for n in &mut nodes {
+            let path = format!("/sys/devices/system/node/node{}/meminfo", n.id);
+            if let Some(info) =
+                std::fs::read_to_string(&path).ok().and_then(|t| crate::topology::parse::node_meminfo(&t).ok())
+            {
+                n.mem_free_bytes = info.free_bytes;
+            }
+        }
+        let live: Vec<u32> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
+            .map(|p| p.tgid)
+            .collect();
+        for tgid in live {
+            let st = procfs::read_stat(tgid);
+            let pinned = std::fs::read_to_string(format!("/proc/{tgid}/status"))
+                .ok()
+                .and_then(|s| procfs::parse_pinned_bytes(&s));
+            if let Some(p) = self.model.processes.get_mut(&tgid) {
+                p.last_cpu = st.as_ref().and_then(|s| s.last_cpu);
+                p.rss_pages = st.map(|s| s.rss_pages);
+                p.pinned_bytes = pinned;
+            }
+        }
+        self.model.update_insights(&nodes, self.page_size);
     }
 
     /// Rewrites the kernel's page -> node table where memory was onlined or removed since the

@@ -60,6 +60,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         redaction: None,
         site_samples_per_sec: Some(tiers.site_samples_per_sec),
         event_ring_kib: Some(tiers.event_ring_kib),
+        insights: tiers.insights_config.clone(),
     }
 }
 

@@ -266,6 +266,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         redaction: Some(cfg.redaction.clone()),
         site_samples_per_sec: Some(cfg.site_samples_per_sec),
         event_ring_kib: Some(cfg.event_ring_kib),
+        insights: Some(cfg.insights.clone()),
         ..Default::default()
     })?;
     // Exited tracked processes keep their series twice the model's grace; their final records

@@ -35,12 +35,21 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
     let deadline = tokio::time::Instant::now() + duration;
     let mut tick = tokio::time::interval(READ_EVERY);
+    // Insights judge training processes while the window runs: the selected ones are known from
+    // the start (an idle trainer holds memory too) and their residency is read under the budget.
+    if selective {
+        s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
+    }
+    let budget = crate::model::scan_plan::ScanBudget::default();
     let mut interrupted = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             _ = tick.tick() => {
                 s.read_counters();
+                let training: Vec<u32> =
+                    s.model.processes.values().filter(|p| p.tracked() && p.exited_at_ns.is_none()).map(|p| p.tgid).collect();
+                s.refresh_residency(&training, &budget);
                 if let Some(w) = &hotness {
                     w.set_processes(damon::wanted_processes(&s.model, &filter));
                     w.drain_into(&mut s.model.hotness);

@@ -52,6 +52,9 @@ pub struct FileConfig {
     pub hotness: crate::model::hotness_config::HotnessConfig,
     #[serde(default)]
     pub privacy: FilePrivacy,
+    /// `[insights]`: when each insight opens and closes (see `model::insights::config`).
+    #[serde(default)]
+    pub insights: crate::model::insights::InsightConfig,
 }
 
 /// `[privacy]`: command lines and environment values are masked by the built-in rules
@@ -209,6 +212,8 @@ pub struct Config {
     pub redaction: crate::model::redact::Redaction,
     /// `[export] granularity`.
     pub granularity: Granularity,
+    /// Insight thresholds (`[insights]`).
+    pub insights: crate::model::insights::InsightConfig,
 }
 
 impl Config {
@@ -433,6 +438,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     let mut hotness = file.hotness.clone();
     hotness.enabled |= flags.hotness;
     hotness.validate().map_err(|e| bad("[hotness]", e))?;
+    file.insights.validate().map_err(|e| bad("[insights]", e.to_string()))?;
     let redaction = crate::model::redact::Redaction::with_extra(&file.privacy.redact)
         .map_err(|e| bad("privacy.redact", e.to_string()))?;
 
@@ -457,6 +463,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         hotness,
         redaction,
         granularity,
+        insights: file.insights.clone(),
     })
 }
 

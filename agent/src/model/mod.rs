@@ -9,6 +9,7 @@ pub mod histogram;
 pub mod hotness;
 pub mod hotness_config;
 pub mod hotness_view;
+pub mod insights;
 pub mod job;
 pub mod migration;
 pub mod policy;
@@ -80,6 +81,8 @@ pub struct Model {
     pub tiering: tiering::Tiering,
     /// Hot, warm and cold bytes from DAMON (off unless asked for).
     pub hotness: hotness::Hotness,
+    /// Findings about placement, opened and closed with hysteresis (`insights::InsightEngine`).
+    pub insights: insights::InsightEngine,
 }
 
 impl Model {
@@ -423,6 +426,13 @@ impl Model {
                 p.job = j;
             }
         }
+    }
+
+    /// Runs the insight rules over the model as it is after a reading (`nodes`: the topology
+    /// with each node's free memory now).
+    pub fn update_insights(&mut self, nodes: &[snapshot::NodeInfo], page_size: u64) {
+        let vmstat = self.tiering.last_by_node();
+        self.insights.update(self.last_reading_ns, &self.processes, nodes, &self.health, &vmstat, page_size);
     }
 
     pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {

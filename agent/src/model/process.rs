@@ -61,6 +61,12 @@ pub struct Process {
     /// Pages allocated per second per node over the last two readings.
     pub alloc_rate_by_node: BTreeMap<u32, f64>,
     prev_allocs: Option<(BTreeMap<u32, u64>, u64)>,
+    /// The CPU its main thread last ran on (`/proc/PID/stat`), read for insights.
+    pub last_cpu: Option<u32>,
+    /// Resident pages as `/proc/PID/stat` says now (cheap; numa_maps gives them per node).
+    pub rss_pages: Option<u64>,
+    /// Bytes pinned or locked (`VmPin` + `VmLck` of `/proc/PID/status`): pages that cannot move.
+    pub pinned_bytes: Option<u64>,
     /// Faults/s over the last two readings.
     pub fault_rate: f64,
     prev_faults: Option<(u64, u64)>,

@@ -11,6 +11,9 @@ pub struct NumaResidency {
     pub anon_pages_by_node: BTreeMap<u32, u64>,
     /// Of which in huge pages (hugetlbfs mappings, counted by their page size).
     pub huge_pages_by_node: BTreeMap<u32, u64>,
+    /// Of which in mappings under a policy of their own (`bind`, `prefer`, `interleave`...:
+    /// mbind asked for it); a task-wide policy (set_mempolicy, numactl) shows as `default` here.
+    pub placed_pages_by_node: BTreeMap<u32, u64>,
 }
 
 impl NumaResidency {
@@ -31,6 +34,7 @@ pub fn parse_numa_maps(text: &str, base_page_size: u64) -> NumaResidency {
         let mut anon = false;
         let mut huge = false;
         let mut per_node: Vec<(u32, u64)> = Vec::new();
+        let placed = line.split_ascii_whitespace().nth(1).is_some_and(|p| p != "default" && p != "local");
         for tok in line.split_ascii_whitespace().skip(1) {
             if let Some(v) = tok.strip_prefix("kernelpagesize_kB=") {
                 page_kb = v.parse().unwrap_or(base_kb);
@@ -55,6 +59,9 @@ pub fn parse_numa_maps(text: &str, base_page_size: u64) -> NumaResidency {
             }
             if huge {
                 *r.huge_pages_by_node.entry(node).or_default() += pages;
+            }
+            if placed {
+                *r.placed_pages_by_node.entry(node).or_default() += pages;
             }
         }
     }
@@ -84,6 +91,7 @@ mod tests {
         assert_eq!(r.anon_pages_by_node.get(&0), Some(&(16384 + 8)));
         assert_eq!(r.anon_pages_by_node.get(&1), Some(&1));
         assert_eq!(r.huge_pages_by_node.get(&1), Some(&1024));
+        assert_eq!(r.placed_pages_by_node, BTreeMap::from([(1, 1024)]), "only the bind:1 mapping");
         assert_eq!(r.total_pages(), 130 + 16384 + 160 + 8 + 1024 + 1);
     }
 

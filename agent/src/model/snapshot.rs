@@ -242,6 +242,8 @@ pub struct Snapshot {
     /// Hot/warm/cold bytes per tier, node, process and job (with `--hotness`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hotness: Option<super::hotness_view::HotnessSnapshot>,
+    /// Findings about placement: open ones with evidence and what to try, recently closed ones.
+    pub insights: super::insights::view::InsightsSnapshot,
     pub agent: AgentSnapshot,
 }
 
@@ -429,6 +431,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         tiering: model.tiering.since_start(),
         health: crate::health::snapshot::build(&model.health, |n| process::tgids_on_node(&model.processes, n)),
         hotness,
+        insights: super::insights::view::snapshot(&model.insights, ctx.window_start_ns),
         agent: AgentSnapshot {
             programs: ctx.programs,
             drops,

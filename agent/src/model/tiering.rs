@@ -124,6 +124,11 @@ impl Tiering {
     }
 
     /// Since the session's first reading; `None` before any reading.
+    /// Each node's counters at the last reading (empty before the first).
+    pub fn last_by_node(&self) -> BTreeMap<u32, BTreeMap<String, u64>> {
+        self.last.as_ref().map(|r| r.by_node.clone()).unwrap_or_default()
+    }
+
     pub fn since_start(&self) -> Option<TieringSnapshot> {
         Some(Tiering::between(self.first.as_ref()?, self.last.as_ref()?))
     }

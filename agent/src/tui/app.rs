@@ -3,7 +3,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Position, Rect};
 
-/// The views, in Tab order; the number keys 1-6 pick them.
+/// The views, in Tab order; the number keys 1-7 pick them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     Overview,
@@ -12,11 +12,19 @@ pub enum View {
     Migrations,
     Latency,
     Health,
+    Insights,
 }
 
 impl View {
-    pub const ALL: [View; 6] =
-        [View::Overview, View::Processes, View::ProcessDetail, View::Migrations, View::Latency, View::Health];
+    pub const ALL: [View; 7] = [
+        View::Overview,
+        View::Processes,
+        View::ProcessDetail,
+        View::Migrations,
+        View::Latency,
+        View::Health,
+        View::Insights,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -26,6 +34,7 @@ impl View {
             View::Migrations => "Migrations",
             View::Latency => "Latency",
             View::Health => "Health",
+            View::Insights => "Insights",
         }
     }
 
@@ -273,7 +282,7 @@ impl App {
             KeyCode::Char('q') => Action::Quit,
             KeyCode::Tab => Action::Step(1),
             KeyCode::BackTab => Action::Step(-1),
-            KeyCode::Char(c @ '1'..='6') => Action::Go(View::ALL[c as usize - '1' as usize]),
+            KeyCode::Char(c @ '1'..='7') => Action::Go(View::ALL[c as usize - '1' as usize]),
             KeyCode::Char('?') => Action::Help,
             KeyCode::Char('p') => Action::Pause,
             KeyCode::Char('t') => Action::TrainingOnly,
@@ -402,15 +411,17 @@ mod tests {
         press(&mut a, &[KeyCode::Tab], &[]);
         assert_eq!(a.view, View::Processes);
         press(&mut a, &[KeyCode::BackTab, KeyCode::BackTab], &[]);
-        assert_eq!(a.view, View::Health);
+        assert_eq!(a.view, View::Insights);
         press(&mut a, &[KeyCode::Tab], &[]);
         assert_eq!(a.view, View::Overview);
         press(&mut a, &[KeyCode::Char('4')], &[]);
         assert_eq!(a.view, View::Migrations);
         press(&mut a, &[KeyCode::Char('6')], &[]);
         assert_eq!(a.view, View::Health);
-        press(&mut a, &[KeyCode::Char('7'), KeyCode::Char('0')], &[]);
-        assert_eq!(a.view, View::Health, "keys beyond the views do nothing");
+        press(&mut a, &[KeyCode::Char('7')], &[]);
+        assert_eq!(a.view, View::Insights);
+        press(&mut a, &[KeyCode::Char('8'), KeyCode::Char('0')], &[]);
+        assert_eq!(a.view, View::Insights, "keys beyond the views do nothing");
     }
 
     #[test]

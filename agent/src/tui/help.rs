@@ -11,7 +11,7 @@ use super::theme;
 /// Every key the UI understands and what the mouse does, with what it does.
 pub const KEYS: &[(&str, &str)] = &[
     ("Tab / Shift-Tab", "next / previous view"),
-    ("1-6", "Overview, Processes, Process, Migrations, Latency, Health"),
+    ("1-7", "Overview, Processes, Process, Migrations, Latency, Health, Insights"),
     ("↑ ↓  j k", "move the cursor (process lists) or scroll"),
     ("PgUp PgDn", "move by ten rows"),
     ("Home End  g G", "first / last row"),

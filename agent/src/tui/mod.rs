@@ -9,6 +9,7 @@ pub mod health;
 pub mod help;
 pub mod history;
 pub mod hotness;
+pub mod insights;
 pub mod latency;
 pub mod migrations;
 pub mod mouse;

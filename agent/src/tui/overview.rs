@@ -34,9 +34,10 @@ pub fn draw(
     let spark_h = if area.height >= 30 { 8 } else { 5 };
     let tier_of = |n: u32| scene.tier_of(n);
     let hot_line = super::hotness::overview_line(&scene.model.hotness, &tier_of, area.width as usize);
-    let [nodes, sparks, tiering, hotness, health, busiest] = Layout::vertical([
+    let [nodes, sparks, tiering, insights, hotness, health, busiest] = Layout::vertical([
         Constraint::Length(node_h),
         Constraint::Length(spark_h),
+        Constraint::Length(1),
         Constraint::Length(1),
         Constraint::Length(u16::from(hot_line.is_some())),
         Constraint::Length(2),
@@ -50,6 +51,7 @@ pub fn draw(
     draw_rate(f, right, scene, "Demotions", DEMOTION, &scene.history.demotions, theme::demotion());
     let last = scene.model.tiering.last_interval();
     f.render_widget(Paragraph::new(super::tiering::overview_line(last.as_ref(), tiering.width as usize)), tiering);
+    f.render_widget(Paragraph::new(super::insights::overview_line(&scene.model.insights)), insights);
     if let Some(l) = hot_line {
         f.render_widget(Paragraph::new(l), hotness);
     }

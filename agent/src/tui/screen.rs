@@ -8,7 +8,8 @@ use ratatui::{
 
 use super::{
     app::{Regions, View},
-    format, health, help, latency, migrations, mouse, overview, process_detail, processes, rows, theme, App, Scene,
+    format, health, help, insights, latency, migrations, mouse, overview, process_detail, processes, rows, theme, App,
+    Scene,
 };
 
 /// Below this the views cannot say anything useful; a one-line notice is drawn instead.
@@ -41,6 +42,7 @@ pub fn draw(f: &mut Frame<'_>, scene: &Scene<'_>, app: &App) -> Regions {
         View::Migrations => migrations::draw(f, body, scene, app),
         View::Latency => latency::draw(f, body, scene, app),
         View::Health => health::draw(f, body, scene, app),
+        View::Insights => insights::draw(f, body, scene, app),
     }
     f.render_widget(key_line(app), keys);
     if app.help {

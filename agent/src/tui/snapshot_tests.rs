@@ -62,6 +62,7 @@ views! {
     migrations => View::Migrations,
     latency => View::Latency,
     health => View::Health,
+    insights => View::Insights,
 }
 
 #[test]
@@ -286,4 +287,43 @@ fn too_small_a_screen_has_nothing_to_click_and_mouse_off_shows() {
     assert_eq!(regions, Regions::default());
     let (s, _) = render_regions(&f, &App { mouse: false, ..App::default() }, 80, 24);
     assert!(s.lines().next().is_some_and(|l| l.contains("mouse off (m)")), "{s}");
+}
+
+#[test]
+fn insights_view_and_overview_with_open_insights() {
+    use crate::model::insights::{Finding, InsightConfig, InsightEngine, InsightId, Level, Severity, Subject};
+    let mut f = Fixture::training();
+    f.model.insights = InsightEngine::new(InsightConfig { open_after_s: 0.0, ..InsightConfig::default() });
+    let finding = |id, severity, subject, summary: &str| Finding {
+        id,
+        severity,
+        subject,
+        level: Level::Open,
+        summary: summary.into(),
+        evidence: [("slow_resident_bytes".to_string(), 536870912.0), ("fast_free_bytes".to_string(), 1073741824.0)]
+            .into(),
+        details: vec!["python3 4242: 512.0 MiB on the slow tier".into()],
+        try_this: "start the job under `numactl --preferred=0`".into(),
+    };
+    f.model.insights.step(
+        0,
+        vec![
+            finding(
+                InsightId::SlowTierWithFastRoom,
+                Severity::Warning,
+                Subject::Job { job: "llama-run-1".into() },
+                "512.0 MiB of the job on the slow tier (nodes 2) while DRAM has 1024.0 MiB free",
+            ),
+            finding(
+                InsightId::UnhealthyDeviceUnderJob,
+                Severity::Critical,
+                Subject::Job { job: "llama-run-1".into() },
+                "CXL device mem0 is degraded",
+            ),
+        ],
+    );
+    let view = render(&f, &app(View::Insights), 100, 30);
+    insta::assert_snapshot!("insights_open_100x30", view);
+    let overview = render(&f, &app(View::Overview), 120, 30);
+    assert!(overview.contains("Insights 2 open: 1 critical 1 warning"), "{overview}");
 }

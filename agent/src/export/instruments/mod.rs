@@ -95,6 +95,7 @@ pub mod agent;
 mod figure;
 pub mod health;
 pub mod hotness;
+pub mod insights;
 pub mod migrations;
 pub mod node;
 pub mod probe;
@@ -135,6 +136,7 @@ pub const CATALOG: &[MetricDef] = &[
     migrations::MIGRATIONS,
     migrations::MIGRATION_CALLS,
     migrations::MIGRATION_DURATION,
+    insights::INSIGHTS_OPEN,
     agent::KERNEL_DROPPED,
     agent::SITE_SAMPLES,
     agent::RINGBUF_LOST,
@@ -263,6 +265,7 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     }
     migrations::points(input.model, &mut out);
     hotness::points(input, &mut out);
+    insights::points(&input.model.insights, &mut out);
     agent::points(input, &mut out);
     out
 }
