@@ -8,6 +8,7 @@ mod apt_sources;
 mod fetch;
 mod hotness;
 mod initramfs;
+mod insights;
 mod qemu;
 mod qmp;
 mod scenarios;

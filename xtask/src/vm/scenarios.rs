@@ -37,6 +37,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "tier-latency", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 240, judge: tier_latency },
     Scenario { name: "hotness", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 300, judge: super::hotness::judge },
     Scenario { name: "sessions", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 240, judge: super::sessions::judge },
+    Scenario { name: "insights", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 300, judge: super::insights::judge },
 ];
 
 /// What a run brought back.
