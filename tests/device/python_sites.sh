@@ -12,7 +12,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BIN=${BIN:-./target/release/tierscope}
 STEPS=${STEPS:-25}
 HERE=$(dirname "$0")
-STATS="python3 $HERE/bpf_prog_stats.py mm_page_alloc"
+# The page-allocation program: the classic tracepoint or the tp_btf one (names cut to 15 bytes).
+STATS="python3 $HERE/bpf_prog_stats.py mm_page_alloc mm_page_alloc_b"
 python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee "$OUT/py-versions.txt"
 
 run() { # run NAME AGENT-ARGS...: the agent on, then a training run, then the agent off
@@ -35,8 +36,8 @@ import json, sys
 out = sys.argv[1]
 def cost(name):
     a = open(f"{out}/py-{name}.stats0").read().split(); b = open(f"{out}/py-{name}.stats1").read().split()
-    ns, n = int(b[1]) - int(a[1]), int(b[2]) - int(a[2])
-    return ns, n
+    total = lambda v, i: sum(int(x) for x in v[i::3])
+    return total(b, 1) - total(a, 1), total(b, 2) - total(a, 2)
 (off_ns, off_n), (on_ns, on_n) = cost("off"), cost("on")
 doc = json.load(open(f"{out}/py-on.json"))
 ss = doc["agent"]["site_sampling"]
