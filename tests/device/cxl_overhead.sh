@@ -23,7 +23,8 @@ train() { # $1 = label, $2 = round
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 with_agent() { # $1 = round
-    "$BIN" run --cxl-node 0 --match 'torchrun|offload_train' --prometheus "127.0.0.1:$PORT" \
+    printf '[tiers]\ncxl = [0]\n' > "$OUT/cxl0.toml"
+    "$BIN" run --config "$OUT/cxl0.toml" --match 'torchrun|offload_train' --prometheus "127.0.0.1:$PORT" \
         > "$OUT/agent-$1.out" 2> "$OUT/agent-$1.err" &
     local agent=$!
     for _ in $(seq 1 60); do

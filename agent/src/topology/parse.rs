@@ -139,7 +139,9 @@ pub fn tiering_vmstat(text: &str) -> BTreeMap<String, u64> {
         .filter_map(|line| {
             let mut words = line.split_whitespace();
             let (name, value) = (words.next()?, words.next()?);
-            if !is_tiering_counter(name) {
+            // pgmigrate_success too: every page moved between nodes (migratepages, mbind with
+            // MPOL_MF_MOVE), which tells the residency scans that a process's pages may have moved.
+            if !is_tiering_counter(name) && name != "pgmigrate_success" {
                 return None;
             }
             Some((name.to_string(), value.parse::<u64>().ok()?))
@@ -296,13 +298,18 @@ mod tests {
     #[test]
     fn vmstat_keeps_tiering_counters() {
         let text = "nr_free_pages 100\nnuma_hit 7168123\nnuma_miss 0\npgpromote_success 16384\n\
-                    pgdemote_kswapd 42000\npgdemote_direct x\nbroken\n";
+                    pgdemote_kswapd 42000\npgdemote_direct x\npgmigrate_success 9\npgmigrate_fail 1\nbroken\n";
         let got = tiering_vmstat(text);
-        let want: BTreeMap<String, u64> =
-            [("numa_hit", 7168123), ("numa_miss", 0), ("pgpromote_success", 16384), ("pgdemote_kswapd", 42000)]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
+        let want: BTreeMap<String, u64> = [
+            ("numa_hit", 7168123),
+            ("numa_miss", 0),
+            ("pgpromote_success", 16384),
+            ("pgdemote_kswapd", 42000),
+            ("pgmigrate_success", 9),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         assert_eq!(got, want);
     }
 

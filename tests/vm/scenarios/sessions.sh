@@ -17,7 +17,9 @@ sleep 1.5
 truth "$1.N0.before" "$(numa_pages $W 0)"
 m0=$(vmstat pgmigrate_success)
 [ "$1" = move ] && migratepages $W 0 1
-sleep 1.5
+# Held long enough for the recorder to re-read numa_maps after the move: a process whose pages
+# moved is re-read at its CPU-budget interval (model/scan_plan.rs), a few seconds in a slow guest.
+sleep 4
 truth "$1.N0.after" "$(numa_pages $W 0)"
 truth "$1.N1.after" "$(numa_pages $W 1)"
 truth "$1.migrated" $(($(vmstat pgmigrate_success) - m0))
