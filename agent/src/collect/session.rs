@@ -92,6 +92,9 @@ pub struct Session {
     identified: HashSet<u32>,
     /// Per process: what its residency depended on at its last scan ([`residency_mark`]).
     scan_marks: HashMap<u32, [u64; 4]>,
+    /// When each process's CPU, resident size and pinned bytes were last read for the insights,
+    /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
+    insight_reads: HashMap<u32, (u64, u64)>,
     /// Processes a selection turned down (see [`Session::discover`]).
     unwanted: HashSet<u32>,
     /// Scans skipped because nothing that moves a process's pages changed.
@@ -171,6 +174,7 @@ impl Session {
             redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
+            insight_reads: HashMap::new(),
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
             health_poller: Default::default(),
@@ -228,13 +232,14 @@ impl Session {
             }
         }
         self.model.assign_jobs();
-        self.update_insights();
+        self.update_insights(r.at_ns);
         let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         if !gone.is_empty() {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
             for tgid in gone {
                 self.identified.remove(&tgid);
                 self.scan_marks.remove(&tgid);
+                self.insight_reads.remove(&tgid);
                 self.site_reader.forget(tgid);
             }
         }
@@ -242,8 +247,10 @@ impl Session {
 
     /// Runs the insight rules: with each node's free memory now, and for each training process
     /// the CPU it last ran on, its resident size and its pinned and locked bytes (read here: one
-    /// small file per node, two per such process).
-    fn update_insights(&mut self) {
+    /// small file per node, two per such process that faulted since its last read or whose read
+    /// is older than `FAULT_READ_MAX_AGE_NS`: an idle process's values do not move, and with
+    /// `--match` there can be a thousand of them).
+    fn update_insights(&mut self, now_ns: u64) {
         let mut nodes = self.node_infos();
         for n in &mut nodes {
             let path = format!("/sys/devices/system/node/node{}/meminfo", n.id);
@@ -253,14 +260,21 @@ impl Session {
                 n.mem_free_bytes = info.free_bytes;
             }
         }
-        let live: Vec<u32> = self
+        let reads = &self.insight_reads;
+        let due: Vec<(u32, u64)> = self
             .model
             .processes
             .values()
             .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
-            .map(|p| p.tgid)
+            .filter(|p| {
+                reads.get(&p.tgid).is_none_or(|&(at, faults)| {
+                    faults != p.faults || now_ns.saturating_sub(at) >= FAULT_READ_MAX_AGE_NS
+                })
+            })
+            .map(|p| (p.tgid, p.faults))
             .collect();
-        for tgid in live {
+        for (tgid, faults) in due {
+            self.insight_reads.insert(tgid, (now_ns, faults));
             let st = procfs::read_stat(tgid);
             let pinned = std::fs::read_to_string(format!("/proc/{tgid}/status"))
                 .ok()
