@@ -157,23 +157,7 @@ for r in range(2):
     procs.append(subprocess.Popen([sys.executable, "-c", "import mmap,time\nm=mmap.mmap(-1,8<<20)\nfor i in range(0,8<<20,4096): m[i]=1\ntime.sleep(4)"], env=env))
 for p in procs: p.wait()
 "#;
-    let pkg = std::env::temp_dir().join(format!("tierscope-torch-stand-in-{}", std::process::id()));
-    let run_py = pkg.join("torch/distributed/run.py");
-    std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
-    std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
-    std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
-    std::fs::write(&run_py, script).expect("torch/distributed/run.py");
-    let agent = Agent::snapshot(&["--duration", "3", "--match", "torch_dist_launch"]);
-    let mut launcher = std::process::Command::new("python3")
-        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_launch"])
-        .env("PYTHONPATH", &pkg)
-        .spawn()
-        .expect("python3 launcher");
-    let snap = agent.finish();
-    let _ = launcher.wait();
-    let _ = std::fs::remove_dir_all(&pkg);
-    let procs = snap["processes"].as_array().cloned().unwrap_or_default();
-    let lpid = launcher.id();
+    let (procs, lpid) = launched_job(script, "torch-stand-in", "torch_dist_launch");
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
     assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
     let mut ranks: Vec<u64> =
@@ -218,23 +202,7 @@ for r in range(2):
     procs.append(subprocess.Popen([sys.executable, "-c", rank], env=env))
 for p in procs: p.wait()
 "#;
-    let pkg = std::env::temp_dir().join(format!("tierscope-torch-workers-{}", std::process::id()));
-    let run_py = pkg.join("torch/distributed/run.py");
-    std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
-    std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
-    std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
-    std::fs::write(&run_py, script).expect("torch/distributed/run.py");
-    let agent = Agent::snapshot(&["--duration", "3", "--match", "torch_dist_workers"]);
-    let mut launcher = std::process::Command::new("python3")
-        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", "torch_dist_workers"])
-        .env("PYTHONPATH", &pkg)
-        .spawn()
-        .expect("python3 launcher");
-    let snap = agent.finish();
-    let _ = launcher.wait();
-    let _ = std::fs::remove_dir_all(&pkg);
-    let procs = snap["processes"].as_array().cloned().unwrap_or_default();
-    let lpid = launcher.id();
+    let (procs, lpid) = launched_job(script, "torch-workers", "torch_dist_workers");
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
     assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
     let of_job: Vec<&serde_json::Value> = procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).collect();
@@ -272,4 +240,26 @@ fn numa_maps_pages_on(pid: u32, node: u32) -> u64 {
             n * kb / 4
         })
         .sum()
+}
+
+/// Runs `script` as torchrun's own module path (`python3 -m torch.distributed.run ... ARG`, from
+/// a stand-in `torch` package on PYTHONPATH written under a `tierscope-{tag}-PID` temp dir) while
+/// a 3 s snapshot matches `arg`; returns the snapshot's processes and the launcher's pid.
+fn launched_job(script: &str, tag: &str, arg: &str) -> (Vec<serde_json::Value>, u32) {
+    let pkg = std::env::temp_dir().join(format!("tierscope-{tag}-{}", std::process::id()));
+    let run_py = pkg.join("torch/distributed/run.py");
+    std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
+    std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
+    std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
+    std::fs::write(&run_py, script).expect("torch/distributed/run.py");
+    let agent = Agent::snapshot(&["--duration", "3", "--match", arg]);
+    let mut launcher = std::process::Command::new("python3")
+        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", arg])
+        .env("PYTHONPATH", &pkg)
+        .spawn()
+        .expect("python3 launcher");
+    let snap = agent.finish();
+    let _ = launcher.wait();
+    let _ = std::fs::remove_dir_all(&pkg);
+    (snap["processes"].as_array().cloned().unwrap_or_default(), launcher.id())
 }

@@ -7,28 +7,17 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
 };
 
 use serde_json::Value;
-use tierscope_tests::{require_root_and_agent, tierscope_bin};
+use tierscope_tests::{require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 const PROFILE_PROTO_DIR: &str = "/usr/share/gocode/src/github.com/google/pprof/proto";
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tierscope-export-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-fn tierscope(args: &[&str]) -> Output {
-    Command::new(tierscope_bin().expect("bin")).args(args).output().expect("running tierscope")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    scratch_dir("export", name)
 }
 
 /// A recording of the workload touching 64 MiB, node 0 declared the CXL tier so every page it

@@ -8,23 +8,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tierscope_tests::{require_root_and_agent, tierscope_bin};
+use tierscope_tests::{
+    require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr, tierscope_bin,
+};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tierscope-sessions-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-fn tierscope(args: &[&str]) -> Output {
-    Command::new(tierscope_bin().expect("bin")).args(args).output().expect("running tierscope")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    scratch_dir("sessions", name)
 }
 
 /// Records `cmd` (through `sh -c`) at 200 ms intervals into `file`.

@@ -35,6 +35,24 @@ pub fn tierscope_bin() -> Option<String> {
 }
 
 /// Why a root test cannot run here, if it cannot.
+/// A fresh scratch directory `tierscope-{what}-{name}-{pid}` under the temp dir (emptied first).
+pub fn scratch_dir(what: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tierscope-{what}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Runs the agent binary under test with `args` to completion.
+pub fn run_tierscope(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(tierscope_bin().expect("bin")).args(args).output().expect("running tierscope")
+}
+
+/// A finished command's stderr as text.
+pub fn stderr_text(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 pub fn skip_reason() -> Option<String> {
     if tierscope_bin().is_none() {
         return Some("TIERSCOPE_BIN is not set to the built agent (run through `cargo xtask test`)".into());

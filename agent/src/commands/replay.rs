@@ -17,8 +17,8 @@ use crate::{
     recording::{replay, Recording},
     topology::Tier,
     tui::{
-        history::SERIES_LEN, mouse, probe::TierProbe, replay::Player, rows, screen, terminal::TerminalGuard, App,
-        Devices, History, NodeView,
+        history::SERIES_LEN, mouse, probe::TierProbe, replay::Player, rows, terminal::TerminalGuard, App, Devices,
+        History, NodeView,
     },
 };
 
@@ -167,11 +167,9 @@ async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
             _ = render.tick() => {
                 if dirty {
                     let scene = scene!();
-                    let mut regions = None;
-                    if let Err(e) = guard.terminal.draw(|f| regions = Some(screen::draw(f, &scene, &app))) {
+                    if let Err(e) = guard.draw_frame(&scene, &mut app) {
                         break Err(e).context("drawing the screen");
                     }
-                    app.regions = regions.unwrap_or_default();
                     dirty = false;
                 }
             }

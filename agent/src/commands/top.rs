@@ -30,7 +30,7 @@ use crate::{
         history::SERIES_LEN,
         mouse,
         probe::{ProbeProgress, TierProbe},
-        rows, screen,
+        rows,
         terminal::{set_mouse_capture, StderrToLog, TerminalGuard},
         App, DemoInfo, Devices, History, NodeView, Scene,
     },
@@ -283,12 +283,9 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
             _ = render.tick() => {
                 if dirty {
                     let scene = scene!();
-                    let mut regions = None;
-                    if let Err(e) = guard.terminal.draw(|f| regions = Some(screen::draw(f, &scene, &app))) {
+                    if let Err(e) = guard.draw_frame(&scene, &mut app) {
                         break Err(e).context("drawing the screen");
                     }
-                    // Where the tabs, rows and headings are now: the mouse reads clicks against it.
-                    app.regions = regions.unwrap_or_default();
                     dirty = false;
                 }
             }

@@ -88,6 +88,15 @@ pub struct TerminalGuard {
 }
 
 impl TerminalGuard {
+    /// Draws one frame of `scene` and keeps where its tabs, rows and headings are now: the mouse
+    /// reads clicks against the regions of the last frame (kept in `app`).
+    pub fn draw_frame(&mut self, scene: &super::Scene<'_>, app: &mut super::App) -> io::Result<()> {
+        let mut regions = None;
+        self.terminal.draw(|f| regions = Some(super::screen::draw(f, scene, app)))?;
+        app.regions = regions.unwrap_or_default();
+        Ok(())
+    }
+
     pub fn enter() -> io::Result<TerminalGuard> {
         install_panic_hook();
         enable_raw_mode()?;
