@@ -71,6 +71,15 @@ pub fn text(r: &ProbeReport) -> String {
             opt(h.and_then(|h| h.read_latency_ns)),
             opt(h.and_then(|h| h.read_bandwidth_gbps).map(|g| format!("{g:.2}"))),
         );
+        for (what, r) in [("latency", &n.latency_ns), ("read bandwidth", &n.bandwidth_gbps)] {
+            if r.spread_pct > latency::FIRM_SPREAD_PCT {
+                s += &format!(
+                    "     node {}'s {what} varied {:.0}% between repeats: something else shares these CPUs or the \
+                     memory bus; rerun on a quiet machine or with more --repeats\n",
+                    n.node, r.spread_pct
+                );
+            }
+        }
         if n.on_node_pct < 100.0 {
             s += &format!(
                 "     only {:.0}% of node {}'s buffer pages are on it: the figures mix nodes\n",
@@ -102,4 +111,51 @@ pub fn text(r: &ProbeReport) -> String {
         s += &format!("node {} skipped: {}\n", k.node, k.reason);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        latency::{stats::Repeats, NodeResult, Ranking},
+        topology::Tier,
+    };
+
+    fn report(lat: &[f64], bw: &[f64]) -> ProbeReport {
+        ProbeReport {
+            schema: latency::SCHEMA,
+            llc_bytes: 32 << 20,
+            llc_source: "sysfs",
+            repeats: lat.len() as u32,
+            nodes: vec![NodeResult {
+                node: 0,
+                tier: Tier::Dram,
+                initiator_node: 0,
+                cpu: 1,
+                buffer_bytes: 256 << 20,
+                huge_page_bytes: 256 << 20,
+                on_node_pct: 100.0,
+                latency_ns: Repeats::of(lat).unwrap(),
+                bandwidth_gbps: Repeats::of(bw).unwrap(),
+                bandwidth_threads: 2,
+                hmat: None,
+            }],
+            tiers: vec![],
+            ranking: Ranking {
+                measured_latency_order: vec![0],
+                latency_agrees_with_hmat: None,
+                bandwidth_agrees_with_hmat: None,
+            },
+            skipped: vec![],
+        }
+    }
+
+    #[test]
+    fn a_figure_whose_repeats_disagree_is_called_out() {
+        let firm = text(&report(&[100.0, 102.0, 101.0], &[30.0, 31.0, 30.5]));
+        assert!(!firm.contains("varied"), "{firm}");
+        let noisy = text(&report(&[100.0, 102.0, 101.0], &[24.8, 31.4, 45.7]));
+        assert!(noisy.contains("node 0's read bandwidth varied 67% between repeats"), "{noisy}");
+        assert!(!noisy.contains("latency varied"), "{noisy}");
+    }
 }

@@ -145,6 +145,10 @@ pub fn buffer_size(llc: u64, node_free: Option<u64>) -> u64 {
     }
 }
 
+/// A figure whose repeats spread more than this (percent of the median) is not firm: the
+/// report says so, and a second run may differ by as much.
+pub const FIRM_SPREAD_PCT: f64 = 10.0;
+
 /// Seconds one bandwidth repeat should read for.
 pub const STREAM_REPEAT_S: f64 = 0.25;
 
