@@ -1,6 +1,8 @@
 //! Root integration tests of the allocation sites' frames against the real kernel, with node 0
 //! declared the CXL tier: native frames through code without frame pointers (unwound with the
-//! modules' `.eh_frame`), and Python frames (`file:LINE in function`) of Debian's python3.
+//! modules' `.eh_frame`), and Python frames (`file:LINE in function`) of Debian's python3
+//! (bookworm: 3.11) and of Debian trixie's python3.13 (under chroot, its layout read from the
+//! interpreter's `_Py_DebugOffsets`).
 use tierscope_tests::{process, require_root_and_agent, Agent, Workload};
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -33,15 +35,48 @@ fn top_site(bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) 
     (p["top_cxl_alloc_sites"][0].clone(), snap["agent"]["site_sampling"].clone())
 }
 
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_sites.py");
+
 #[test]
 #[ignore = "requires root"]
 fn a_python_allocation_names_its_function_file_line_and_caller() {
     require_root_and_agent!();
     assert!(std::path::Path::new(PYTHON).is_file(), "{PYTHON} missing: apt-get install python3");
-    let script_path = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_sites.py");
-    let script = std::fs::read_to_string(script_path).expect("script");
-    let (top, sampling) = top_site(PYTHON, &[script_path, "256"]);
-    let frames = frames_text(&top);
+    let (top, sampling) = top_site(PYTHON, &[SCRIPT, "256"]);
+    assert_python_site(&top, &sampling, SCRIPT);
+}
+
+/// A root holding Debian `suite`'s CPython 3.`minor` (downloaded once into the build's
+/// scratch folder by `support/debian_python.sh`).
+fn debian_python(suite: &str, minor: u8) -> std::path::PathBuf {
+    let dest = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cpython3.{minor}-{suite}"));
+    let st = std::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/support/debian_python.sh"))
+        .args([suite, &minor.to_string()])
+        .arg(&dest)
+        .status()
+        .expect("run bash");
+    assert!(st.success(), "could not lay out Debian {suite}'s python3.{minor} (needs the Debian archive)");
+    dest
+}
+
+#[test]
+#[ignore = "requires root"]
+fn a_python_313_allocation_is_named_through_its_debug_offsets() {
+    require_root_and_agent!();
+    let root = debian_python("trixie", 13);
+    std::fs::copy(SCRIPT, root.join("tmp/python_sites.py")).expect("copy the script into the root");
+    let root_arg = root.to_str().expect("utf-8 path");
+    let (top, sampling) = top_site("chroot", &[root_arg, "/usr/bin/python3.13", "/tmp/python_sites.py", "256"]);
+    assert_python_site(&top, &sampling, "/tmp/python_sites.py");
+    assert_eq!(sampling["stacks"]["python_unsupported"], 0, "{sampling}");
+}
+
+/// The top site shows the allocating line of `python_sites.py` (as the interpreter knows it,
+/// `script_path`) below its caller's, every interpreter call replaced by Python frames.
+fn assert_python_site(top: &serde_json::Value, sampling: &serde_json::Value, script_path: &str) {
+    let script = std::fs::read_to_string(SCRIPT).expect("script");
+    let frames = frames_text(top);
     eprintln!("top site: {frames:#?}");
     let alloc = format!("{script_path}:{} in fill_optimizer_state", line_of(&script, "= bytearray("));
     let caller = format!("{script_path}:{} in train_step", line_of(&script, "= fill_optimizer_state("));
@@ -57,6 +92,7 @@ fn a_python_allocation_names_its_function_file_line_and_caller() {
     // Every interpreter call was replaced by its Python frames.
     assert!(!frames.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")), "{frames:#?}");
     assert!(sampling["stacks"]["python"].as_u64().unwrap_or(0) > 0, "{sampling}");
+    assert!(sampling["stacks"]["python_processes"].as_u64().unwrap_or(0) > 0, "{sampling}");
 }
 
 #[test]

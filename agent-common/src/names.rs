@@ -72,6 +72,8 @@ pub mod global {
     /// `u32`: pages of user stack a site sample copies from `sp`'s page up
     /// (0..=[`crate::stack::USER_STACK_MAX_PAGES`]; 0: none, frame pointers only).
     pub const USER_STACK_PAGES: &str = "USER_STACK_PAGES";
+    /// `u32`: byte offset of `task_struct.thread.fsbase` (from BTF; 0: unknown).
+    pub const TASK_FSBASE: &str = "TASK_FSBASE";
     /// [`crate::layout::MigrateLayout`] of `migrate:mm_migrate_pages` and `_start`.
     pub const MIGRATE_LAYOUT: &str = "MIGRATE_LAYOUT";
     /// [`crate::layout::TaskLayout`]: where `task_struct` keeps the fault counters.

@@ -83,23 +83,32 @@ pub const PY_NO_FIELD: u32 = u32::MAX;
 pub struct PyProcess {
     /// Address of `_PyRuntime.interpreters.head` in the process.
     pub interpreters_head: u64,
-    /// `PyInterpreterState.threads.head`.
+    /// `PyInterpreterState.threads.head` (3.10: `tstate_head`).
     pub interp_threads_head: u32,
     /// `PyThreadState.next`.
     pub tstate_next: u32,
     /// `PyThreadState.native_thread_id`.
     pub tstate_native_thread_id: u32,
-    /// `PyThreadState.cframe` (3.11, 3.12) or `current_frame` (3.13+).
+    /// `PyThreadState.cframe` (3.11, 3.12), `current_frame` (3.13+) or `frame` (3.10).
     pub tstate_frame: u32,
     /// `_PyCFrame.current_frame`, or [`PY_NO_FIELD`] when `tstate_frame` is the frame itself.
     pub cframe_current_frame: u32,
-    /// `_PyInterpreterFrame.f_code` / `f_executable`.
+    /// `_PyInterpreterFrame.f_code` / `f_executable`; 3.10: `PyFrameObject.f_code` (and
+    /// `f_back`, `f_lasti` below).
     pub frame_code: u32,
     pub frame_previous: u32,
-    /// `prev_instr` (3.11, 3.12) / `instr_ptr` (3.13+).
+    /// `prev_instr` (3.11, 3.12) / `instr_ptr` (3.13+) / `f_lasti` (3.10, an int).
     pub frame_instr: u32,
-    /// `is_entry` (3.11) / `owner` (3.12+).
+    /// `is_entry` (3.11) / `owner` (3.12+); [`PY_NO_FIELD`] in 3.10 (one frame per call).
     pub frame_mark: u32,
-    pub _pad: u32,
+    /// What `tstate_native_thread_id` holds: [`PY_THREAD_BY_NATIVE_ID`] (3.11+) or
+    /// [`PY_THREAD_BY_PTHREAD`] (3.10's `thread_id`).
+    pub thread_key: u32,
 }
+
+/// The thread state's id field is the kernel's thread id (`native_thread_id`).
+pub const PY_THREAD_BY_NATIVE_ID: u32 = 0;
+/// The thread state's id field is `pthread_self()`: glibc's thread pointer, the task's `fsbase`
+/// on x86-64.
+pub const PY_THREAD_BY_PTHREAD: u32 = 1;
 const _: () = assert!(core::mem::size_of::<PyProcess>() == 48);

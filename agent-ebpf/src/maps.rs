@@ -23,6 +23,10 @@ pub static SITE_INTERVAL_NS: u64 = 0;
 pub static SITE_BURST_NS: u64 = 0;
 #[unsafe(no_mangle)]
 pub static USER_STACK_PAGES: u32 = 4;
+/// Byte offset of `task_struct.thread.fsbase` from BTF (0: unknown): CPython 3.10 names its
+/// threads by `pthread_self()`, which is the thread pointer.
+#[unsafe(no_mangle)]
+pub static TASK_FSBASE: u32 = 0;
 #[unsafe(no_mangle)]
 pub static PAGE_ALLOC_LAYOUT: PageLayout = PageLayout::DEFAULT;
 #[unsafe(no_mangle)]

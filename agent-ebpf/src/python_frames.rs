@@ -1,15 +1,19 @@
 //! The Python frames a thread is running, read from the interpreter's memory at sample time:
 //! `_PyRuntime.interpreters.head` -> its thread states -> the one whose `native_thread_id` is the
 //! allocating thread -> its current frame -> each frame's code object and instruction pointer,
-//! outwards. The agent writes where these lie (`PY_PROCS`) when it recognises a CPython 3.11+
-//! process; user space turns code objects and instruction pointers into file, function and line.
-use aya_ebpf::helpers::bpf_probe_read_user;
+//! outwards. 3.10 has no native thread id: its thread states hold `pthread_self()`, the
+//! task's `fsbase`. The agent writes where these lie (`PY_PROCS`) when it recognises a CPython
+//! 3.10-3.13 process; user space turns code objects and instructions into file, function and line.
+use aya_ebpf::helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user};
 use tierscope_common::stack::{
     PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD, PY_OK,
-    PY_READ_FAILED,
+    PY_READ_FAILED, PY_THREAD_BY_PTHREAD,
 };
 
-use crate::maps::PY_PROCS;
+use crate::{
+    common::global,
+    maps::{PY_PROCS, TASK_FSBASE},
+};
 
 #[inline(always)]
 fn read_u64(addr: u64) -> Option<u64> {
@@ -41,13 +45,28 @@ fn walk(out: *mut PyStack, p: &PyProcess, pid: u32) -> u32 {
         return PY_NO_THREAD;
     }
     let Some(mut tstate) = read_u64(interp + p.interp_threads_head as u64) else { return PY_READ_FAILED };
+    let key = if p.thread_key == PY_THREAD_BY_PTHREAD {
+        let off = global(&TASK_FSBASE);
+        if off == 0 {
+            return PY_NO_THREAD;
+        }
+        // SAFETY: no preconditions; the pointer is only read through the helper below.
+        let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+        // SAFETY: bpf_probe_read_kernel copes with any address.
+        match unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) } {
+            Ok(v) => v,
+            Err(_) => return PY_READ_FAILED,
+        }
+    } else {
+        pid as u64
+    };
     let mut found = false;
     for _ in 0..PY_MAX_THREADS {
         if tstate == 0 {
             break;
         }
         let Some(tid) = read_u64(tstate + p.tstate_native_thread_id as u64) else { return PY_READ_FAILED };
-        if tid == pid as u64 {
+        if tid == key {
             found = true;
             break;
         }
@@ -75,7 +94,8 @@ fn walk(out: *mut PyStack, p: &PyProcess, pid: u32) -> u32 {
             break;
         };
         // The mark is one byte; reading the 8 bytes it starts keeps to one helper shape.
-        let mark = read_u64(frame + p.frame_mark as u64).unwrap_or(0) as u8;
+        let mark =
+            if p.frame_mark == PY_NO_FIELD { 0 } else { read_u64(frame + p.frame_mark as u64).unwrap_or(0) as u8 };
         // SAFETY: `n` < PY_MAX_FRAMES: inside the record's arrays.
         unsafe {
             (*out).frames[n].code = code;

@@ -251,6 +251,17 @@ pub fn task_layout(btf: &[u8]) -> Result<TaskLayout, BtfError> {
     Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, mm })
 }
 
+/// Where `task_struct` keeps the thread pointer (`thread.fsbase`, x86-64), from BTF bytes.
+pub fn task_fsbase(btf: &[u8]) -> Result<u32, BtfError> {
+    let btf = Btf::parse(btf)?;
+    let thread = btf.field("task_struct", "thread")?;
+    let fsbase = btf.field("thread_struct", "fsbase")?;
+    match fsbase.size {
+        Some(8) => Ok(thread.offset + fsbase.offset),
+        _ => Err(BtfError::Malformed("thread_struct.fsbase is not an 8-byte integer")),
+    }
+}
+
 /// `sizeof(struct page)` from BTF bytes.
 pub fn struct_page_size(btf: &[u8]) -> Result<u32, BtfError> {
     Btf::parse(btf)?.struct_size("page")
@@ -382,5 +393,14 @@ mod tests {
         b.member("min_flt", 1, 0);
         b.member("maj_flt", 1, 32);
         assert!(task_layout(&b.bytes()).is_err());
+    }
+
+    #[test]
+    fn this_kernel_tells_where_tasks_keep_their_thread_pointer() {
+        let data = std::fs::read("/sys/kernel/btf/vmlinux").expect("this kernel's BTF (CONFIG_DEBUG_INFO_BTF)");
+        let off = task_fsbase(&data).expect("task_struct.thread.fsbase");
+        let size = Btf::parse(&data).and_then(|b| b.struct_size("task_struct")).expect("task_struct");
+        assert!(off > 0 && off + 8 <= size, "fsbase at {off} of {size}");
+        assert!(task_fsbase(&kernel_like()).is_err(), "no thread_struct there");
     }
 }

@@ -11,6 +11,8 @@ pub mod probes;
 pub mod procfs;
 pub mod programs;
 pub mod python;
+pub mod python_layout;
+pub mod python_lines;
 pub mod ringbuf;
 pub mod session;
 pub mod sites;

@@ -121,10 +121,15 @@ impl Probes {
         .collect();
 
         let task_layout = super::btf::read_task_layout(std::path::Path::new(VMLINUX_BTF));
-        let struct_shift = std::fs::read(VMLINUX_BTF)
-            .map_err(|e| format!("{VMLINUX_BTF}: {e}"))
-            .and_then(|b| super::btf::struct_page_size(&b).map_err(|e| format!("{VMLINUX_BTF}: {e}")))
+        let btf = std::fs::read(VMLINUX_BTF).map_err(|e| format!("{VMLINUX_BTF}: {e}"));
+        let struct_shift = btf
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|b| super::btf::struct_page_size(b).map_err(|e| format!("{VMLINUX_BTF}: {e}")))
             .and_then(page_path::struct_page_shift);
+        // Only CPython 3.10's frames need it (their threads are named by the thread pointer).
+        let task_fsbase = btf.as_ref().ok().and_then(|b| super::btf::task_fsbase(b).ok()).unwrap_or(0);
+        drop(btf);
         let agent_tgid = std::process::id();
         // A GCRA token bucket: one sample per interval, up to a second's worth at once.
         let site_interval_ns = 1_000_000_000u64.checked_div(u64::from(opts.site_samples_per_sec)).unwrap_or(0);
@@ -143,6 +148,7 @@ impl Probes {
             .override_global(global::SITE_BURST_NS, &SITE_BURST_NS, true)
             .override_global(global::PAGE_STRUCT_SHIFT, struct_shift.as_ref().unwrap_or(&6), true)
             .override_global(global::USER_STACK_PAGES, &opts.user_stack_pages, true)
+            .override_global(global::TASK_FSBASE, &task_fsbase, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
             .load(OBJECT)

@@ -1,91 +1,33 @@
 //! CPython processes: recognised from their mappings (`python3.N` or `libpython3.N`), the
-//! interpreter's layout written into `PY_PROCS` so the kernel program reads each sample's frame
-//! chain, and the code objects it records named from process memory (file, function, line from
-//! the location table), cached per process.
+//! interpreter's layout (`python_layout`) written into `PY_PROCS` so the kernel program reads
+//! each sample's frame chain, and the code objects it records named from process memory (file,
+//! function, line from the line table), cached per process.
 use std::{collections::HashMap, fs::File, path::PathBuf, sync::Arc};
 
 use object::{Object as _, ObjectSymbol as _};
 use tierscope_common::stack::PyProcess;
 
-use super::unwind::{exec_bias, Mapping};
+use super::{
+    python_layout::{from_debug_offsets, table_for, DebugOffsetsError, PyLayout, DEBUG_OFFSETS_LEN},
+    python_lines::{line_of, line_of_310},
+    unwind::{exec_bias, Mapping},
+};
 use crate::model::site::SiteFrame;
-
-/// What differs between CPython versions (offsets measured with `offsetof` against each
-/// version's headers: 3.11.7 (Debian bookworm) and 3.12.5; stable within a minor version).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PyLayout {
-    pub minor: u8,
-    /// `_PyRuntimeState.interpreters.head`.
-    runtime_interpreters_head: u64,
-    /// Everything but the runtime's address.
-    process: PyProcess,
-    code_filename: u64,
-    code_qualname: u64,
-    code_linetable: u64,
-    code_firstlineno: u64,
-    code_adaptive: u64,
-    /// `sizeof(PyASCIIObject)`: where a compact ASCII string's characters start.
-    ascii_data: u64,
-}
-
-/// The layout of CPython 3.`minor`, when the agent knows it.
-pub fn layout_for(minor: u8) -> Option<PyLayout> {
-    let frame = |code, previous, instr, mark| PyProcess {
-        frame_code: code,
-        frame_previous: previous,
-        frame_instr: instr,
-        frame_mark: mark,
-        tstate_next: 8,
-        tstate_frame: 56,
-        ..Default::default()
-    };
-    match minor {
-        11 => Some(PyLayout {
-            minor,
-            runtime_interpreters_head: 40,
-            process: PyProcess {
-                interp_threads_head: 16,
-                tstate_native_thread_id: 160,
-                cframe_current_frame: 8,
-                ..frame(32, 48, 56, 68)
-            },
-            code_filename: 112,
-            code_qualname: 128,
-            code_linetable: 136,
-            code_firstlineno: 72,
-            code_adaptive: 184,
-            ascii_data: 48,
-        }),
-        12 => Some(PyLayout {
-            minor,
-            runtime_interpreters_head: 40,
-            process: PyProcess {
-                interp_threads_head: 72,
-                tstate_native_thread_id: 144,
-                cframe_current_frame: 0,
-                ..frame(0, 8, 56, 70)
-            },
-            code_filename: 112,
-            code_qualname: 128,
-            code_linetable: 136,
-            code_firstlineno: 68,
-            code_adaptive: 192,
-            ascii_data: 40,
-        }),
-        _ => None,
-    }
-}
 
 /// The owner of 3.12+'s C-stack shim frame, pushed at each entry to `_PyEval_EvalFrameDefault`.
 const FRAME_OWNED_BY_CSTACK: u8 = 3;
 
-/// Why a process's Python frames cannot be read.
+/// Why a process's Python frames cannot be read (its samples keep their native frames).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PyError {
-    #[error("CPython 3.{0} is not supported (3.11 and 3.12 are)")]
+    #[error("CPython 3.{0} is not supported (3.10 to 3.13 are)")]
     Unsupported(u8),
-    #[error("no _PyRuntime symbol in {0}")]
+    #[error("no _PyRuntime symbol in {0} (a stripped interpreter?)")]
     NoRuntime(PathBuf),
+    #[error("the debug offsets of {0}: {1}")]
+    DebugOffsets(PathBuf, DebugOffsetsError),
+    #[error("the debug offsets of process {0} could not be read from its memory")]
+    Unreadable(u32),
 }
 
 /// A recognised CPython process.
@@ -114,7 +56,9 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
     let mut found = mappings.iter().filter_map(|m| python_minor(&m.path).map(|v| (m, v))).collect::<Vec<_>>();
     found.sort_by_key(|(m, _)| !m.path.to_string_lossy().contains("libpython"));
     let Some(&(m, minor)) = found.first() else { return Ok(None) };
-    let layout = layout_for(minor).ok_or(PyError::Unsupported(minor))?;
+    if !(10..=13).contains(&minor) {
+        return Err(PyError::Unsupported(minor));
+    }
     let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
     let file = File::open(&through).or_else(|_| File::open(&m.path)).map_err(|_| PyError::NoRuntime(m.path.clone()))?;
     // SAFETY: a read-only private map of the interpreter's file.
@@ -127,10 +71,20 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
         .map(|s| s.address())
         .ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
     let bias = exec_bias(&elf, m).ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
-    let process = PyProcess {
-        interpreters_head: bias.wrapping_add(runtime).wrapping_add(layout.runtime_interpreters_head),
-        ..layout.process
+    let runtime = bias.wrapping_add(runtime);
+    let layout = match table_for(minor) {
+        Some(l) => l,
+        // 3.13 publishes its offsets at the start of `_PyRuntime`: read them from the process.
+        None => {
+            let mut b = vec![0u8; DEBUG_OFFSETS_LEN];
+            if !read_mem(tgid, runtime, &mut b) {
+                return Err(PyError::Unreadable(tgid));
+            }
+            from_debug_offsets(&b, minor).map_err(|e| PyError::DebugOffsets(m.path.clone(), e))?
+        }
     };
+    let process =
+        PyProcess { interpreters_head: runtime.wrapping_add(layout.runtime_interpreters_head), ..layout.process };
     Ok(Some(PyTarget { layout, process }))
 }
 
@@ -168,9 +122,10 @@ fn read_str(tgid: u32, obj: u64, layout: &PyLayout) -> Option<String> {
     if len > MAX_READ || compact == 0 || kind == 0 {
         return None;
     }
-    // Non-ASCII compact strings keep their characters after the PyCompactUnicodeObject (two
-    // more words: utf8_length, utf8).
-    let data = if ascii == 1 { layout.ascii_data } else { layout.ascii_data + 16 };
+    // Non-ASCII compact strings keep their characters after the PyCompactUnicodeObject: two
+    // more words (utf8_length, utf8), three up to 3.11 (wstr_length).
+    let extra = if layout.minor <= 11 { 24 } else { 16 };
+    let data = if ascii == 1 { layout.ascii_data } else { layout.ascii_data + extra };
     let mut b = vec![0u8; len * kind as usize];
     if !read_mem(tgid, obj + data, &mut b) {
         return None;
@@ -206,71 +161,6 @@ pub fn read_code(tgid: u32, code: u64, layout: &PyLayout) -> Option<CodeInfo> {
     Some(CodeInfo { file: file.into(), function: function.into(), first_line: u32::from_le_bytes(first), linetable })
 }
 
-fn varint(it: &mut impl Iterator<Item = u8>) -> Option<u32> {
-    let mut v = 0u32;
-    let mut shift = 0;
-    loop {
-        let b = it.next()?;
-        v |= u32::from(b & 63) << shift;
-        if b & 64 == 0 {
-            return Some(v);
-        }
-        shift += 6;
-        if shift > 30 {
-            return None;
-        }
-    }
-}
-
-fn svarint(it: &mut impl Iterator<Item = u8>) -> Option<i64> {
-    let v = varint(it)?;
-    Some(if v & 1 != 0 { -i64::from(v >> 1) } else { i64::from(v >> 1) })
-}
-
-/// The line of code unit `index` from a 3.11+ location table (`Objects/locations.md`), `None`
-/// when the table gives it no line. Pure.
-pub fn line_of(linetable: &[u8], first_line: u32, index: u64) -> Option<u32> {
-    let mut it = linetable.iter().copied().peekable();
-    let mut line = i64::from(first_line);
-    let mut at = 0u64;
-    while let Some(b) = it.next() {
-        if b & 0x80 == 0 {
-            return None;
-        }
-        let code = (b >> 3) & 15;
-        let units = u64::from(b & 7) + 1;
-        let here = match code {
-            15 => None,
-            14 => {
-                line += svarint(&mut it)?;
-                varint(&mut it)?;
-                varint(&mut it)?;
-                varint(&mut it)?;
-                Some(line)
-            }
-            13 => {
-                line += svarint(&mut it)?;
-                Some(line)
-            }
-            10..=12 => {
-                line += i64::from(code - 10);
-                it.next()?;
-                it.next()?;
-                Some(line)
-            }
-            _ => {
-                it.next()?;
-                Some(line)
-            }
-        };
-        if index < at + units {
-            return here.and_then(|l| u32::try_from(l).ok());
-        }
-        at += units;
-    }
-    None
-}
-
 /// One frame as the kernel recorded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawPyFrame {
@@ -293,8 +183,9 @@ pub fn split_by_entry(minor: u8, frames: &[RawPyFrame]) -> Vec<Vec<RawPyFrame>> 
         if let Some(r) = runs.last_mut() {
             r.push(*f);
         }
-        // 3.11: the frame an eval call was entered with is the outermost of its run.
-        if minor == 11 && f.mark != 0 {
+        // 3.11: the frame an eval call was entered with is the outermost of its run; 3.10:
+        // each frame is one call.
+        if minor == 10 || minor == 11 && f.mark != 0 {
             runs.push(Vec::new());
         }
     }
@@ -332,9 +223,12 @@ impl PyResolver {
                             .clone();
                         match info {
                             Some(c) => {
-                                let index = f.instr.saturating_sub(f.code + t.layout.code_adaptive) / 2;
-                                let line = line_of(&c.linetable, c.first_line, index).unwrap_or(c.first_line);
-                                SiteFrame::python(&c.file, &c.function, line)
+                                let line = match t.layout.code_unit(f.code, f.instr) {
+                                    Some(i) if t.layout.minor == 10 => line_of_310(&c.linetable, c.first_line, i * 2),
+                                    Some(i) => line_of(&c.linetable, c.first_line, i),
+                                    None => None,
+                                };
+                                SiteFrame::python(&c.file, &c.function, line.unwrap_or(c.first_line))
                             }
                             None => {
                                 *unresolved += 1;
@@ -367,43 +261,6 @@ mod tests {
     }
 
     #[test]
-    fn unknown_versions_have_no_layout() {
-        assert!(layout_for(11).is_some() && layout_for(12).is_some());
-        assert_eq!(layout_for(10), None);
-    }
-
-    #[test]
-    fn the_location_table_gives_lines() {
-        // def f():        # line 10
-        //     x = 1       # 11: two code units, one-line form (+1)
-        //     y = 2       # 12: one unit, one-line form (+1)
-        //     return 3    # 14: long form (+2), then a no-location entry
-        let table = [
-            0x80 | (10 << 3) | 1,
-            0,
-            0, // RESUME on line 10 (delta 0), 2 units
-            0x80 | (11 << 3) | 1,
-            4,
-            5, // +1 -> 11, 2 units
-            0x80 | (11 << 3),
-            4,
-            5, // +1 -> 12, 1 unit
-            0x80 | (14 << 3),
-            4,
-            0,
-            5,
-            6,                // +2 (svarint 4) -> 14, 1 unit
-            0x80 | (15 << 3), // no location, 1 unit
-        ];
-        let l = |i| line_of(&table, 10, i);
-        assert_eq!(
-            (l(0), l(1), l(2), l(3), l(4), l(5), l(6)),
-            (Some(10), Some(10), Some(11), Some(11), Some(12), Some(14), None)
-        );
-        assert_eq!(l(99), None);
-    }
-
-    #[test]
     fn frames_split_at_each_evaluation_entry() {
         let f = |code, mark| RawPyFrame { code, instr: 0, mark };
         // 3.11: `is_entry` marks the outermost frame of each eval call.
@@ -415,6 +272,10 @@ mod tests {
         // 3.12: a shim frame (owner 3) follows each call's outermost frame, and is dropped.
         let runs = split_by_entry(12, &[f(1, 0), f(2, 0), f(9, 3), f(3, 0), f(9, 3)]);
         assert_eq!(runs.iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
+        // 3.13 marks them the same way.
+        assert_eq!(split_by_entry(13, &[f(1, 0), f(9, 3), f(3, 0), f(9, 3)]).len(), 2);
+        // 3.10: a PyFrameObject per eval call, no marks.
+        assert_eq!(split_by_entry(10, &[f(1, 0), f(2, 0), f(3, 0)]).len(), 3);
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct SiteReaderStats {
     python_read_failed: AtomicU64,
     python_processes: AtomicU64,
     python_unsupported: AtomicU64,
+    python_unsupported_version: AtomicU64,
+    python_no_runtime: AtomicU64,
+    python_bad_debug_offsets: AtomicU64,
     python_frames_unresolved: AtomicU64,
 }
 
@@ -69,6 +72,9 @@ impl SiteReaderStats {
             python_read_failed: l(&self.python_read_failed),
             python_processes: l(&self.python_processes),
             python_unsupported: l(&self.python_unsupported),
+            python_unsupported_version: l(&self.python_unsupported_version),
+            python_no_runtime: l(&self.python_no_runtime),
+            python_bad_debug_offsets: l(&self.python_bad_debug_offsets),
             python_frames_unresolved: l(&self.python_frames_unresolved),
         }
     }
@@ -199,8 +205,13 @@ impl Stacks {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::debug!("python frames of {}: {e}", s.tgid);
+                tracing::info!("process {}: Python frames not read, native frames only: {e}", s.tgid);
                 bump(&st.python_unsupported);
+                bump(match e {
+                    python::PyError::Unsupported(_) => &st.python_unsupported_version,
+                    python::PyError::NoRuntime(_) => &st.python_no_runtime,
+                    python::PyError::DebugOffsets(..) | python::PyError::Unreadable(_) => &st.python_bad_debug_offsets,
+                });
             }
         }
     }

@@ -214,9 +214,14 @@ pub struct StackFigures {
     pub python_no_thread: u64,
     pub python_no_frame: u64,
     pub python_read_failed: u64,
-    /// Python processes recognised, and those whose version the agent cannot read (3.10, 3.13+).
+    /// Python processes recognised, and those whose frames the agent cannot read (their samples
+    /// keep native frames), by why: a version other than 3.10-3.13, no `_PyRuntime`
+    /// symbol (stripped), 3.13 debug offsets missing, unreadable, implausible or free-threaded.
     pub python_processes: u64,
     pub python_unsupported: u64,
+    pub python_unsupported_version: u64,
+    pub python_no_runtime: u64,
+    pub python_bad_debug_offsets: u64,
     /// Python frames whose code object could not be read.
     pub python_frames_unresolved: u64,
 }
