@@ -72,6 +72,47 @@ fn a_python_313_allocation_is_named_through_its_debug_offsets() {
     assert_eq!(sampling["stacks"]["python_unsupported"], 0, "{sampling}");
 }
 
+/// The machine image's pyenv build of CPython 3.`minor` (`/root/.pyenv/versions/3.MINOR.*`).
+fn pyenv_python(minor: u8) -> String {
+    let dir = std::path::Path::new("/root/.pyenv/versions");
+    let found = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join(format!("bin/python3.{minor}")))
+        .filter(|p| {
+            p.parent()
+                .and_then(|b| b.parent())
+                .and_then(|v| v.file_name())
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("3.{minor}.")))
+        })
+        .find(|p| p.is_file());
+    let p = found.unwrap_or_else(|| panic!("no CPython 3.{minor} under {} (the machine image's pyenv)", dir.display()));
+    p.to_string_lossy().into_owned()
+}
+
+/// pyenv's 3.10: frames are `PyFrameObject`s, threads named by `pthread_self()`, lines from
+/// the 3.10 line table.
+#[test]
+#[ignore = "requires root"]
+fn a_python_310_allocation_is_named_through_its_frame_objects() {
+    require_root_and_agent!();
+    let (top, sampling) = top_site(&pyenv_python(10), &[SCRIPT, "256"]);
+    assert_python_site(&top, &sampling, SCRIPT);
+}
+
+/// pyenv's 3.12 (Debian's is 3.11) and 3.13.0 (the first 3.13; trixie's is 3.13.5).
+#[test]
+#[ignore = "requires root"]
+fn python_312_and_313_0_allocations_are_named() {
+    require_root_and_agent!();
+    for minor in [12, 13] {
+        let (top, sampling) = top_site(&pyenv_python(minor), &[SCRIPT, "256"]);
+        assert_python_site(&top, &sampling, SCRIPT);
+    }
+}
+
 /// The top site shows the allocating line of `python_sites.py` (as the interpreter knows it,
 /// `script_path`) below its caller's, every interpreter call replaced by Python frames.
 fn assert_python_site(top: &serde_json::Value, sampling: &serde_json::Value, script_path: &str) {
