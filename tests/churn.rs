@@ -71,7 +71,9 @@ fn a_long_snapshot_lists_a_process_that_exited_early_with_its_totals() {
 fn ten_thousand_forked_children_leave_no_entry_behind() {
     require_root_and_agent!();
     const CHILDREN: usize = 10_000;
-    let agent = Agent::snapshot(&["--duration", "14", "--exited-grace", "1", "--match", "^tierscope-chur"]);
+    // The window outlasts the churn however loaded the machine (forking took 4 s quiet, 13 s at
+    // load 10, when a 14 s window closed before the last children were pruned); SIGINT ends it.
+    let agent = Agent::snapshot(&["--duration", "300", "--exited-grace", "1", "--match", "^tierscope-chur"]);
     let pidfile = std::env::temp_dir().join(format!("tierscope-churn-{}.pids", std::process::id()));
     let started = Instant::now();
     let out = Command::new(CHURN)
@@ -102,6 +104,8 @@ fn ten_thousand_forked_children_leave_no_entry_behind() {
         left.len(),
         &left[..left.len().min(5)]
     );
+    let stopped = Command::new("kill").args(["-INT", &agent.pid().to_string()]).status().expect("kill -INT");
+    assert!(stopped.success(), "interrupting the snapshot");
     let snap = agent.finish();
     let a = &snap["agent"];
     eprintln!("agent: {a}");

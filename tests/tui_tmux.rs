@@ -345,3 +345,64 @@ fn top_replay_in_tmux_pauses_seeks_and_changes_speed() {
     assert_eq!(pane.format("#{alternate_on}"), "0", "back on the main screen");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A terminal that goes away without a SIGHUP reaching the UI (its tmux server killed with
+/// SIGKILL: the pty's other end just closes) ends the UI within a second or two. crossterm reads
+/// end-of-file forever there: before the fix each leaked `top --replay` spun at ~20% of a core.
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn top_ends_when_its_terminal_vanishes() {
+    require_root_and_agent!();
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let dir = std::env::temp_dir().join(format!("tierscope-hangup-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("run.tscope");
+    let o = Command::new(&bin)
+        .args(["record", "-o", file.to_str().expect("p"), "--interval-ms", "200", "--", "sleep", "0.6"])
+        .output()
+        .expect("record");
+    assert!(o.status.success(), "record: {}", String::from_utf8_lossy(&o.stderr));
+    // A tmux server of its own (-L): killing it touches no other test's sessions.
+    let socket = format!("tierscope-hangup-{}", std::process::id());
+    let pid_file = dir.join("pid");
+    let command = format!(
+        "echo $$ > {}; XDG_STATE_HOME={} exec {bin} top --replay {}",
+        pid_file.display(),
+        dir.join("state").display(),
+        file.display()
+    );
+    let ok = Command::new("tmux")
+        .args(["-L", &socket, "new-session", "-d", "-s", "hangup", "-x", "100", "-y", "30", &command])
+        .status()
+        .expect("tmux new-session");
+    assert!(ok.success(), "tmux new-session failed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the pane never started");
+        sleep(Duration::from_millis(100));
+    };
+    // The UI is up once it has taken the alternate screen.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux(&["-L", &socket, "display-message", "-p", "-t", "hangup", "#{alternate_on}"]).trim() != "1" {
+        assert!(Instant::now() < deadline, "top --replay never took the screen");
+        sleep(Duration::from_millis(100));
+    }
+    let server = tmux(&["-L", &socket, "display-message", "-p", "#{pid}"]).trim().to_string();
+    let killed = Command::new("kill").args(["-KILL", &server]).status().expect("kill");
+    assert!(killed.success(), "killing tmux server {server}");
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive() && Instant::now() < deadline {
+        sleep(Duration::from_millis(100));
+    }
+    let still = alive();
+    if still {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!still, "top --replay (pid {pid}) still ran 5 s after its terminal went away");
+}

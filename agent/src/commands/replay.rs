@@ -195,7 +195,7 @@ async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
     };
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(guard);
-    let _ = input.join();
+    super::top::finish_input(input);
     drop(log);
     result.map(|()| 0)
 }

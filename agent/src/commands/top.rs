@@ -123,30 +123,65 @@ fn spawn_probe(tx: mpsc::Sender<ProbeProgress>, stop: Arc<AtomicBool>) -> std::i
     Ok(())
 }
 
-/// Reads the terminal's keys, mouse and resizes on a thread of its own into `keys`, until `stop`.
+/// Reads the terminal's keys, mouse and resizes on a thread of its own into `keys`, until `stop`
+/// or the terminal hangs up (then the sender is dropped and the UI's loop ends as on `q`).
 pub(super) fn spawn_input(keys: mpsc::Sender<TermEvent>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    use crate::tui::terminal::{wait_for_input, Readiness};
+    // crossterm reads stdin when it is a terminal (else it opens /dev/tty, which we cannot watch).
+    // SAFETY: isatty on a constant fd.
+    let watch_stdin = unsafe { libc::isatty(libc::STDIN_FILENO) } == 1;
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            match crossterm::event::poll(Duration::from_millis(100)) {
-                Ok(true) => match crossterm::event::read() {
-                    Ok(ev) => {
-                        if keys.blocking_send(ev).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("reading the terminal: {e}");
+            if watch_stdin {
+                match wait_for_input(libc::STDIN_FILENO, 100) {
+                    Readiness::HungUp => {
+                        tracing::warn!("the terminal hung up (its other end closed): stopping");
                         break;
                     }
-                },
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!("polling the terminal: {e}");
-                    break;
+                    // Idle still asks crossterm: resizes reach it through a signal, not stdin.
+                    Readiness::Idle | Readiness::Input => {}
                 }
+            }
+            // Take every event crossterm has: parsed from the input (one read can hold several: a
+            // paste, a burst of mouse reports) or a resize.
+            let mut wait = if watch_stdin { Duration::ZERO } else { Duration::from_millis(100) };
+            loop {
+                match crossterm::event::poll(wait) {
+                    Ok(true) => match crossterm::event::read() {
+                        Ok(ev) => {
+                            if keys.blocking_send(ev).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("reading the terminal: {e}");
+                            return;
+                        }
+                    },
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::warn!("polling the terminal: {e}");
+                        return;
+                    }
+                }
+                wait = Duration::ZERO;
             }
         }
     })
+}
+
+/// Waits up to a second for the input thread to end; one still stuck in crossterm's reader (a
+/// terminal that hung up between the kernel's answer and the read) is left to end with the process.
+pub(super) fn finish_input(input: std::thread::JoinHandle<()>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while !input.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if input.is_finished() {
+        let _ = input.join();
+    } else {
+        tracing::warn!("the terminal's reader did not stop within 1 s: leaving it to the process's exit");
+    }
 }
 
 /// What the screen shows while paused.
@@ -344,7 +379,7 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
     drop(hotness.take());
     drop(guard);
     drop(demo.take());
-    let _ = input.join();
+    finish_input(input);
     drop(log);
     result.map(|()| 0)
 }

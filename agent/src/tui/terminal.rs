@@ -147,6 +147,38 @@ pub fn set_mouse_capture(on: bool) -> io::Result<()> {
     }
 }
 
+/// What the terminal on an fd has for us after waiting at most a while.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Bytes (keys, mouse reports, replies) to read.
+    Input,
+    /// Nothing yet.
+    Idle,
+    /// The terminal went away: its pty's other end closed (a tmux server or ssh connection killed
+    /// without a SIGHUP reaching us), or the fd is not open.
+    HungUp,
+}
+
+/// Waits up to `timeout_ms` for the terminal on `fd`. crossterm cannot be asked this: on a hung-up
+/// pty its reader gets end-of-file and reads again forever (100% of a thread, and its own poll
+/// never returns), so the UI asks the kernel first and hands crossterm only readable input.
+pub fn wait_for_input(fd: std::os::fd::RawFd, timeout_ms: i32) -> Readiness {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if n < 0 {
+        // EINTR: a signal arrived; the caller looks again.
+        return Readiness::Idle;
+    }
+    if n == 0 {
+        Readiness::Idle
+    } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        Readiness::HungUp
+    } else {
+        Readiness::Input
+    }
+}
+
 /// Leaves raw mode, mouse capture and the alternate screen; does nothing when already done.
 pub fn restore_terminal() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
@@ -166,4 +198,32 @@ fn install_panic_hook() {
             previous(info);
         }));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    #[test]
+    fn a_pty_whose_other_end_closed_is_hung_up() {
+        // SAFETY: plain libc calls on fds this test owns; ptsname's buffer is read at once.
+        unsafe {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            assert!(master >= 0, "posix_openpt: {}", io::Error::last_os_error());
+            assert_eq!(libc::grantpt(master), 0);
+            assert_eq!(libc::unlockpt(master), 0);
+            let name = CStr::from_ptr(libc::ptsname(master)).to_owned();
+            let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+            assert!(slave >= 0, "opening {name:?}: {}", io::Error::last_os_error());
+            assert_eq!(wait_for_input(slave, 0), Readiness::Idle, "both ends open, nothing typed");
+            assert_eq!(libc::write(master, b"q\n".as_ptr().cast(), 2), 2);
+            assert_eq!(wait_for_input(slave, 100), Readiness::Input, "a key typed");
+            libc::close(master);
+            assert_eq!(wait_for_input(slave, 0), Readiness::HungUp, "the other end closed");
+            libc::close(slave);
+            assert_eq!(wait_for_input(slave, 0), Readiness::HungUp, "a closed fd is no terminal either");
+        }
+    }
 }
