@@ -44,19 +44,21 @@ qmp() {
 agent_present() { [ -x /usr/bin/tierscope ] && tierscope snapshot --help >/dev/null 2>&1; }
 
 # Starts `tierscope snapshot --json --duration $1 --pid $2 $AGENT_EXTRA` in the background, output to
-# /out/agent.json, and waits until it says it is watching (its "tierscope: watching for" line on
+# /out/$AGENT_OUT.json (default agent; the host reads every /out/agent-NAME.json too), and waits
+# until it says it is watching (its "tierscope: watching for" line on
 # stderr, printed once its programs are attached), at most 60 s. Sets AGENT_PID.
 # Prints TS-AGENT missing when the agent is not usable.
 agent_start() {
   AGENT_PID=
+  AGENT_ERR=/out/${AGENT_OUT:-agent}.err
   if ! agent_present; then echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; return 1; fi
   t0=$(date +%s)
   # shellcheck disable=SC2086 # AGENT_EXTRA holds several flags
-  tierscope snapshot --json --duration "$1" --pid "$2" $AGENT_EXTRA > /out/agent.json 2> /out/agent.err &
+  tierscope snapshot --json --duration "$1" --pid "$2" $AGENT_EXTRA > "/out/${AGENT_OUT:-agent}.json" 2> "$AGENT_ERR" &
   AGENT_PID=$!
   i=0
-  until grep -q 'watching for' /out/agent.err 2>/dev/null; do
-    kill -0 $AGENT_PID 2>/dev/null || { echo "TS-INFO agent exited before watching: $(head -c 300 /out/agent.err)"; return 0; }
+  until grep -q 'watching for' "$AGENT_ERR" 2>/dev/null; do
+    kill -0 $AGENT_PID 2>/dev/null || { echo "TS-INFO agent exited before watching: $(head -c 300 "$AGENT_ERR")"; return 0; }
     i=$((i + 1)); [ $i -gt 600 ] && { echo "TS-CHECK fail agent did not start watching within 60 s"; FAILED=1; return 0; }
     sleep 0.1
   done
@@ -68,7 +70,7 @@ agent_wait() {
   [ -n "$AGENT_PID" ] || return 1
   wait $AGENT_PID
   rc=$?
-  echo "TS-AGENT $rc $(head -c 300 /out/agent.err | tr '\n' ' ')"
+  echo "TS-AGENT $rc $(head -c 300 "$AGENT_ERR" | tr '\n' ' ')"
   return $rc
 }
 

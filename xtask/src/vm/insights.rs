@@ -8,33 +8,43 @@ use super::scenarios::{Figure, Report};
 const KIB: f64 = 1024.0;
 const PAGE: f64 = 4096.0;
 
-fn open(r: &Report) -> Vec<&Value> {
-    r.agent
-        .as_ref()
+/// The open insights of a snapshot.
+pub(super) fn open_in(snapshot: Option<&Value>) -> Vec<&Value> {
+    snapshot
         .and_then(|a| a.pointer("/insights/open"))
         .and_then(Value::as_array)
         .map(|v| v.iter().collect())
         .unwrap_or_default()
 }
 
+fn open(r: &Report) -> Vec<&Value> {
+    open_in(r.agent.as_ref())
+}
+
 fn subject_is(i: &Value, key: &str, want: &Value) -> bool {
     i.pointer(&format!("/subject/{key}")) == Some(want)
 }
 
-/// The open insight `id` whose subject's `key` is `want`.
-fn find<'a>(r: &'a Report, id: &str, key: &str, want: Value) -> Option<&'a Value> {
-    open(r).into_iter().find(|i| i.get("id").and_then(Value::as_str) == Some(id) && subject_is(i, key, &want))
+/// The open insight `id` of a snapshot whose subject's `key` is `want`.
+pub(super) fn find_in<'a>(snapshot: Option<&'a Value>, id: &str, key: &str, want: Value) -> Option<&'a Value> {
+    open_in(snapshot)
+        .into_iter()
+        .find(|i| i.get("id").and_then(Value::as_str) == Some(id) && subject_is(i, key, &want))
 }
 
-fn evidence(i: Option<&Value>, name: &str) -> Option<f64> {
+fn find<'a>(r: &'a Report, id: &str, key: &str, want: Value) -> Option<&'a Value> {
+    find_in(r.agent.as_ref(), id, key, want)
+}
+
+pub(super) fn evidence(i: Option<&Value>, name: &str) -> Option<f64> {
     i?.pointer(&format!("/evidence/{name}"))?.as_f64()
 }
 
-fn fires(name: &str, i: Option<&Value>) -> Figure {
+pub(super) fn fires(name: &str, i: Option<&Value>) -> Figure {
     Figure { name: format!("{name} opens"), kernel: None, agent: None, ok: i.is_some(), rule: "must be open".into() }
 }
 
-fn silent(name: &str, i: Option<&Value>) -> Figure {
+pub(super) fn silent(name: &str, i: Option<&Value>) -> Figure {
     Figure {
         name: format!("{name} stays closed"),
         kernel: None,

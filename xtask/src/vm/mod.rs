@@ -9,6 +9,9 @@ mod fetch;
 mod hotness;
 mod initramfs;
 mod insights;
+mod insights_cxl;
+mod insights_split;
+mod insights_tiering;
 mod qemu;
 mod qmp;
 mod scenarios;
@@ -96,6 +99,7 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         let mut report = Report::parse(&outcome.lines, agent_json.as_deref());
         report.agent_node =
             fs::read_to_string(run_dir.join("out/agent-node.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
+        report.read_snapshots(&run_dir.join("out"));
         let figures = (s.judge)(&report);
         let mut problems: Vec<String> =
             report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();

@@ -22,6 +22,9 @@ pub enum Shape {
     /// `Hmat` plus a 256 MiB volatile CXL Type 3 device behind a CXL host bridge; the guest
     /// onlines it as node 2 with `cxl create-region`.
     Cxl,
+    /// Two sockets: node 0 with CPU 0 and node 1 with CPU 1, 512 MiB each, one memory tier (no
+    /// HMAT): the CPU/memory affinity question without a slow tier.
+    TwoSockets,
 }
 
 impl Shape {
@@ -29,6 +32,7 @@ impl Shape {
         match self {
             Shape::Hmat => "hmat",
             Shape::Cxl => "cxl",
+            Shape::TwoSockets => "two-sockets",
         }
     }
 
@@ -36,7 +40,31 @@ impl Shape {
         let machine = match self {
             Shape::Hmat => "q35,accel=tcg,hmat=on",
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
+            Shape::TwoSockets => "q35,accel=tcg",
         };
+        if self == Shape::TwoSockets {
+            return [
+                "-machine",
+                machine,
+                "-cpu",
+                "max,hypervisor=off",
+                "-smp",
+                "2",
+                "-m",
+                "1024M",
+                "-object",
+                "memory-backend-ram,id=m0,size=512M",
+                "-object",
+                "memory-backend-ram,id=m1,size=512M",
+                "-numa",
+                "node,nodeid=0,cpus=0,memdev=m0",
+                "-numa",
+                "node,nodeid=1,cpus=1,memdev=m1",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        }
         let mut a: Vec<String> = [
             "-machine",
             machine,

@@ -38,6 +38,21 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "hotness", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 300, judge: super::hotness::judge },
     Scenario { name: "sessions", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 240, judge: super::sessions::judge },
     Scenario { name: "insights", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 300, judge: super::insights::judge },
+    Scenario {
+        name: "insights-tiering",
+        shape: Shape::Hmat,
+        kind: Kind::Test,
+        timeout_s: 240,
+        judge: super::insights_tiering::judge,
+    },
+    Scenario { name: "insights-cxl", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 180, judge: super::insights_cxl::judge },
+    Scenario {
+        name: "insights-split",
+        shape: Shape::TwoSockets,
+        kind: Kind::Test,
+        timeout_s: 120,
+        judge: super::insights_split::judge,
+    },
 ];
 
 /// What a run brought back.
@@ -53,6 +68,8 @@ pub struct Report {
     pub agent: Option<Value>,
     /// A second snapshot (`/out/agent-node.json`) of scenarios that run the agent twice.
     pub agent_node: Option<Value>,
+    /// Every `/out/agent-NAME.json` that holds valid JSON, by NAME (scenarios with several runs).
+    pub snapshots: BTreeMap<String, Value>,
 }
 
 impl Report {
@@ -73,6 +90,18 @@ impl Report {
         }
         r.agent = agent_json.and_then(|s| serde_json::from_str(s).ok());
         r
+    }
+
+    /// Reads every `agent-NAME.json` of the guest's `/out` into `snapshots`.
+    pub fn read_snapshots(&mut self, out: &std::path::Path) {
+        let Ok(dir) = std::fs::read_dir(out) else { return };
+        for e in dir.flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let Some(name) = file.strip_prefix("agent-").and_then(|f| f.strip_suffix(".json")) else { continue };
+            if let Some(v) = std::fs::read_to_string(e.path()).ok().and_then(|s| serde_json::from_str(&s).ok()) {
+                self.snapshots.insert(name.to_string(), v);
+            }
+        }
     }
 
     pub fn truth(&self, k: &str) -> Option<f64> {

@@ -1,0 +1,98 @@
+//! The `insights-tiering` scenario's judge (issue 17): tiering that fights itself. Three agent
+//! runs on one guest (`tests/vm/scenarios/insights-tiering.sh`): p1 healthy promotion opens
+//! nothing; p2 (promotion rate limit 1 MB/s) opens promotion_rate_limited and no ping-pong;
+//! p3 (a hot set larger than node 0) opens tiering_ping_pong. Each run's window is its whole
+//! duration and the workload ran inside it, so an evidence rate times the evidence's window is
+//! the kernel's /proc/vmstat delta over the phase.
+use serde_json::Value;
+
+use super::{
+    insights::{evidence, find_in, fires, open_in, silent},
+    scenarios::{Figure, Report},
+};
+
+/// Pages the agent's count may differ from the kernel's delta. The same counters are read before
+/// and after the phase, so none is expected; but the phase ends when the counters held still for
+/// half a second, and a straggling promotion can land after that (seen: 2 pages of 13,662).
+const PAGES: f64 = 64.0;
+
+/// `rate_name` of the insight times its `window_s`: the count over the window.
+fn count(i: Option<&Value>, rate_name: &str) -> Option<f64> {
+    Some(evidence(i, rate_name)? * evidence(i, "window_s")?)
+}
+
+fn node0<'a>(snapshot: Option<&'a Value>, id: &str) -> Option<&'a Value> {
+    find_in(snapshot, id, "node", Value::from(0))
+}
+
+fn kernel_positive(r: &Report, key: &str, what: &str) -> Figure {
+    let k = r.truth(key);
+    Figure { name: format!("kernel: {what}"), kernel: k, agent: None, ok: k.is_some_and(|k| k > 0.0), rule: "> 0".into() }
+}
+
+pub fn judge(r: &Report) -> Vec<Figure> {
+    let (p1, p2, p3) = (r.snapshots.get("p1"), r.snapshots.get("p2"), r.snapshots.get("p3"));
+    let mut out = Vec::new();
+
+    // p1: healthy promotion: every candidate promoted, nothing demoted.
+    out.push(kernel_positive(r, "p1.promoted", "p1 promoted pages (pgpromote_success delta)"));
+    out.push(silent("p1 promotion_rate_limited (default limit, all promoted)", node0(p1, "promotion_rate_limited")));
+    out.push(silent("p1 tiering_ping_pong", node0(p1, "tiering_ping_pong")));
+    let p1_open = p1.map(|s| open_in(Some(s)).len());
+    out.push(Figure {
+        name: "p1 opens no insight at all".into(),
+        kernel: None,
+        agent: None,
+        ok: p1_open == Some(0),
+        rule: format!("open {p1_open:?}"),
+    });
+
+    // p2: the 1 MB/s limit refuses most candidates; the hot set fits, nothing demoted.
+    let limited = node0(p2, "promotion_rate_limited");
+    out.push(fires("p2 promotion_rate_limited on node 0 (limit 1 MB/s, 64 MiB hot on node 1)", limited));
+    out.push(Figure::close(
+        "p2 candidates (candidate_pages_per_s x window_s) vs pgpromote_candidate delta",
+        r.truth("p2.candidates"),
+        count(limited, "candidate_pages_per_s"),
+        0.0,
+        PAGES,
+    ));
+    out.push(Figure::close(
+        "p2 promoted (promoted_pages_per_s x window_s) vs pgpromote_success delta",
+        r.truth("p2.promoted"),
+        count(limited, "promoted_pages_per_s"),
+        0.0,
+        PAGES,
+    ));
+    let pct = r.truth("p2.promoted").zip(r.truth("p2.candidates")).filter(|(_, c)| *c > 0.0);
+    out.push(Figure::close(
+        "p2 promote_success_pct vs success/candidate deltas",
+        pct.map(|(p, c)| p * 100.0 / c),
+        evidence(limited, "promote_success_pct"),
+        0.0,
+        1.0,
+    ));
+    out.push(silent("p2 tiering_ping_pong (the hot set fits in node 0)", node0(p2, "tiering_ping_pong")));
+    out.push(Figure::close("kernel: p2 demoted nothing", Some(0.0), r.truth("p2.demoted"), 0.0, 0.0));
+
+    // p3: kswapd demotes what NUMA balancing promotes.
+    let ping = node0(p3, "tiering_ping_pong");
+    out.push(fires("p3 tiering_ping_pong on node 0 (520 MiB hot, node 0 has 512)", ping));
+    out.push(kernel_positive(r, "p3.demoted", "p3 demoted pages (pgdemote_* delta)"));
+    out.push(kernel_positive(r, "p3.promoted", "p3 promoted pages (pgpromote_success delta)"));
+    out.push(Figure::close(
+        "p3 demoted (demoted_pages_per_s x window_s) vs pgdemote_* delta",
+        r.truth("p3.demoted"),
+        count(ping, "demoted_pages_per_s"),
+        0.0,
+        PAGES,
+    ));
+    out.push(Figure::close(
+        "p3 promoted (promoted_pages_per_s x window_s) vs pgpromote_success delta",
+        r.truth("p3.promoted"),
+        count(ping, "promoted_pages_per_s"),
+        0.0,
+        PAGES,
+    ));
+    out
+}
