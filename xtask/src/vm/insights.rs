@@ -27,9 +27,7 @@ fn subject_is(i: &Value, key: &str, want: &Value) -> bool {
 
 /// The open insight `id` of a snapshot whose subject's `key` is `want`.
 pub(super) fn find_in<'a>(snapshot: Option<&'a Value>, id: &str, key: &str, want: Value) -> Option<&'a Value> {
-    open_in(snapshot)
-        .into_iter()
-        .find(|i| i.get("id").and_then(Value::as_str) == Some(id) && subject_is(i, key, &want))
+    open_in(snapshot).into_iter().find(|i| i.get("id").and_then(Value::as_str) == Some(id) && subject_is(i, key, &want))
 }
 
 fn find<'a>(r: &'a Report, id: &str, key: &str, want: Value) -> Option<&'a Value> {

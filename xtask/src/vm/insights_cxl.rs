@@ -67,7 +67,52 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         ok: matches!((k, a), (Some(k), Some(a)) if a >= 1.0 && a <= k),
         rule: "1 <= agent <= kernel".into(),
     });
-    out.push(Figure::close("kernel: J0 holds nothing on the device", Some(0.0), r.truth("J0.numa_maps.Ncxl"), 0.0, 0.0));
-    out.push(silent("unhealthy_device_under_job for J0's job (on DRAM)", find_in(poisoned, ID, "job", job_of(r, "J0"))));
+    out.push(Figure::kernel(
+        "J0 holds nothing on the device's node",
+        r.truth("J0.numa_maps.Ncxl"),
+        |k| k == 0.0,
+        "= 0",
+    ));
+    out.push(silent(
+        "unhealthy_device_under_job for J0's job (on DRAM)",
+        find_in(poisoned, ID, "job", job_of(r, "J0")),
+    ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_for_the_job_on_the_device_with_the_trace_figures() {
+        let lines: Vec<String> = [
+            "TS-TRUTH pid.J1 176",
+            "TS-TRUTH pid.J0 177",
+            "TS-TRUTH trace.cxl_poison 1",
+            "TS-TRUTH poison.dpa_length 64",
+            "TS-TRUTH poison.ranges 1",
+            "TS-TRUTH J1.numa_maps.Ncxl 2048",
+            "TS-TRUTH J0.numa_maps.Ncxl 0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let j1 = r#"{"id":"unhealthy_device_under_job","severity":"critical","subject":{"kind":"job","job":"ts-alloc-176"},"evidence":{"job_bytes_on_device":8388608,"poison_bytes":64,"poison_ranges":1,"events":1}}"#;
+        let json = format!(r#"{{"insights":{{"open":[{j1}]}}}}"#);
+        let mut r = Report::parse(&lines, Some(&json));
+        r.snapshots.insert("healthy".into(), serde_json::json!({"insights":{"open":[]}}));
+        let bad: Vec<String> = judge(&r).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert!(bad.is_empty(), "{bad:?}");
+        // Opened for J0 as well (on DRAM), at warning level: two failures.
+        let json = format!(
+            r#"{{"insights":{{"open":[{},{}]}}}}"#,
+            j1.replace("critical", "warning"),
+            j1.replace("176", "177")
+        );
+        let mut r2 = Report::parse(&lines, Some(&json));
+        r2.snapshots = r.snapshots.clone();
+        let bad: Vec<String> = judge(&r2).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+    }
 }

@@ -57,3 +57,31 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_for_the_split_process_only() {
+        let lines: Vec<String> = [
+            "TS-TRUTH pid.S1 10",
+            "TS-TRUTH pid.S2 11",
+            "TS-TRUTH S1.cpu 0",
+            "TS-TRUTH S1.numa_maps.N0 14",
+            "TS-TRUTH S1.numa_maps.N1 16578",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let s1 = r#"{"id":"cpu_memory_split","subject":{"kind":"process","pid":10,"comm":"ts-alloc"},"evidence":{"cpu":0,"cpu_node":0,"memory_node":1,"memory_node_bytes":67903488,"memory_node_share_pct":99.91562198649952}}"#;
+        let ok = Report::parse(&lines, Some(&format!(r#"{{"insights":{{"open":[{s1}]}}}}"#)));
+        let bad: Vec<String> = judge(&ok).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert!(bad.is_empty(), "{bad:?}");
+        let both = format!(r#"{{"insights":{{"open":[{s1},{}]}}}}"#, s1.replace(r#""pid":10"#, r#""pid":11"#));
+        let bad: Vec<String> =
+            judge(&Report::parse(&lines, Some(&both))).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert_eq!(bad.len(), 2, "S2 opened: {bad:?}");
+        assert!(!judge(&Report::parse(&lines, None))[0].ok);
+    }
+}

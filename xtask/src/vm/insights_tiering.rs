@@ -26,8 +26,7 @@ fn node0<'a>(snapshot: Option<&'a Value>, id: &str) -> Option<&'a Value> {
 }
 
 fn kernel_positive(r: &Report, key: &str, what: &str) -> Figure {
-    let k = r.truth(key);
-    Figure { name: format!("kernel: {what}"), kernel: k, agent: None, ok: k.is_some_and(|k| k > 0.0), rule: "> 0".into() }
+    Figure::kernel(what, r.truth(key), |k| k > 0.0, "> 0")
 }
 
 pub fn judge(r: &Report) -> Vec<Figure> {
@@ -73,7 +72,7 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         1.0,
     ));
     out.push(silent("p2 tiering_ping_pong (the hot set fits in node 0)", node0(p2, "tiering_ping_pong")));
-    out.push(Figure::close("kernel: p2 demoted nothing", Some(0.0), r.truth("p2.demoted"), 0.0, 0.0));
+    out.push(Figure::kernel("p2 demoted nothing (pgdemote_* delta)", r.truth("p2.demoted"), |k| k == 0.0, "= 0"));
 
     // p3: kswapd demotes what NUMA balancing promotes.
     let ping = node0(p3, "tiering_ping_pong");
@@ -95,4 +94,44 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         PAGES,
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(open: &str) -> Value {
+        serde_json::from_str(&format!(r#"{{"insights":{{"open":[{open}],"closed":[]}}}}"#)).expect("json")
+    }
+
+    #[test]
+    fn counts_are_rates_times_the_window_and_twins_must_stay_shut() {
+        let lines: Vec<String> = [
+            "TS-TRUTH p1.promoted 7168",
+            "TS-TRUTH p2.candidates 78336",
+            "TS-TRUTH p2.promoted 2048",
+            "TS-TRUTH p2.demoted 0",
+            "TS-TRUTH p3.demoted 71273",
+            "TS-TRUTH p3.promoted 13662",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let limited = r#"{"id":"promotion_rate_limited","subject":{"kind":"node","node":0},"evidence":{"candidate_pages_per_s":6528,"promoted_pages_per_s":170.66666666666666,"promote_success_pct":2.6143790849673203,"window_s":12}}"#;
+        let ping = r#"{"id":"tiering_ping_pong","subject":{"kind":"node","node":0},"evidence":{"demoted_pages_per_s":3563.65,"promoted_pages_per_s":683.1,"window_s":20}}"#;
+        let mut r = Report::parse(&lines, None);
+        r.snapshots.insert("p1".into(), snapshot(""));
+        r.snapshots.insert("p2".into(), snapshot(limited));
+        r.snapshots.insert("p3".into(), snapshot(ping));
+        let bad: Vec<String> = judge(&r).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert!(bad.is_empty(), "{bad:?}");
+        // The healthy run opening the rate-limit insight, and a count off by more than 64 pages.
+        r.snapshots.insert("p1".into(), snapshot(limited));
+        r.truth.insert("p3.demoted".into(), 71000.0);
+        let bad: Vec<String> = judge(&r).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(bad[2].starts_with("p3 demoted"), "{bad:?}");
+        // No snapshots at all: every agent figure fails.
+        assert!(judge(&Report::parse(&lines, None)).iter().filter(|f| !f.ok).count() >= 8);
+    }
 }

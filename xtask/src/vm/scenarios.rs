@@ -45,7 +45,13 @@ pub const ALL: &[Scenario] = &[
         timeout_s: 240,
         judge: super::insights_tiering::judge,
     },
-    Scenario { name: "insights-cxl", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 180, judge: super::insights_cxl::judge },
+    Scenario {
+        name: "insights-cxl",
+        shape: Shape::Cxl,
+        kind: Kind::Test,
+        timeout_s: 180,
+        judge: super::insights_cxl::judge,
+    },
     Scenario {
         name: "insights-split",
         shape: Shape::TwoSockets,
@@ -163,6 +169,11 @@ impl Figure {
     pub fn at_least(name: &str, kernel: Option<f64>, agent: Option<f64>, frac: f64) -> Self {
         let ok = matches!((kernel, agent), (Some(k), Some(a)) if k > 0.0 && a >= k * frac);
         Figure { name: name.into(), kernel, agent, ok, rule: format!(">= {}% of kernel", frac * 100.0) }
+    }
+
+    /// A guest-side fact from the kernel's figures alone (no agent figure beside it).
+    pub fn kernel(name: &str, kernel: Option<f64>, ok: impl Fn(f64) -> bool, rule: &str) -> Self {
+        Figure { name: format!("kernel: {name}"), kernel, agent: None, ok: kernel.is_some_and(ok), rule: rule.into() }
     }
 
     /// A classification: the agent's string must equal the expected one.
