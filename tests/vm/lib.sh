@@ -65,6 +65,17 @@ agent_start() {
   echo "TS-INFO agent watching after $(($(date +%s) - t0)) s ($(bpftool link show 2>/dev/null | grep -c '^[0-9]') BPF links)"
 }
 
+# Ends the agent's window now (SIGINT: it takes a last reading and prints its document), for
+# scenarios whose kernel figures must end where the agent's window ends; then agent_wait.
+agent_stop() {
+  [ -n "$AGENT_PID" ] || return 1
+  kill -INT $AGENT_PID 2>/dev/null
+  agent_wait
+}
+
+# Seconds since boot with hundredths (for rates over a few seconds).
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+
 # Waits for the agent started by agent_start and reports its exit status.
 agent_wait() {
   [ -n "$AGENT_PID" ] || return 1
