@@ -42,29 +42,6 @@ impl Shape {
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
             Shape::TwoSockets => "q35,accel=tcg",
         };
-        if self == Shape::TwoSockets {
-            return [
-                "-machine",
-                machine,
-                "-cpu",
-                "max,hypervisor=off",
-                "-smp",
-                "2",
-                "-m",
-                "1024M",
-                "-object",
-                "memory-backend-ram,id=m0,size=512M",
-                "-object",
-                "memory-backend-ram,id=m1,size=512M",
-                "-numa",
-                "node,nodeid=0,cpus=0,memdev=m0",
-                "-numa",
-                "node,nodeid=1,cpus=1,memdev=m1",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        }
         let mut a: Vec<String> = [
             "-machine",
             machine,
@@ -75,27 +52,30 @@ impl Shape {
             "-smp",
             "2",
             "-m",
-            "1024M,slots=4,maxmem=16G",
+            if self == Shape::TwoSockets { "1024M" } else { "1024M,slots=4,maxmem=16G" },
             "-object",
             "memory-backend-ram,id=m0,size=512M",
             "-object",
             "memory-backend-ram,id=m1,size=512M",
-            "-numa",
-            "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
-            "-numa",
-            "node,nodeid=1,memdev=m1,initiator=0",
-            "-numa",
-            "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100",
-            "-numa",
-            "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G",
-            "-numa",
-            "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300",
-            "-numa",
-            "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let numa: &[&str] = if self == Shape::TwoSockets {
+            &["node,nodeid=0,cpus=0,memdev=m0", "node,nodeid=1,cpus=1,memdev=m1"]
+        } else {
+            &[
+                "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
+                "node,nodeid=1,memdev=m1,initiator=0",
+                "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100",
+                "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G",
+                "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300",
+                "hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G",
+            ]
+        };
+        for n in numa {
+            a.extend(["-numa".to_string(), n.to_string()]);
+        }
         if self == Shape::Cxl {
             a.extend(
                 [
