@@ -15,8 +15,9 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Runs `cmd` with its stdout shown as it comes and kept; fails naming the command when it fails.
-pub fn run_tee(cmd: &mut Command) -> Result<String> {
+/// Runs `cmd` with its stdout shown as it comes and kept; returns it with the exit status (a
+/// failing run's output is still wanted: which tests failed).
+pub fn tee(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
     use std::io::{BufRead as _, Write as _};
     let mut child = cmd.stdout(Stdio::piped()).spawn().with_context(|| format!("could not start {cmd:?}"))?;
     let mut kept = String::new();
@@ -30,10 +31,7 @@ pub fn run_tee(cmd: &mut Command) -> Result<String> {
         }
     }
     let status = child.wait().with_context(|| format!("waiting for {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed ({status})");
-    }
-    Ok(kept)
+    Ok((kept, status))
 }
 
 /// Runs `cmd` and returns its stdout; `None` when it cannot start or fails.

@@ -10,6 +10,8 @@ pub struct Tally {
     pub filtered: u64,
     /// Why -> the tests ignored for it.
     pub ignored_why: BTreeMap<String, Vec<String>>,
+    /// The tests that failed, by name.
+    pub failed_names: Vec<String>,
 }
 
 impl Tally {
@@ -29,6 +31,9 @@ impl Tally {
                 t.ignored += count(" ignored");
                 t.filtered += count(" filtered out");
             } else if let Some((name, status)) = line.strip_prefix("test ").and_then(|l| l.split_once(" ... ")) {
+                if status == "FAILED" {
+                    t.failed_names.push(name.to_string());
+                }
                 if let Some(why) = status.strip_prefix("ignored") {
                     let why = why.trim_start_matches(',').trim();
                     let why = if why.is_empty() { "no reason given" } else { why };
@@ -49,6 +54,11 @@ impl Tally {
             self.ignored,
             if self.filtered > 0 { format!(", {} filtered out", self.filtered) } else { String::new() }
         )
+    }
+
+    /// The failed tests, one per line.
+    pub fn failed_lines(&self) -> Vec<String> {
+        self.failed_names.clone()
     }
 
     /// The ignored tests by reason, one line per reason.
@@ -97,6 +107,8 @@ test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 5 filtered out; fini
     fn a_failed_summary_counts_too() {
         let t = Tally::parse("test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out");
         assert_eq!((t.passed, t.failed), (4, 1));
+        let t = Tally::parse("test churn::ten ... FAILED\ntest churn::one ... ok\n");
+        assert_eq!(t.failed_lines(), vec!["churn::ten".to_string()]);
         assert_eq!(Tally::parse("no tests here"), Tally::default());
     }
 }

@@ -9,7 +9,7 @@ const MIB: f64 = 1048576.0;
 const PAGES_32MIB: f64 = 8192.0;
 
 /// The points of the report's chart `id`, series `name`.
-fn series<'a>(report: &'a Value, id: &str, name: &str) -> Vec<(f64, f64)> {
+fn series(report: &Value, id: &str, name: &str) -> Vec<(f64, f64)> {
     let charts = report["charts"].as_array().map(Vec::as_slice).unwrap_or_default();
     let chart = charts.iter().find(|c| c["id"] == id);
     let s = chart.and_then(|c| c["series"].as_array()?.iter().find(|s| s["name"] == name));
