@@ -32,6 +32,33 @@ pub struct BenchArgs {
     /// Live processes the agent tracks for the CPU and memory figure.
     #[arg(long, default_value_t = 1000)]
     pub tracked: u32,
+    /// Only these parts, a comma list (default: every part).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Part>,
+}
+
+/// The parts of the bench, in the order they run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The fault storm alone / with tierscope / with bpftrace / with node 0 declared cxl.
+    Storm,
+    /// Per-program ns per event under bpf_stats.
+    Bpf,
+    /// The agent's CPU and peak RSS with many tracked processes.
+    Tracked,
+    /// Residency scans beside numastat -p.
+    Residency,
+    /// One TUI frame and one export with 1,000 processes x 4 nodes.
+    Frame,
+    /// What --hotness (DAMON) costs.
+    Hotness,
+}
+
+impl BenchArgs {
+    /// Whether `part` runs: every part when `--only` is not given.
+    pub fn runs(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
 }
 
 /// One storm run's figures.
@@ -163,12 +190,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     println!("bench: machine load before: {}", load_average());
-    crate::bench_storm::run(&agent, &storm_bin, &args)?;
-    crate::bench_bpf::run(&agent, &storm_bin, &args)?;
-    crate::bench_tracked::run(&agent, args.tracked)?;
-    crate::bench_residency::run(&agent)?;
-    ui_and_export_figures()?;
-    crate::bench_hotness::run(&agent, &storm_bin, &args)?;
+    if args.runs(Part::Storm) {
+        crate::bench_storm::run(&agent, &storm_bin, &args)?;
+    }
+    if args.runs(Part::Bpf) {
+        crate::bench_bpf::run(&agent, &storm_bin, &args)?;
+    }
+    if args.runs(Part::Tracked) {
+        crate::bench_tracked::run(&agent, args.tracked)?;
+    }
+    if args.runs(Part::Residency) {
+        crate::bench_residency::run(&agent)?;
+    }
+    if args.runs(Part::Frame) {
+        ui_and_export_figures()?;
+    }
+    if args.runs(Part::Hotness) {
+        crate::bench_hotness::run(&agent, &storm_bin, &args)?;
+    }
     println!("bench: machine load after: {}", load_average());
     Ok(())
 }
@@ -239,5 +278,23 @@ mod tests {
         assert!(median(&[]).is_nan());
         assert_eq!(overhead(500.0, 550.0), (50.0, 10.0));
         assert_eq!(overhead(500.0, 490.0), (-10.0, -2.0));
+    }
+
+    #[test]
+    fn only_picks_parts_and_defaults_to_all() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        use clap::Parser as _;
+        let all = Cli::try_parse_from(["bench"]).expect("no flags").bench;
+        assert!([Part::Storm, Part::Bpf, Part::Tracked, Part::Residency, Part::Frame, Part::Hotness]
+            .iter()
+            .all(|&p| all.runs(p)));
+        let some = Cli::try_parse_from(["bench", "--only", "storm,bpf"]).expect("a comma list").bench;
+        assert!(some.runs(Part::Storm) && some.runs(Part::Bpf));
+        assert!(!some.runs(Part::Tracked) && !some.runs(Part::Frame) && !some.runs(Part::Hotness));
+        assert!(Cli::try_parse_from(["bench", "--only", "storm,nonsense"]).is_err(), "an unknown part is refused");
     }
 }
