@@ -1,8 +1,8 @@
 //! Per-program cost: with `kernel.bpf_stats_enabled=1` (for this figure only: the accounting
 //! itself adds 45-110 ns per event, so the storm figures are taken with it off) one storm runs
-//! with tierscope (node 0 declared cxl, so the site path runs too) and a minimal bpftrace counter
-//! on the same allocation event attached; `bpftool prog show` gives each program's run time and
-//! run count. The setting is restored afterwards, whatever happens.
+//! with tierscope (every probe), another with node 0 declared cxl (the site path runs too), each
+//! beside a minimal bpftrace counter on the same allocation event; `bpftool prog show` gives each
+//! program's run time and run count. The setting is restored afterwards, whatever happens.
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context as _, Result};
@@ -52,13 +52,27 @@ impl Drop for StatsOn {
     }
 }
 
+/// The agent's ways under bpf_stats: every probe, then node 0 declared cxl (the site path on
+/// every allocation); the allocation program's difference between the two is the site path's.
+const WAYS: [(&str, &[&str]); 2] = [("every probe", &[]), ("node 0 declared cxl", &["--cxl-node", "0"])];
+
 pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
+    for (way, extra) in WAYS {
+        one_way(agent, storm_bin, args, way, extra)?;
+    }
+    println!(
+        "bench:   (the program body only: a classic tracepoint costs about 100 ns more per event to dispatch than tp_btf for the same body)"
+    );
+    Ok(())
+}
+
+fn one_way(agent: &Path, storm_bin: &Path, args: &BenchArgs, way: &str, extra: &[&str]) -> Result<()> {
     // Programs are told apart by id: the agent's are the ones that appear when it starts,
     // bpftrace's when it starts (others' programs, loaded meanwhile, are left out).
     let before = program_stats()?;
     let (with_agent, after) = {
         let _on = StatsOn::new()?;
-        let child = start_agent(agent, &["--cxl-node", "0"])?;
+        let child = start_agent(agent, extra)?;
         let with_agent = program_stats();
         let minimal = start_bpftrace(MINIMAL);
         let s = storm(storm_bin, args);
@@ -71,7 +85,8 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
         (with_agent?, after?)
     };
     println!(
-        "bench: per-program cost under kernel.bpf_stats_enabled=1 (one storm, node 0 declared cxl; restored after):"
+        "bench: per-program cost under kernel.bpf_stats_enabled=1 (one storm, tierscope with {way}; restored after; load {}):",
+        crate::bench::load_average()
     );
     println!("bench:   {:<18} {:<11} {:<10} {:>10} {:>8}", "program", "type", "of", "runs", "ns/run");
     for (id, (name, ty, ns, cnt)) in &after {
@@ -84,8 +99,5 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
         }
         println!("bench:   {name:<18} {ty:<11} {of:<10} {cnt:>10} {:>8.1}", *ns as f64 / *cnt as f64);
     }
-    println!(
-        "bench:   (the program body only: a classic tracepoint costs about 100 ns more per event to dispatch than tp_btf for the same body)"
-    );
     Ok(())
 }
