@@ -18,7 +18,7 @@ use crate::{
         config::{Config, ConfigError, Flags, Granularity, Protocol},
         fleet::FleetFold,
         instruments::{self, AgentHealth, ExportInput, NodeState, Points, Tracked},
-        logs,
+        insight_logs, logs,
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
         tier_probe::PeriodicProbe,
@@ -342,6 +342,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         logs::emit(l, logs::start_record(attached, s.probes.programs.len(), &s.model.health.status_line()));
     }
     let mut cursor = logs::EventCursor::default();
+    let mut insight_cursor = insight_logs::InsightCursor::default();
 
     let mut fleet = FleetFold::default();
     let mut tracking = Tracking {
@@ -438,8 +439,12 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
             for e in events {
                 logs::emit(l, logs::event_record(e, Some(&wall)));
             }
-            if missed > 0 {
-                stats.logs_dropped.fetch_add(missed, Ordering::Relaxed);
+            let (changes, insights_missed) = insight_cursor.take(&s.model.insights, s.model.last_reading_ns);
+            for (change, i) in changes {
+                logs::emit(l, insight_logs::insight_record(i, change, Some(&wall)));
+            }
+            if missed + insights_missed > 0 {
+                stats.logs_dropped.fetch_add(missed + insights_missed, Ordering::Relaxed);
             }
         }
         latest.publish(keyed(

@@ -217,15 +217,19 @@ type Queued = (SdkLogRecord, InstrumentationScope);
 pub struct QueueProcessor {
     queue: Arc<Mutex<ExportQueue<Queued>>>,
     stats: Arc<ExportStats>,
+    /// The queue's drops already added to `stats` (which also counts records never queued).
+    counted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl QueueProcessor {
     pub fn new(capacity: usize, stats: Arc<ExportStats>) -> Self {
-        QueueProcessor { queue: Arc::new(Mutex::new(ExportQueue::new(capacity))), stats }
+        QueueProcessor { queue: Arc::new(Mutex::new(ExportQueue::new(capacity))), stats, counted: Arc::default() }
     }
 
+    /// Adds the queue's new drops (called under the queue's lock).
     fn sync_dropped(&self, q: &ExportQueue<Queued>) {
-        self.stats.logs_dropped.store(q.dropped(), Ordering::Relaxed);
+        let before = self.counted.swap(q.dropped(), Ordering::Relaxed);
+        self.stats.logs_dropped.fetch_add(q.dropped().saturating_sub(before), Ordering::Relaxed);
     }
 }
 
@@ -456,6 +460,11 @@ mod tests {
             emit(&l, event_record(&event(i), None));
         }
         assert_eq!(stats.logs_dropped.load(Ordering::Relaxed), 3);
+        // Records lost before the queue (events or insights out of the model's history) add up
+        // with the queue's own drops.
+        stats.logs_dropped.fetch_add(2, Ordering::Relaxed);
+        emit(&l, event_record(&event(9), None));
+        assert_eq!(stats.logs_dropped.load(Ordering::Relaxed), 6);
         let q = p.queue.lock().unwrap();
         assert_eq!(q.len(), 2);
     }

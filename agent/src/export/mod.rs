@@ -1,9 +1,11 @@
 //! Export of the model: OpenTelemetry metrics pushed over OTLP (gRPC or HTTP/protobuf) through a
 //! bounded, retrying queue, and a Prometheus text endpoint. The metric catalog and the mapping
 //! from the model are pure ([`instruments`]); the SDK glue is [`meter`]; transports are [`otlp`]
-//! and [`prometheus`]; settings are [`config`]; [`fleet`] folds process series per job and rank (`granularity = "job"`); the periodic tier probe is [`tier_probe`]. See docs/metrics.md for the table.
+//! and [`prometheus`]; settings are [`config`]; [`fleet`] folds process series per job and rank (`granularity = "job"`); the periodic tier probe is [`tier_probe`]; health events and
+//! insight openings and closings go out as OTLP log records ([`logs`], [`insight_logs`]). See docs/metrics.md for the table.
 pub mod config;
 pub mod fleet;
+pub mod insight_logs;
 pub mod instruments;
 pub mod logs;
 pub mod meter;

@@ -15,7 +15,7 @@ mod window;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use config::InsightConfig;
 pub use window::Window;
@@ -26,7 +26,7 @@ use super::{process::Process, snapshot::NodeInfo};
 pub const CLOSED_HISTORY: usize = 32;
 
 /// What an insight is: its id never changes (dashboards and alerts key on it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InsightId {
     AllocationChurn,
@@ -65,7 +65,7 @@ impl InsightId {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Info,
@@ -84,7 +84,7 @@ impl Severity {
 }
 
 /// What an insight is about.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Subject {
     Process { pid: u32, comm: String },
@@ -376,6 +376,24 @@ impl InsightEngine {
             .collect();
         v.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.id.cmp(&b.id)).then(a.subject.cmp(&b.subject)));
         v
+    }
+
+    /// An engine showing `open` and `closed` insights as they stood (`top --replay` of a
+    /// recording): nothing pending, the counts as recorded.
+    pub fn restore(cfg: InsightConfig, open: Vec<Insight>, closed: Vec<Insight>, opened_total: u64, closed_total: u64) -> Self {
+        let tracks = open
+            .into_iter()
+            .map(|i| ((i.id, i.subject.key()), Track::Open { insight: i, clear_since_ns: None }))
+            .collect();
+        let skip = closed.len().saturating_sub(CLOSED_HISTORY);
+        InsightEngine {
+            cfg,
+            tracks,
+            closed: closed.into_iter().skip(skip).collect(),
+            window: Window::default(),
+            opened_total,
+            closed_total,
+        }
     }
 
     /// Open insights counted by id and severity (the exported gauge).
