@@ -1,7 +1,7 @@
 //! Shared by the export tests (export_otlp, export_prometheus, dashboards): the agent under
 //! test, a workload child that touches a known number of pages, a tiny HTTP client.
 //! These tests use `harness = false`: `main` runs them, and the same binary doubles as the
-//! workload child (`<test-binary> touch PAGES MARKER`).
+//! workload child (`<test-binary> touch PAGES MARKER`, `<test-binary> churn SECS MIB MARKER`).
 #![allow(dead_code)]
 
 use std::{
@@ -56,6 +56,10 @@ pub fn summary(passed: usize, ignored: usize) {
 /// stdin to close. Returns true when this process is the child.
 pub fn child_mode() -> bool {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("churn") {
+        churn_child(args[2].parse().expect("seconds"), args[3].parse().expect("MiB"));
+        return true;
+    }
     if args.get(1).map(String::as_str) != Some("touch") {
         return false;
     }
@@ -71,6 +75,29 @@ pub fn child_mode() -> bool {
     let _ = std::io::stdin().read_to_end(&mut sink);
     std::hint::black_box(&buf);
     true
+}
+
+/// Child mode `churn SECS MIB`: maps, touches and unmaps MIB MiB every 10 ms for SECS seconds
+/// (allocation churn at a flat resident size), prints `churned PAGES pages in MS ms` (the pages
+/// it touched), then waits for stdin to close.
+fn churn_child(secs: f64, mib: usize) {
+    let bytes = mib << 20;
+    let start = Instant::now();
+    let mut pages = 0usize;
+    while start.elapsed().as_secs_f64() < secs {
+        let p = tierscope_tests::map_anon(bytes).expect("mmap");
+        for off in (0..bytes).step_by(PAGE) {
+            // SAFETY: inside the mapping.
+            unsafe { p.add(off).write_volatile(1) };
+        }
+        // SAFETY: the mapping made above, not used after.
+        unsafe { libc::munmap(p.cast(), bytes) };
+        pages += bytes / PAGE;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("churned {pages} pages in {} ms", start.elapsed().as_millis());
+    std::io::stdout().flush().ok();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
 }
 
 /// A workload child, killed on drop.
@@ -93,6 +120,30 @@ impl Workload {
         assert_eq!(line.trim(), format!("touched {pages}"), "workload child did not report");
         Workload { child }
     }
+    /// Starts the `churn` child with `env` (a rank's environment) and returns at once.
+    pub fn churn(secs: f64, mib: usize, marker: &str, env: &[(&str, &str)]) -> Workload {
+        let exe = std::env::current_exe().expect("current_exe");
+        let child = Command::new(exe)
+            .args(["churn", &secs.to_string(), &mib.to_string(), marker])
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting the churn child");
+        Workload { child }
+    }
+
+    /// The churn child's report: (pages touched, milliseconds), once it stopped churning.
+    pub fn churned(&mut self) -> (u64, u64) {
+        let mut line = String::new();
+        BufReader::new(self.child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("churn output");
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w[..] {
+            ["churned", pages, "pages", "in", ms, "ms"] => (pages.parse().unwrap(), ms.parse().unwrap()),
+            _ => panic!("churn child said {line:?}"),
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

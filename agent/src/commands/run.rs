@@ -17,8 +17,9 @@ use crate::{
     export::{
         config::{Config, ConfigError, Flags, Granularity, Protocol},
         fleet::FleetFold,
+        insight_logs,
         instruments::{self, AgentHealth, ExportInput, NodeState, Points, Tracked},
-        insight_logs, logs,
+        logs,
         meter::{self, ExportStats, Latest},
         otlp, prometheus,
         tier_probe::PeriodicProbe,

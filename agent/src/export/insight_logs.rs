@@ -62,9 +62,7 @@ impl InsightCursor {
             .filter(|i| after(i.opened_ns))
             .map(|i| (i.opened_ns, Change::Opened, i))
             .collect();
-        out.extend(
-            e.closed.iter().filter_map(|i| i.closed_ns.filter(|&c| after(c)).map(|c| (c, Change::Closed, i))),
-        );
+        out.extend(e.closed.iter().filter_map(|i| i.closed_ns.filter(|&c| after(c)).map(|c| (c, Change::Closed, i))));
         out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let opened = out.iter().filter(|c| c.1 == Change::Opened).count() as u64;
         let closed = out.len() as u64 - opened;
@@ -116,7 +114,10 @@ pub fn insight_record(i: &Insight, change: Change, mono_to_wall: Option<&dyn Fn(
         a.push((format!("tierscope.insight.evidence.{k}"), AnyValue::Double(*v)));
     }
     if !i.details.is_empty() {
-        a.push(("tierscope.insight.details".into(), AnyValue::ListAny(Box::new(i.details.iter().map(|d| text(d)).collect()))));
+        a.push((
+            "tierscope.insight.details".into(),
+            AnyValue::ListAny(Box::new(i.details.iter().map(|d| text(d)).collect())),
+        ));
     }
     a.push(("tierscope.insight.try".into(), text(&i.try_this)));
     let at = match (change, i.closed_ns) {
@@ -210,7 +211,8 @@ mod tests {
 
     #[test]
     fn transitions_that_scrolled_out_of_the_history_are_counted() {
-        let mut e = InsightEngine::new(InsightConfig { open_after_s: 0.0, close_after_s: 0.0, ..InsightConfig::default() });
+        let mut e =
+            InsightEngine::new(InsightConfig { open_after_s: 0.0, close_after_s: 0.0, ..InsightConfig::default() });
         let mut c = InsightCursor::default();
         c.take(&e, 0);
         let n = CLOSED_HISTORY as u64 + 3;

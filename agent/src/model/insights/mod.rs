@@ -380,7 +380,13 @@ impl InsightEngine {
 
     /// An engine showing `open` and `closed` insights as they stood (`top --replay` of a
     /// recording): nothing pending, the counts as recorded.
-    pub fn restore(cfg: InsightConfig, open: Vec<Insight>, closed: Vec<Insight>, opened_total: u64, closed_total: u64) -> Self {
+    pub fn restore(
+        cfg: InsightConfig,
+        open: Vec<Insight>,
+        closed: Vec<Insight>,
+        opened_total: u64,
+        closed_total: u64,
+    ) -> Self {
         let tracks = open
             .into_iter()
             .map(|i| ((i.id, i.subject.key()), Track::Open { insight: i, clear_since_ns: None }))
