@@ -139,7 +139,7 @@ impl Workload {
         BufReader::new(self.child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("churn output");
         let w: Vec<&str> = line.split_whitespace().collect();
         match w[..] {
-            ["churned", pages, "pages", "in", ms, "ms"] => (pages.parse().unwrap(), ms.parse().unwrap()),
+            ["churned", pages, "pages", "in", ms, "ms"] => (pages.parse().expect("pages"), ms.parse().expect("ms")),
             _ => panic!("churn child said {line:?}"),
         }
     }

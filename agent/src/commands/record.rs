@@ -143,6 +143,8 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         site_sample_every: s.site_sample_every,
         command: args.command.clone(),
         selection: selection_words(&filter, &args.command),
+        insights_open_after_s: Some(s.model.insights.cfg.open_after_s),
+        insights_close_after_s: Some(s.model.insights.cfg.close_after_s),
     };
     out.push(&Record::Meta(meta)).context("encoding the session header")?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));

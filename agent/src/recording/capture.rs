@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::records::{
-    EventKind, EventRec, Frame, Migrations, NodeFrame, NodeRec, ProcessFrame, ProcessInfo, Record, SiteRec, SitesRec,
-    TopologyRec,
+    EventKind, EventRec, Frame, InsightRec, Migrations, NodeFrame, NodeRec, ProcessFrame, ProcessInfo, Record, SiteRec,
+    SitesRec, TopologyRec,
 };
-use crate::model::{migration::MigrationTotals, snapshot::Snapshot, Model};
+use crate::model::{insights::view::InsightView, migration::MigrationTotals, snapshot::Snapshot, Model};
 
 /// The topology record from the snapshot's nodes.
 pub fn topology(snap: &Snapshot) -> Record {
@@ -44,6 +44,30 @@ pub struct Capture {
     last_health_ns: u64,
     last_migrations: BTreeMap<String, Migrations>,
     sites: BTreeMap<u32, Vec<SiteRec>>,
+    /// Insights closed so far (the engine's count), so each closing is written once.
+    insights_closed: u64,
+}
+
+/// Seconds after the recording started as its milliseconds (0 for a time before it).
+fn ms(s: f64) -> u64 {
+    (s * 1000.0).round().max(0.0) as u64
+}
+
+/// An insight as the file keeps it (non-finite figures left out: JSON has no NaN).
+pub fn insight_rec(v: &InsightView) -> InsightRec {
+    let i = &v.insight;
+    InsightRec {
+        id: i.id,
+        severity: i.severity,
+        subject: i.subject.clone(),
+        summary: i.summary.clone(),
+        evidence: i.evidence.iter().filter(|(_, v)| v.is_finite()).map(|(k, v)| (k.clone(), *v)).collect(),
+        details: i.details.clone(),
+        try_this: i.try_this.clone(),
+        since_t_ms: ms(v.since_s),
+        opened_t_ms: ms(v.opened_at_s),
+        closed_t_ms: v.closed_at_s.map(ms),
+    }
 }
 
 impl Capture {
@@ -103,7 +127,12 @@ impl Capture {
         }
         self.last_health_ns =
             snap.health.events.iter().map(|e| e.event.ts_ns).max().unwrap_or(0).max(self.last_health_ns);
-        let frame = frame(snap, model, t_ms);
+        let mut frame = frame(snap, model, t_ms);
+        // Closings since the last frame: the newest of the engine's closed history.
+        let new = snap.insights.closed_total.saturating_sub(self.insights_closed) as usize;
+        self.insights_closed = snap.insights.closed_total;
+        let closed = &snap.insights.closed;
+        frame.insights.extend(closed[closed.len().saturating_sub(new)..].iter().map(insight_rec));
         for (reason, m) in &frame.migrations {
             let before = self.last_migrations.get(reason).copied().unwrap_or_default();
             let (pages, failed) =
@@ -187,5 +216,6 @@ pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
                 exited: p.exited,
             })
             .collect(),
+        insights: snap.insights.open.iter().map(insight_rec).collect(),
     }
 }

@@ -83,6 +83,7 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Recording, ReadError> {
             site_sample_every: 0,
             command: vec![],
             selection: String::new(),
+            ..Default::default()
         },
         topology: None,
         processes: BTreeMap::new(),
@@ -195,5 +196,7 @@ pub fn sudo_id(var: &str) -> Option<u32> {
     std::env::var(var).ok()?.parse().ok()
 }
 
+#[cfg(test)]
+mod insight_tests;
 #[cfg(test)]
 mod tests;

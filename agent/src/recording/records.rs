@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::insights::{InsightId, Severity, Subject};
+
 /// The schema name in the `meta` record.
 pub const SCHEMA: &str = "tierscope.session/v1";
 
@@ -24,7 +26,7 @@ pub enum Record {
     End(EndRec),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
     pub schema: String,
     pub tool_version: String,
@@ -41,6 +43,12 @@ pub struct Meta {
     pub command: Vec<String>,
     /// What was selected, in words (`--pid 12`, `--match python`, `the command and its children`).
     pub selection: String,
+    /// The insight thresholds in force: seconds a condition held before its insight opened, and
+    /// was clear before it closed (absent in recordings made before insights were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insights_open_after_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insights_close_after_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -89,6 +97,30 @@ pub struct Frame {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hotness_by_tier: BTreeMap<String, [u64; 3]>,
     pub processes: Vec<ProcessFrame>,
+    /// The insights open at this moment, and those that closed since the frame before (with
+    /// their closing time). Absent in older recordings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub insights: Vec<InsightRec>,
+}
+
+/// One insight as it stood at a frame (docs/session-format.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InsightRec {
+    pub id: InsightId,
+    pub severity: Severity,
+    pub subject: Subject,
+    pub summary: String,
+    /// Finite figures only (the unit in the name).
+    pub evidence: BTreeMap<String, f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+    pub try_this: String,
+    /// When its condition started to hold, and when it opened: ms since the recording started.
+    pub since_t_ms: u64,
+    pub opened_t_ms: u64,
+    /// When it closed (only in the frame after its closing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_t_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

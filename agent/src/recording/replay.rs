@@ -1,11 +1,12 @@
 //! The model as it stood at one frame of a recording, for `top --replay`: the live UI draws it as
 //! it draws the collector's model. Pure. Times are the recording's milliseconds as nanoseconds
 //! (the UI's clock while replaying); rates come from the frame before.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
     event::PolicyDecision,
     histogram::Log2Histogram,
+    insights::{Insight, InsightConfig, InsightEngine, InsightId},
     job::{Rank, TrainingRole},
     migration::MigrationTotals,
     residency::NumaResidency,
@@ -14,7 +15,7 @@ use crate::model::{
 };
 
 use super::{
-    records::{EventKind, Frame, Migrations},
+    records::{EventKind, Frame, InsightRec, Migrations},
     Recording,
 };
 
@@ -126,7 +127,41 @@ pub fn model_at(rec: &Recording, index: usize) -> Model {
             }
         }
     }
+    m.insights = insights_at(rec, i);
     m
+}
+
+fn insight(r: &InsightRec) -> Insight {
+    Insight {
+        id: r.id,
+        severity: r.severity,
+        subject: r.subject.clone(),
+        summary: r.summary.clone(),
+        evidence: r.evidence.clone(),
+        details: r.details.clone(),
+        try_this: r.try_this.clone(),
+        since_ns: now_ns(r.since_t_ms),
+        opened_ns: now_ns(r.opened_t_ms),
+        closed_ns: r.closed_t_ms.map(now_ns),
+    }
+}
+
+/// The insights as they stood at frame `i`: the frame's open ones, those closed up to it, and
+/// the counts of both since the recording started (the Insights view's header).
+fn insights_at(rec: &Recording, i: usize) -> InsightEngine {
+    let defaults = InsightConfig::default();
+    let cfg = InsightConfig {
+        open_after_s: rec.meta.insights_open_after_s.unwrap_or(defaults.open_after_s),
+        close_after_s: rec.meta.insights_close_after_s.unwrap_or(defaults.close_after_s),
+        ..defaults
+    };
+    let upto = &rec.frames[..=i];
+    let all = || upto.iter().flat_map(|f| &f.insights);
+    let opened: BTreeSet<(InsightId, String, u64)> = all().map(|r| (r.id, r.subject.key(), r.opened_t_ms)).collect();
+    let closed: Vec<Insight> = all().filter(|r| r.closed_t_ms.is_some()).map(insight).collect();
+    let open = rec.frames[i].insights.iter().filter(|r| r.closed_t_ms.is_none()).map(insight).collect();
+    let closed_total = closed.len() as u64;
+    InsightEngine::restore(cfg, open, closed, opened.len() as u64, closed_total)
 }
 
 #[cfg(test)]
@@ -174,6 +209,7 @@ mod tests {
                 site_sample_every: 1,
                 command: vec![],
                 selection: String::new(),
+                ..Default::default()
             },
             topology: None,
             processes: [(

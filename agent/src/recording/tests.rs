@@ -20,6 +20,7 @@ fn meta() -> Meta {
         site_sample_every: 1,
         command: vec!["python3".into(), "train.py".into()],
         selection: "the command and its children".into(),
+        ..Default::default()
     }
 }
 

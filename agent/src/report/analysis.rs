@@ -150,6 +150,10 @@ pub struct Analysis {
     /// Placement calls, process starts and exits.
     pub events: Vec<Happening>,
     pub charts: Vec<Chart>,
+    /// Insights that were open during the session (none in recordings made before they were
+    /// recorded).
+    #[serde(default)]
+    pub insights: Vec<super::insights::InsightUse>,
 }
 
 pub fn percentiles(buckets: &[u64]) -> Percentiles {
@@ -527,5 +531,6 @@ pub fn analyze(rec: &Recording) -> Analysis {
         health,
         events,
         charts,
+        insights: super::insights::insights(rec),
     }
 }

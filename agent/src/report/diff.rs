@@ -1,6 +1,7 @@
 //! `tierscope diff A B`: what changed between two recordings, computed from their analyses
 //! (pure): time and bytes on each tier, migrations and their latency, promotions and demotions,
-//! fault rates, and the CXL allocation sites that appeared, vanished or changed.
+//! fault rates, the CXL allocation sites that appeared, vanished or changed, and the insights
+//! that opened in one run and not the other.
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::Serialize;
@@ -43,6 +44,8 @@ pub struct Diff {
     pub b: String,
     pub rows: Vec<Row>,
     pub sites: Vec<SiteChange>,
+    /// Insights opened in one run and not the other, and in both.
+    pub insights: Vec<super::insights::InsightChange>,
 }
 
 fn row(section: &str, metric: &str, unit: &str, a: f64, b: f64) -> Row {
@@ -123,7 +126,8 @@ pub fn compare(a: &Analysis, b: &Analysis, a_name: &str, b_name: &str) -> Diff {
         });
     }
     sites.sort_by_key(|s| std::cmp::Reverse(s.a_pages.abs_diff(s.b_pages)));
-    Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites }
+    let insights = super::insights::compare(&a.insights, &b.insights);
+    Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites, insights }
 }
 
 fn value(v: f64, unit: &str) -> String {
@@ -199,6 +203,7 @@ pub fn text(d: &Diff) -> String {
             );
         }
     }
+    s.push_str(&super::insights::diff_text(&d.insights));
     s
 }
 
@@ -257,6 +262,7 @@ pub fn html(d: &Diff, a: &Analysis, b: &Analysis) -> String {
         }
         s.push_str("</table>");
     }
+    s.push_str(&super::insights::diff_html(&d.insights));
     s.push_str("</body></html>\n");
     s
 }

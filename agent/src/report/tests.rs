@@ -28,6 +28,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
         site_sample_every: 1,
         command: vec!["ts-alloc".into()],
         selection: "the command and its children".into(),
+        ..Default::default()
     }))
     .unwrap();
     let node = |id: u32, tier: &str| NodeRec {
@@ -84,6 +85,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
                 hotness_by_tier: BTreeMap::new(),
                 exited: i == 10,
             }],
+            insights: vec![],
         }))
         .unwrap();
         if i == 5 && moved {
@@ -193,6 +195,7 @@ fn an_empty_recording_reports_without_dividing_by_zero() {
         site_sample_every: 1,
         command: vec![],
         selection: "s".into(),
+        ..Default::default()
     }))
     .unwrap();
     w.finish().unwrap();
@@ -220,6 +223,7 @@ fn a_ranks_data_loader_workers_count_with_the_rank() {
         site_sample_every: 1,
         command: vec![],
         selection: "s".into(),
+        ..Default::default()
     }))
     .expect("meta");
     // Ranks 0 (pid 11) and 1 (pid 12); 21 and 22 are rank 0's DataLoader workers.
