@@ -77,25 +77,11 @@ pub fn child_mode() -> bool {
     true
 }
 
-/// Child mode `churn SECS MIB`: maps, touches and unmaps MIB MiB every 10 ms for SECS seconds
-/// (allocation churn at a flat resident size), prints `churned PAGES pages in MS ms` (the pages
-/// it touched), then waits for stdin to close.
+/// Child mode `churn SECS MIB`: [`tierscope_tests::churn`], then prints `churned PAGES pages in
+/// MS ms` and waits for stdin to close.
 fn churn_child(secs: f64, mib: usize) {
-    let bytes = mib << 20;
-    let start = Instant::now();
-    let mut pages = 0usize;
-    while start.elapsed().as_secs_f64() < secs {
-        let p = tierscope_tests::map_anon(bytes).expect("mmap");
-        for off in (0..bytes).step_by(PAGE) {
-            // SAFETY: inside the mapping.
-            unsafe { p.add(off).write_volatile(1) };
-        }
-        // SAFETY: the mapping made above, not used after.
-        unsafe { libc::munmap(p.cast(), bytes) };
-        pages += bytes / PAGE;
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    println!("churned {pages} pages in {} ms", start.elapsed().as_millis());
+    let (pages, ms) = tierscope_tests::churn(secs, mib);
+    println!("churned {pages} pages in {ms} ms");
     std::io::stdout().flush().ok();
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
 }

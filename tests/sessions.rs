@@ -193,6 +193,84 @@ fn a_recorder_killed_with_sigkill_leaves_a_file_that_reports() {
     std::fs::remove_dir_all(d).expect("cleanup");
 }
 
+/// A recorded rank that churns allocations for 4 s, then idles: the report lists one
+/// allocation_churn insight for it, opened while it churned and closed after, its evidence at its
+/// worst agreeing with the pages the rank itself touched; `diff` against a run that did not churn
+/// lists it as opened in that run only. Thresholds from `record --insights-config`.
+#[test]
+#[ignore = "requires root"]
+fn a_recorded_churning_rank_opens_and_closes_an_insight_in_the_report_and_the_diff() {
+    require_root_and_agent!();
+    let d = dir("insights");
+    let cfg = d.join("insights.toml");
+    std::fs::write(
+        &cfg,
+        "open_after_s = 1\nclose_after_s = 1\nwindow_s = 2\nchurn_min_pages_per_s = 2000\nchurn_max_growth_pct = 25\n",
+    )
+    .expect("config");
+    let out = d.join("workload.out");
+    let rec = |file: &Path, action: &str, hold_s: u32| {
+        let script = format!(
+            "(printf 'go\\n'; sleep {hold_s}) | RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {WORKLOAD} {action} > {}",
+            out.display()
+        );
+        let cfg = cfg.to_str().expect("path");
+        let o = tierscope(&[
+            "record",
+            "-o",
+            file.to_str().expect("path"),
+            "--interval-ms",
+            "200",
+            "--insights-config",
+            cfg,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        assert!(o.status.success(), "record: {}", stderr(&o));
+    };
+    let churned = d.join("churned.tscope");
+    rec(&churned, "churn 4 1", 8);
+    let done = std::fs::read_to_string(&out).expect("workload output");
+    let field = |k: &str| -> f64 {
+        done.split_whitespace().find_map(|w| w.strip_prefix(k)?.parse().ok()).unwrap_or_else(|| panic!("{k} in {done}"))
+    };
+    let own_rate = field("pages=") * 1000.0 / field("ms=");
+    let a = report_json(&churned);
+    let insights = a["insights"].as_array().expect("insights");
+    let churn: Vec<&serde_json::Value> = insights.iter().filter(|i| i["id"] == "allocation_churn").collect();
+    assert_eq!(churn.len(), 1, "one allocation_churn insight: {insights:?}");
+    let i = churn[0];
+    eprintln!("the rank touched {own_rate:.0} pages/s; insight: {i}");
+    assert_eq!(i["severity"], "warning");
+    assert_eq!(i["subject"]["kind"], "process");
+    assert!(i["subject"]["comm"].as_str().is_some_and(|c| c.starts_with("tierscope-work")), "{i}");
+    let (opened, closed) = (i["opened_s"].as_f64().expect("opened"), i["closed_s"].as_f64().expect("closed"));
+    assert!(opened > 0.0 && opened < closed && closed < a["summary"]["duration_s"].as_f64().expect("duration"), "{i}");
+    assert!((i["open_s"].as_f64().expect("open_s") - (closed - opened)).abs() < 1e-9, "{i}");
+    let worst = i["evidence"]["alloc_pages_per_s"].as_f64().expect("evidence");
+    assert!((worst - own_rate).abs() <= own_rate / 3.0, "worst {worst:.0} pages/s vs the rank's own {own_rate:.0}");
+    let md = tierscope(&["report", churned.to_str().expect("p"), "--format", "md"]);
+    assert!(String::from_utf8_lossy(&md.stdout).contains("| allocation_churn | warning | tierscope-work"), "md report");
+
+    let quiet = d.join("quiet.tscope");
+    rec(&quiet, "touch 8", 3);
+    let quiet_insights = report_json(&quiet)["insights"].as_array().expect("insights").len();
+    assert_eq!(quiet_insights, 0, "touching 8 MiB once opens nothing");
+    let (c, q) = (churned.to_str().expect("p"), quiet.to_str().expect("p"));
+    let o = tierscope(&["diff", c, q, "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let diff: serde_json::Value = serde_json::from_slice(&o.stdout).expect("diff JSON");
+    let changes = diff["insights"].as_array().expect("insights");
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!((&changes[0]["change"], &changes[0]["id"]), (&"only in A".into(), &"allocation_churn".into()));
+    assert!(changes[0]["about"].as_str().is_some_and(|s| s.starts_with("process tierscope-work")), "{changes:?}");
+    let text = String::from_utf8_lossy(&tierscope(&["diff", c, q]).stdout).to_string();
+    assert!(text.contains("only in A allocation_churn on process tierscope-work"), "{text}");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
 fn chromium() -> Option<&'static str> {
     ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| Path::new(p).is_file())
 }

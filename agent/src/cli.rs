@@ -173,6 +173,9 @@ pub struct TopArgs {
     pub fps: u32,
     #[command(flatten)]
     pub hotness: HotnessFlags,
+    /// A TOML file of insight thresholds (the keys of `[insights]`; see the README).
+    #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
+    pub insights_config: Option<crate::model::insights::InsightConfig>,
 }
 
 /// `--hotness` and `--hotness-config` of the watching commands.
@@ -210,6 +213,7 @@ impl Default for TopArgs {
             tick_ms: 1000,
             fps: 30,
             hotness: HotnessFlags::default(),
+            insights_config: None,
         }
     }
 }
@@ -354,4 +358,48 @@ pub struct ExportArgs {
     /// Write the timelines as Perfetto counter tracks (ui.perfetto.dev).
     #[arg(long, value_name = "OUT.pftrace")]
     pub perfetto: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    /// `--insights-config` on every watching command; a malformed file is refused while parsing
+    /// with one line naming the file, the key and what to give.
+    #[test]
+    fn insight_thresholds_from_a_file_and_one_line_errors() {
+        let dir = std::env::temp_dir().join(format!("tierscope-cli-insights-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "open_after_s = 2\n").unwrap();
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "open_after_s = 2\nhold_ratio = 1.5\n").unwrap();
+        let parse = |cmd: &str, f: &std::path::Path| {
+            let mut argv = vec!["tierscope", cmd, "--insights-config", f.to_str().unwrap()];
+            if cmd == "record" {
+                argv.extend(["-o", "x.tscope"]);
+            }
+            Cli::try_parse_from(argv)
+        };
+        for cmd in ["top", "snapshot", "record"] {
+            let c = parse(cmd, &good).unwrap_or_else(|e| panic!("{cmd}: {e}"));
+            let cfg = match c.command {
+                Some(Command::Top(a)) => a.insights_config,
+                Some(Command::Snapshot { tiers, .. }) => tiers.insights_config,
+                Some(Command::Record(a)) => a.tiers.insights_config,
+                _ => unreachable!(),
+            };
+            assert_eq!(cfg.map(|c| c.open_after_s), Some(2.0), "{cmd}");
+            let e = parse(cmd, &bad).err().unwrap_or_else(|| panic!("{cmd} took a bad file")).to_string();
+            let line = e.lines().next().unwrap_or("");
+            assert!(
+                line.contains(bad.to_str().unwrap())
+                    && line.contains("`hold_ratio = 1.5` is out of range: give a fraction above 0, at most 1"),
+                "{cmd}: {e}"
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -10,6 +10,26 @@ pub fn map_anon(bytes: usize) -> std::io::Result<*mut u8> {
     map_anon_with(bytes, 0)
 }
 
+/// Allocation churn at a flat resident size: maps, touches and unmaps `mib` MiB every 10 ms for
+/// `secs` seconds. Returns the pages touched and the milliseconds it took.
+pub fn churn(secs: f64, mib: usize) -> (u64, u64) {
+    let bytes = mib << 20;
+    let start = std::time::Instant::now();
+    let mut pages = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let p = map_anon(bytes).expect("mmap");
+        for off in (0..bytes).step_by(4096) {
+            // SAFETY: inside the mapping.
+            unsafe { p.add(off).write_volatile(1) };
+        }
+        // SAFETY: the mapping made above, not used after.
+        unsafe { libc::munmap(p.cast(), bytes) };
+        pages += (bytes / 4096) as u64;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (pages, start.elapsed().as_millis() as u64)
+}
+
 /// [`map_anon`] with more `mmap` flags (`MAP_POPULATE`).
 pub fn map_anon_with(bytes: usize, extra_flags: i32) -> std::io::Result<*mut u8> {
     // SAFETY: a new anonymous mapping; nothing else refers to the range.

@@ -15,6 +15,8 @@
 //!   forks N MIB        N forked children each populate and touch MIB MiB and exit; reports
 //!                      `children=PID:MINFLT:MAJFLT,...` (their own counters before exiting)
 //!   chains N           touch N pages, page i from call chain i (distinct user stacks, see chains.rs)
+//!   churn SECS MIB     map, touch and unmap MIB MiB every 10 ms for SECS seconds (allocation churn
+//!                      at a flat resident size); reports `pages=` (touched) and `ms=`
 //!
 //! Every `done` line also carries `faults_go=` and `faults_done=` (minflt+majflt from
 //! /proc/self/stat at `go` and at `done`); after stdin closes it prints `exit faults=N major=N`
@@ -136,6 +138,10 @@ fn main() {
         Some("populate") => populate::populate_by(arg(&args, 1, 16), args.get(2).map(String::as_str)),
         Some("threads") => populate::threads(arg(&args, 1, 4), arg(&args, 2, 8)),
         Some("forks") => populate::forks(arg(&args, 1, 4), arg(&args, 2, 8)),
+        Some("churn") => {
+            let (pages, ms) = tierscope_tests::churn(arg(&args, 1, 5) as f64, arg(&args, 2, 1));
+            format!("pages={pages} ms={ms}")
+        }
         Some("chains") => {
             let n: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(10_000);
             let p = map(n * 4096);
@@ -145,7 +151,7 @@ fn main() {
         other => {
             eprintln!(
                 "tierscope-workload: unknown action {other:?}: use touch MIB [NODE] | mbind NODE | fragment MIB | \
-                 populate MIB [HOW] | threads N MIB | forks N MIB | chains N"
+                 populate MIB [HOW] | threads N MIB | forks N MIB | chains N | churn SECS MIB"
             );
             std::process::exit(2);
         }

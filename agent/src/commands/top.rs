@@ -194,8 +194,11 @@ struct Frozen {
 
 async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
-    let mut session =
-        Session::start_with(SessionOptions { pattern: filter.pattern.clone(), ..SessionOptions::default() })?;
+    let mut session = Session::start_with(SessionOptions {
+        pattern: filter.pattern.clone(),
+        insights: args.insights_config.clone(),
+        ..SessionOptions::default()
+    })?;
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),
         regions: session.topology.cxl_regions.clone(),

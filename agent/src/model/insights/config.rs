@@ -71,35 +71,64 @@ impl Default for InsightConfig {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
-    #[error("[insights] {0}: give a value in range (see the README's Insights section)")]
-    OutOfRange(&'static str),
+    #[error("`{key} = {value}` is out of range: give {want} (see the README's Insights section)")]
+    OutOfRange { key: &'static str, value: f64, want: &'static str },
     #[error("[insights] in {path}: {message}")]
     Parse { path: String, message: String },
 }
 
 impl InsightConfig {
     /// Parses an `[insights]` table's text (its keys, without the header) and checks it.
+    /// Errors name the file, the line and its key.
     pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
-        let c: InsightConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.message().into() })?;
-        c.validate()?;
+        let c: InsightConfig = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|s| {
+                let n = text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1;
+                let line = text.lines().nth(n - 1).unwrap_or("").trim();
+                format!("line {n} (`{line}`): ")
+            });
+            ConfigError::Parse { path: path.into(), message: format!("{}{}", at.unwrap_or_default(), e.message()) }
+        })?;
+        c.validate().map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         Ok(c)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive = [
-            ("open_after_s", self.open_after_s >= 0.0),
-            ("close_after_s", self.close_after_s >= 0.0),
-            ("window_s", self.window_s > 0.0),
-            ("hold_ratio", self.hold_ratio > 0.0 && self.hold_ratio <= 1.0),
-            ("churn_max_growth_pct", self.churn_max_growth_pct >= 0.0),
-            ("split_min_share_pct", (0.0..=100.0).contains(&self.split_min_share_pct)),
-            ("rank_slow_spread_pct", (0.0..=100.0).contains(&self.rank_slow_spread_pct)),
-            ("rank_fault_ratio", self.rank_fault_ratio >= 1.0),
-            ("promote_max_success_pct", (0.0..=100.0).contains(&self.promote_max_success_pct)),
+        const SECONDS: &str = "seconds, 0 or more";
+        const PCT: &str = "a percentage from 0 to 100";
+        let checks = [
+            ("open_after_s", self.open_after_s, self.open_after_s >= 0.0, SECONDS),
+            ("close_after_s", self.close_after_s, self.close_after_s >= 0.0, SECONDS),
+            ("window_s", self.window_s, self.window_s > 0.0, "seconds, more than 0"),
+            (
+                "hold_ratio",
+                self.hold_ratio,
+                self.hold_ratio > 0.0 && self.hold_ratio <= 1.0,
+                "a fraction above 0, at most 1",
+            ),
+            (
+                "churn_max_growth_pct",
+                self.churn_max_growth_pct,
+                self.churn_max_growth_pct >= 0.0,
+                "a percentage, 0 or more",
+            ),
+            ("split_min_share_pct", self.split_min_share_pct, (0.0..=100.0).contains(&self.split_min_share_pct), PCT),
+            (
+                "rank_slow_spread_pct",
+                self.rank_slow_spread_pct,
+                (0.0..=100.0).contains(&self.rank_slow_spread_pct),
+                PCT,
+            ),
+            ("rank_fault_ratio", self.rank_fault_ratio, self.rank_fault_ratio >= 1.0, "a ratio of 1 or more"),
+            (
+                "promote_max_success_pct",
+                self.promote_max_success_pct,
+                (0.0..=100.0).contains(&self.promote_max_success_pct),
+                PCT,
+            ),
         ];
-        match positive.iter().find(|(_, ok)| !ok) {
-            Some((name, _)) => Err(ConfigError::OutOfRange(name)),
+        match checks.iter().find(|(_, _, ok, _)| !ok) {
+            Some(&(key, value, _, want)) => Err(ConfigError::OutOfRange { key, value, want }),
             None => Ok(()),
         }
     }
@@ -114,8 +143,25 @@ mod tests {
         assert_eq!(InsightConfig::from_toml("", "x"), Ok(InsightConfig::default()));
         let c = InsightConfig::from_toml("open_after_s = 3\nslow_tier_min_bytes = 1048576\n", "x").expect("valid");
         assert_eq!((c.open_after_s, c.slow_tier_min_bytes, c.close_after_s), (3.0, 1 << 20, 30.0));
-        assert_eq!(InsightConfig::from_toml("hold_ratio = 2", "x"), Err(ConfigError::OutOfRange("hold_ratio")));
-        let e = InsightConfig::from_toml("no_such_key = 1", "/etc/t.toml").expect_err("unknown key");
-        assert!(e.to_string().contains("/etc/t.toml") && e.to_string().contains("no_such_key"), "{e}");
+        let bad = InsightConfig { hold_ratio: 2.0, ..Default::default() }.validate();
+        assert_eq!(
+            bad,
+            Err(ConfigError::OutOfRange { key: "hold_ratio", value: 2.0, want: "a fraction above 0, at most 1" })
+        );
+        // Every error is one line naming the file, the key and what to give.
+        let e = InsightConfig::from_toml("window_s = 1\nhold_ratio = 2", "/etc/t.toml").expect_err("range").to_string();
+        assert_eq!(
+            e,
+            "[insights] in /etc/t.toml: `hold_ratio = 2` is out of range: give a fraction above 0, at most 1 \
+             (see the README's Insights section)"
+        );
+        let e = InsightConfig::from_toml("\nno_such_key = 1", "/etc/t.toml").expect_err("unknown key").to_string();
+        assert!(
+            e.starts_with("[insights] in /etc/t.toml: line 2 (`no_such_key = 1`): unknown field `no_such_key`"),
+            "{e}"
+        );
+        let e = InsightConfig::from_toml("open_after_s = \"soon\"", "t.toml").expect_err("a string").to_string();
+        assert!(e.contains("line 1 (`open_after_s = \"soon\"`)") && e.contains("expected f64"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
     }
 }
