@@ -192,28 +192,40 @@ fn find<'a>(batch: &'a [Pt], name: &str, attrs: &[(&str, &str)]) -> Vec<&'a Pt> 
         .collect()
 }
 
-fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let received: Received = Arc::default();
-    let logs: ReceivedLogs = Arc::default();
-    let stop = start_grpc_with_logs(&rt, addr, received.clone(), logs.clone());
+/// A gRPC receiver (metrics and logs) on a free port, and a scratch directory named `marker`
+/// holding the agent's config: `[otlp]` to the receiver, then `rest`, then `[track] match`.
+struct GrpcSetup {
+    rt: tokio::runtime::Runtime,
+    addr: SocketAddr,
+    received: Received,
+    logs: ReceivedLogs,
+    stop: tokio::sync::oneshot::Sender<()>,
+    dir: std::path::PathBuf,
+    config: std::path::PathBuf,
+}
 
-    let marker = format!("tierscope-otlp-test-{}", std::process::id());
-    let dir = std::env::temp_dir().join(&marker);
+fn grpc_setup(marker: &str, rest: &str) -> GrpcSetup {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (received, logs): (Received, ReceivedLogs) = (Arc::default(), Arc::default());
+    let stop = start_grpc_with_logs(&rt, addr, received.clone(), logs.clone());
+    let dir = std::env::temp_dir().join(marker);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("tierscope.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[otlp]\nendpoint = \"http://{addr}\"\nprotocol = \"grpc\"\ntimeout_ms = 1000\n\
-             [export]\ninterval_ms = 500\nqueue_batches = 4\nbackoff_initial_ms = 200\nbackoff_max_ms = 800\n\
-             [collect]\nread_interval_ms = 200\nresidency_interval_ms = 500\n\
-             [track]\nmatch = \"{marker}\"\n"
-        ),
-    )
-    .unwrap();
+    let text = format!(
+        "[otlp]\nendpoint = \"http://{addr}\"\nprotocol = \"grpc\"\ntimeout_ms = 1000\n{rest}[track]\nmatch = \"{marker}\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    GrpcSetup { rt, addr, received, logs, stop, dir, config }
+}
+
+fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
+    let marker = format!("tierscope-otlp-test-{}", std::process::id());
+    let GrpcSetup { rt, addr, received, logs, stop, dir, config } = grpc_setup(
+        &marker,
+        "[export]\ninterval_ms = 500\nqueue_batches = 4\nbackoff_initial_ms = 200\nbackoff_max_ms = 800\n\
+         [collect]\nread_interval_ms = 200\nresidency_interval_ms = 500\n",
+    );
     // Untracked by pid: the marker in the child's command line selects it.
     let mut agent = Agent::start(bin, &["--config", config.to_str().unwrap()], &[]);
     let work = Workload::start(PAGES, &marker);
@@ -507,24 +519,13 @@ fn bad_config_is_one_line_and_exit_1(bin: &std::path::PathBuf) {
 /// process and evidence; the evidence's fault rate must agree with the process's own count of
 /// the pages it touched, and the open-insights gauge must count it while it is open.
 fn insight_records_open_and_close(bin: &std::path::PathBuf) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (received, logs): (Received, ReceivedLogs) = (Arc::default(), Arc::default());
-    let _stop = start_grpc_with_logs(&rt, addr, received.clone(), logs.clone());
     let marker = format!("tierscope-insight-test-{}", std::process::id());
-    let dir = std::env::temp_dir().join(&marker);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("tierscope.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[otlp]\nendpoint = \"http://{addr}\"\nprotocol = \"grpc\"\ntimeout_ms = 1000\n\
-             [export]\ninterval_ms = 500\n[collect]\nread_interval_ms = 250\n[track]\nmatch = \"{marker}\"\n\
-             [insights]\nopen_after_s = 1\nclose_after_s = 2\nwindow_s = 2\nchurn_min_pages_per_s = 2000\n\
-             churn_max_growth_pct = 25\n"
-        ),
-    )
-    .unwrap();
+    let GrpcSetup { rt: _rt, addr: _, received, logs, stop: _stop, dir, config } = grpc_setup(
+        &marker,
+        "[export]\ninterval_ms = 500\n[collect]\nread_interval_ms = 250\n\
+         [insights]\nopen_after_s = 1\nclose_after_s = 2\nwindow_s = 2\nchurn_min_pages_per_s = 2000\n\
+         churn_max_growth_pct = 25\n",
+    );
     let mut agent = Agent::start(bin, &["--config", config.to_str().unwrap()], &[]);
     let mut work = Workload::churn(8.0, 1, &marker, &[]);
     let pid = work.pid().to_string();

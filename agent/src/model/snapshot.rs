@@ -458,7 +458,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{
         reading::CounterReading,
@@ -466,7 +466,7 @@ mod tests {
         site::{SiteFrame, SiteTally},
     };
 
-    fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
+    pub(crate) fn ctx(nodes: &[NodeInfo]) -> SnapshotContext<'_> {
         SnapshotContext {
             host: "h".into(),
             kernel: "k".into(),

@@ -23,25 +23,9 @@ const S: u64 = 1_000_000_000;
 /// A recording made by `tierscope record` at 192914a, before frames carried insights.
 const BEFORE_INSIGHTS: &[u8] = include_bytes!("../../fixtures/sessions/before-insights.tscope");
 
+/// The snapshot tests' context (window from 1 s) at `now_ns`.
 fn ctx(nodes: &[NodeInfo], now_ns: u64) -> SnapshotContext<'_> {
-    SnapshotContext {
-        host: "h".into(),
-        kernel: "k".into(),
-        duration_s: 1.0,
-        nodes,
-        page_size: 4096,
-        programs: vec![],
-        channel_dropped: 0,
-        now_ns,
-        site_sample_every: 1,
-        window_start_ns: S,
-        map_entries_forgotten: 0,
-        memory_block_checks: 0,
-        memory_block_slots_rewritten: 0,
-        site_samples_per_sec: 100,
-        site_unnormalized: 0,
-        site_stacks: Default::default(),
-    }
+    SnapshotContext { now_ns, ..snapshot::tests::ctx(nodes) }
 }
 
 fn churn(level: Level) -> Finding {
