@@ -75,6 +75,7 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);
 /// Sampled CXL-tier allocations with their user stacks ([`SiteSampleEvent`] records, about
 /// 18 KiB each with the stack copy): apart from `EVENTS` so a burst of samples never crowds out exits and policy events.
+/// The agent sizes it at load by the sample budget (`site_ring_bytes`); 16 MiB is the most.
 ///
 /// [`SiteSampleEvent`]: tierscope_common::event::SiteSampleEvent
 #[map]

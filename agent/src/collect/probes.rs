@@ -151,6 +151,13 @@ impl Probes {
             .override_global(global::TASK_FSBASE, &task_fsbase, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
+            .map_max_entries(
+                map::SITE_SAMPLES,
+                crate::model::site::site_ring_bytes(
+                    opts.site_samples_per_sec,
+                    size_of::<tierscope_common::event::SiteSampleEvent>(),
+                ),
+            )
             .load(OBJECT)
             .map_err(|e| {
                 let msg = format!("{e:#}");

@@ -275,6 +275,12 @@ impl SiteReader {
     }
 }
 
+/// After this long without a new site to name, the namer lets go of its symbol tables.
+const NAMER_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often the reader lets go of unwind tables no live process maps.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Starts the reader and namer threads.
 pub fn spawn(
     mut ring: RingBuf<MapData>,
@@ -287,7 +293,15 @@ pub fn spawn(
     let named = tally.clone();
     std::thread::Builder::new().name("site-namer".into()).spawn(move || {
         let mut namer = FrameNamer::default();
-        while let Ok(job) = name_rx.recv() {
+        loop {
+            let job = match name_rx.recv_timeout(NAMER_IDLE) {
+                Ok(job) => job,
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    namer.release();
+                    continue;
+                }
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+            };
             let frames = splice_python(namer.name(job.tgid, &job.frames), job.python);
             named.lock().unwrap_or_else(|e| e.into_inner()).named.push((job.tgid, job.site, frames));
         }
@@ -299,6 +313,7 @@ pub fn spawn(
         let mut stacks = Stacks { unwinders: Unwinders::default(), python: PyResolver::default(), py_procs };
         let fd = ring.as_raw_fd();
         let mut batch = SiteTally::default();
+        let mut last_trim = std::time::Instant::now();
         loop {
             let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd; the ring buffer keeps its fd open while it lives.
@@ -330,7 +345,10 @@ pub fn spawn(
             merge(&out, std::mem::take(&mut batch));
             if dedup.sites.is_empty() {
                 normalizer.trim();
+            }
+            if last_trim.elapsed() >= TRIM_EVERY {
                 stacks.unwinders.trim();
+                last_trim = std::time::Instant::now();
             }
         }
     })?;

@@ -159,7 +159,11 @@ impl FrameNamer {
                 }
             }
         }
-        let symbolizer = self.symbolizer.get_or_insert_with(Symbolizer::new);
+        // Function and offset only: no source lines or inlined functions (DWARF line programs
+        // of a libtorch-sized module cost tens of MiB to hold).
+        let symbolizer = self
+            .symbolizer
+            .get_or_insert_with(|| Symbolizer::builder().enable_code_info(false).enable_inlined_fns(false).build());
         for (module, offsets) in wanted {
             let names = match elf_file(&module.path, tgid) {
                 Some(path) => {
@@ -197,6 +201,15 @@ impl FrameNamer {
                 NormalFrame::Unknown { addr } => SiteFrame::unnamed("[unknown]", *addr),
             })
             .collect()
+    }
+}
+
+impl FrameNamer {
+    /// Lets go of the modules the symbolizer holds open and the symbol tables it built (called
+    /// when no new site came for a while: training settles on a few sites, and a symbol table
+    /// of a large library costs tens of MiB). The names found are kept.
+    pub fn release(&mut self) {
+        self.symbolizer = None;
     }
 }
 

@@ -244,6 +244,8 @@ pub fn unwind_stack(
 
 struct ProcessModules {
     unwinder: UnwinderX86_64<SectionData>,
+    /// The files' tables the unwinder reads: what keeps them from [`Unwinders::trim`].
+    _held: Vec<Arc<UnwindSections>>,
     ranges: Vec<Range<u64>>,
     mappings: Vec<Mapping>,
     built: Instant,
@@ -316,6 +318,7 @@ impl Unwinders {
         let mappings = parse_maps(&text);
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
+        let mut held: Vec<Arc<UnwindSections>> = Vec::new();
         for m in &mappings {
             let sections = self
                 .files
@@ -330,9 +333,12 @@ impl Unwinders {
             if let Some(module) = s.module(m) {
                 unwinder.add_module(module);
                 ranges.push(m.range.clone());
+                if !held.iter().any(|h| Arc::ptr_eq(h, &s)) {
+                    held.push(s);
+                }
             }
         }
-        self.procs.insert(tgid, ProcessModules { unwinder, ranges, mappings, built: Instant::now() });
+        self.procs.insert(tgid, ProcessModules { unwinder, _held: held, ranges, mappings, built: Instant::now() });
         Some(())
     }
 
@@ -341,11 +347,10 @@ impl Unwinders {
         self.procs.remove(&tgid);
     }
 
-    /// Forgets files no process holds (after every process has gone).
+    /// Lets go of the unwind tables (and the file maps under them) of files no process
+    /// known here maps any more, and of what was learnt about files without tables.
     pub fn trim(&mut self) {
-        if self.procs.is_empty() {
-            self.files.clear();
-        }
+        self.files.retain(|_, s| s.as_ref().is_some_and(|s| Arc::strong_count(s) > 1));
     }
 }
 
@@ -421,6 +426,13 @@ mod tests {
                 // At least the three recursive callers of `here` (frames in this binary).
                 let in_own = r.frames.iter().filter(|a| own.range.contains(a)).count();
                 assert!(in_own >= 4, "{} frames in the test binary of {:x?}", in_own, r.frames);
+                // The tables stay while a process maps their files, and go with the last one.
+                let files = u.files.len();
+                u.trim();
+                assert!(files > 0 && u.files.values().flatten().count() > 0, "kept while mapped");
+                u.forget(std::process::id());
+                u.trim();
+                assert!(u.files.is_empty(), "{} files kept after their last process", u.files.len());
             })
             .expect("registers taken");
     }

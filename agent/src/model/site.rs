@@ -22,6 +22,24 @@ pub const DEFAULT_SAMPLE_EVERY: u32 = 64;
 /// and the interpreter or training loop that asked for it).
 pub const DEFAULT_USER_STACK_PAGES: u32 = 4;
 
+/// Bytes of the `SITE_SAMPLES` ring buffer for a per-process budget of `samples_per_sec`
+/// records of `record_bytes`: one second of one process at its budget (the reader drains the
+/// ring as records arrive, so this is slack for a reader busy naming a burst of new sites, or
+/// several processes at once), as a power of two between 1 MiB and 16 MiB; no budget: 16 MiB.
+/// Every page of it becomes resident in the agent (mapped twice), so it is sized, not maximal:
+/// 4 MiB at the default 200/s (16 MiB before: 32 MiB of the agent's RSS). Pure.
+pub fn site_ring_bytes(samples_per_sec: u32, record_bytes: usize) -> u32 {
+    const MIN: u64 = 1 << 20;
+    const MAX: u64 = 16 << 20;
+    if samples_per_sec == 0 {
+        return MAX as u32;
+    }
+    // The ring's 8-byte record header, and records are 8-aligned.
+    let record = (record_bytes as u64 + 8).next_multiple_of(8);
+    let want = record.saturating_mul(u64::from(samples_per_sec));
+    want.checked_next_power_of_two().unwrap_or(MAX).clamp(MIN, MAX) as u32
+}
+
 /// What the samples of one allocation site add up to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteTotals {
@@ -229,6 +247,18 @@ pub struct StackFigures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_site_ring_holds_a_second_of_one_process_at_its_budget() {
+        let record = 18_900;
+        assert_eq!(site_ring_bytes(DEFAULT_SAMPLES_PER_SEC, record), 4 << 20);
+        assert_eq!(site_ring_bytes(10, record), 1 << 20);
+        assert_eq!(site_ring_bytes(600, record), 16 << 20);
+        assert_eq!(site_ring_bytes(100_000, record), 16 << 20);
+        assert_eq!(site_ring_bytes(0, record), 16 << 20);
+        let b = site_ring_bytes(300, record);
+        assert!(b.is_power_of_two() && b as usize >= 300 * record, "{b}");
+    }
 
     #[test]
     fn an_unnamed_frame_prints_as_module_plus_offset() {
