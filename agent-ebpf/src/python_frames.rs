@@ -21,6 +21,46 @@ fn read_u64(addr: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(addr as *const u64).ok() }
 }
 
+/// Words of a frame read at once: every field the walk needs lies in its first 104 bytes
+/// (3.10's `f_lasti` at 96; 3.11-3.13's fields below 72). A power of two, so a masked index is
+/// always inside (the verifier accepts a variable stack offset only when it can bound it).
+const FRAME_WORDS: usize = 16;
+/// Fields at or past this offset are read one by one.
+const BLOCK_FIELDS: u32 = 104;
+
+#[inline(always)]
+fn read_block(frame: u64) -> Option<[u64; FRAME_WORDS]> {
+    let mut w = [0u64; FRAME_WORDS];
+    // SAFETY: the destination is `w`; the helper fails without faulting. Only the first
+    // BLOCK_FIELDS bytes are read (a frame may end soon after).
+    let rc = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            w.as_mut_ptr().cast(),
+            BLOCK_FIELDS,
+            frame as *const core::ffi::c_void,
+        )
+    };
+    (rc == 0).then_some(w)
+}
+
+/// Whether every field the walk reads lies in the block, the pointers 8-aligned.
+#[inline(always)]
+fn block_holds(p: &PyProcess) -> bool {
+    let ptr = |off: u32| off % 8 == 0 && off + 8 <= BLOCK_FIELDS;
+    ptr(p.frame_code)
+        && ptr(p.frame_instr)
+        && ptr(p.frame_previous)
+        && (p.frame_mark == PY_NO_FIELD || p.frame_mark < BLOCK_FIELDS)
+}
+
+/// (code, instruction, previous, mark) from a frame's first words (`block_holds` checked).
+#[inline(always)]
+fn fields(w: &[u64; FRAME_WORDS], p: &PyProcess) -> (u64, u64, u64, u8) {
+    let word = |off: u32| w[(off / 8) as usize & (FRAME_WORDS - 1)];
+    let mark = if p.frame_mark == PY_NO_FIELD { 0 } else { (word(p.frame_mark) >> ((p.frame_mark & 7) * 8)) as u8 };
+    (word(p.frame_code), word(p.frame_instr), word(p.frame_previous), mark)
+}
+
 /// Fills `out` (inside a reserved ring-buffer record) with the frames of thread `pid` of `tgid`.
 #[inline(always)]
 pub fn capture(out: *mut PyStack, tgid: u32, pid: u32) {
@@ -84,18 +124,30 @@ fn walk(out: *mut PyStack, p: &PyProcess, pid: u32) -> u32 {
     if frame == 0 {
         return PY_NO_FRAME;
     }
+    let block = block_holds(p);
     let mut n = 0usize;
     while n < PY_MAX_FRAMES && frame != 0 {
-        let (Some(code), Some(instr), Some(prev)) = (
-            read_u64(frame + p.frame_code as u64),
-            read_u64(frame + p.frame_instr as u64),
-            read_u64(frame + p.frame_previous as u64),
-        ) else {
-            break;
+        // One read of the frame's first bytes gives every field (a quarter of the helper
+        // calls of four reads); a frame too near the end of its memory is read field by field.
+        let (code, instr, prev, mark) = match if block { read_block(frame) } else { None } {
+            Some(w) => fields(&w, p),
+            None => {
+                let (Some(code), Some(instr), Some(prev)) = (
+                    read_u64(frame + p.frame_code as u64),
+                    read_u64(frame + p.frame_instr as u64),
+                    read_u64(frame + p.frame_previous as u64),
+                ) else {
+                    break;
+                };
+                // The mark is one byte; reading the 8 bytes it starts keeps to one helper shape.
+                let mark = if p.frame_mark == PY_NO_FIELD {
+                    0
+                } else {
+                    read_u64(frame + p.frame_mark as u64).unwrap_or(0) as u8
+                };
+                (code, instr, prev, mark)
+            }
         };
-        // The mark is one byte; reading the 8 bytes it starts keeps to one helper shape.
-        let mark =
-            if p.frame_mark == PY_NO_FIELD { 0 } else { read_u64(frame + p.frame_mark as u64).unwrap_or(0) as u8 };
         // SAFETY: `n` < PY_MAX_FRAMES: inside the record's arrays.
         unsafe {
             (*out).frames[n].code = code;
