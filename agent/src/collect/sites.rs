@@ -278,6 +278,11 @@ impl SiteReader {
 /// After this long without a new site to name, the namer lets go of its symbol tables.
 const NAMER_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long the reader lets records gather after draining the ring: at most 40 wake-ups a
+/// second; the ring (`site_ring_bytes`: a second of one process at its budget) holds 25 ms of
+/// 40 processes sampling at their budget.
+const DRAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// How often the reader lets go of unwind tables no live process maps.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -329,7 +334,9 @@ pub fn spawn(
                     Err(std_mpsc::TryRecvError::Disconnected) => return,
                 }
             }
+            let mut drained = 0usize;
             while let Some(item) = ring.next() {
+                drained += 1;
                 let Some(s) = decode(&item) else {
                     st.undecodable.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -349,6 +356,11 @@ pub fn spawn(
             if last_trim.elapsed() >= TRIM_EVERY {
                 stacks.unwinders.trim();
                 last_trim = std::time::Instant::now();
+            }
+            // Records came: let more gather before the next wake-up. Woken per record, the
+            // reader spent more on waking (poll, context switches) than on unwinding.
+            if drained > 0 {
+                std::thread::sleep(DRAIN_PAUSE);
             }
         }
     })?;
