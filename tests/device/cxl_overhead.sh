@@ -61,6 +61,15 @@ for (way, r), v in sorted(per_round.items(), key=lambda x: (x[0][1], x[0][0])):
 a, w = st.median(steps["alone"]), st.median(steps["agent"])
 print(f"steady step median: alone {a:.4f}s, with tierscope run --cxl-node 0 {w:.4f}s, ratio {w / a:.4f} "
       f"({(w / a - 1) * 100:+.2f}%; target within 0.5%: {'met' if abs(w / a - 1) <= 0.005 else 'MISSED'})")
+# Rounds are pairs run back to back (ABBA): the ratio within each pair cancels the drift from round
+# to round (alone rounds alone differed by 5% in session 3); their median is the paired figure.
+pairs = [st.median(per_round[("agent", r)]) / st.median(per_round[("alone", r)])
+         for r in sorted({r for _, r in per_round}) if ("agent", r) in per_round and ("alone", r) in per_round]
+if pairs:
+    pm = st.median(pairs)
+    print("per-round ratios agent/alone: " + ", ".join(f"{p:.4f}" for p in pairs))
+    print(f"paired median ratio {pm:.4f} ({(pm - 1) * 100:+.2f}%; target within 0.5%: "
+          f"{'met' if abs(pm - 1) <= 0.005 else 'MISSED'})")
 for i, (cpu, rss) in enumerate(cost, 1):
     print(f"agent round {i}: {cpu:.2f}% of a core (target < 2%: {'met' if cpu < 2 else 'MISSED'}), peak RSS {rss:.1f} MiB")
 PY
