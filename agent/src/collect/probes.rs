@@ -136,6 +136,16 @@ impl Probes {
         // Room for memory onlined later (see `refresh_block_table`).
         let block_slots = table.len().max(MIN_TABLE_SLOTS);
         let table_len = u32::try_from(block_slots).unwrap_or(u32::MAX);
+        // Sites are sampled only on CXL-tier nodes: without one the sample ring stays one page
+        // (the ring is mapped twice by the reader: its full size would count twice in the RSS for nothing).
+        let site_ring_bytes = if opts.cxl_nodes.is_empty() {
+            page_size as u32
+        } else {
+            crate::model::site::site_ring_bytes(
+                opts.site_samples_per_sec,
+                size_of::<tierscope_common::event::SiteSampleEvent>(),
+            )
+        };
         let mut ebpf = EbpfLoader::new()
             .override_global(global::AGENT_TGID, &agent_tgid, true)
             .override_global(global::BLOCK_PAGES_SHIFT, &shift, true)
@@ -151,13 +161,7 @@ impl Probes {
             .override_global(global::TASK_FSBASE, &task_fsbase, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
-            .map_max_entries(
-                map::SITE_SAMPLES,
-                crate::model::site::site_ring_bytes(
-                    opts.site_samples_per_sec,
-                    size_of::<tierscope_common::event::SiteSampleEvent>(),
-                ),
-            )
+            .map_max_entries(map::SITE_SAMPLES, site_ring_bytes)
             .load(OBJECT)
             .map_err(|e| {
                 let msg = format!("{e:#}");

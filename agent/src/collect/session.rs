@@ -23,7 +23,7 @@ use crate::{
         event::Event,
         job,
         redact::Redaction,
-        scan_plan::{ScanBudget, ScanState},
+        scan_plan::{ScanBudget, ScanMark, ScanState},
         snapshot::NodeInfo,
         Model,
     },
@@ -36,6 +36,10 @@ const FAULT_READ_MAX_AGE_NS: u64 = 10_000_000_000;
 /// How long an exited process stays in the model before it is pruned (its kernel entries freed,
 /// its final record kept for the windows that saw it: `model::departed`).
 pub const EXITED_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An idle tracked process's resident size (`/proc/PID/statm`) is compared with its last scan's
+/// at most this often (see [`ScanMark`]).
+const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
@@ -90,8 +94,8 @@ pub struct Session {
     pattern: Option<regex::Regex>,
     redaction: Redaction,
     identified: HashSet<u32>,
-    /// Per process: what its residency depended on at its last scan ([`residency_mark`]).
-    scan_marks: HashMap<u32, [u64; 4]>,
+    /// Per process: what its residency depended on at its last scan.
+    scan_marks: HashMap<u32, ScanMark>,
     /// When each process's CPU, resident size and pinned bytes were last read for the insights,
     /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
     insight_reads: HashMap<u32, (u64, u64)>,
@@ -435,31 +439,30 @@ impl Session {
     pub fn refresh_residency(&mut self, tgids: &[u32], budget: &ScanBudget) -> usize {
         let now = counters::monotonic_ns();
         let moved = host_pages_moved(&self.model);
-        let mut marks = HashMap::new();
+        let marks = &mut self.scan_marks;
         let states: Vec<ScanState> = tgids
             .iter()
             .filter_map(|t| self.model.processes.get(t))
             .filter(|p| p.exited_at_ns.is_none())
             .map(|p| {
                 let last_at_ns = p.residency.as_ref().map(|r| r.1);
-                // Only a process old enough to be due at all costs a statm read.
+                // Only a process old enough to be due at all is looked at.
                 let old_enough = last_at_ns.is_some_and(|at| now.saturating_sub(at) >= budget.min_interval_ns);
-                let mark = old_enough.then(|| residency_mark(p, moved)).flatten();
-                let unchanged = mark.is_some() && mark == self.scan_marks.get(&p.tgid).copied();
-                if let Some(m) = mark {
-                    marks.insert(p.tgid, m);
-                }
+                let unchanged = old_enough
+                    && marks.get_mut(&p.tgid).is_some_and(|m| {
+                        m.unchanged(activity(p, moved), now, RESIDENT_CHECK_EVERY_NS, || {
+                            procfs::read_resident_pages(p.tgid)
+                        })
+                    });
                 ScanState { tgid: p.tgid, last_at_ns, last_cost_ns: p.residency_cost_ns, unchanged }
             })
             .collect();
         let due = budget.due(&states, now);
         for &tgid in &due {
-            let mark =
-                marks.remove(&tgid).or_else(|| self.model.processes.get(&tgid).and_then(|p| residency_mark(p, moved)));
-            match mark {
-                Some(m) => self.scan_marks.insert(tgid, m),
-                None => self.scan_marks.remove(&tgid),
-            };
+            if let Some(p) = self.model.processes.get(&tgid) {
+                let mark = ScanMark::at_scan(activity(p, moved), procfs::read_resident_pages(tgid), now);
+                self.scan_marks.insert(tgid, mark);
+            }
         }
         self.residency_skipped_unchanged +=
             states.iter().filter(|s| s.unchanged && !due.contains(&s.tgid)).count() as u64;
@@ -479,12 +482,10 @@ impl Session {
     }
 }
 
-/// What must not change for a process's residency to be unchanged: its resident pages, its
-/// faults and allocations, and the host's count of pages moved between nodes (migration,
-/// promotion, demotion: kswapd demotes an idle process's pages without it doing anything).
-fn residency_mark(p: &crate::model::process::Process, host_moved: u64) -> Option<[u64; 4]> {
-    let resident = procfs::read_resident_pages(p.tgid)?;
-    Some([resident, p.faults, p.alloc_pages_by_node.values().sum(), host_moved])
+/// A process's own memory work and the host's pages moved between nodes: with its resident size,
+/// what must not change for its residency to be unchanged ([`ScanMark`]).
+fn activity(p: &crate::model::process::Process, host_moved: u64) -> [u64; 3] {
+    [p.faults, p.alloc_pages_by_node.values().sum(), host_moved]
 }
 
 /// The host's pages moved between nodes so far (the latest vmstat reading of the session).

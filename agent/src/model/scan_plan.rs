@@ -65,6 +65,51 @@ impl ScanBudget {
     }
 }
 
+/// What a process's residency depended on at its last scan, to tell whether anything that moves
+/// its pages happened since: its own memory work (faults, allocated pages), the host's pages moved
+/// between nodes (kswapd demotes an idle process's pages without it doing anything), and its
+/// resident size (a process that unmaps or gets reclaimed without faulting). The first two are in
+/// the model already; the resident size costs a `/proc/PID/statm` read, so it is looked at only
+/// when nothing else moved, and then at most once per `resident_every_ns`: with a thousand idle
+/// tracked processes that is a few reads per tick instead of one per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanMark {
+    /// Faults, allocated pages and the host's pages moved, at the scan.
+    activity: [u64; 3],
+    /// Resident pages at the scan (`None`: could not be read; the process counts as changed).
+    resident: Option<u64>,
+    /// When the resident size was last compared.
+    resident_checked_ns: u64,
+    /// The resident size differed at a check since the scan: changed until the next scan.
+    resident_moved: bool,
+}
+
+impl ScanMark {
+    /// The mark taken at a scan at `now_ns`.
+    pub fn at_scan(activity: [u64; 3], resident: Option<u64>, now_ns: u64) -> ScanMark {
+        ScanMark { activity, resident, resident_checked_ns: now_ns, resident_moved: false }
+    }
+
+    /// Whether nothing that moves pages changed since the scan. `read_resident` (the statm read)
+    /// is called only when the activity is the same and the last check is `resident_every_ns` old.
+    pub fn unchanged(
+        &mut self,
+        activity: [u64; 3],
+        now_ns: u64,
+        resident_every_ns: u64,
+        read_resident: impl FnOnce() -> Option<u64>,
+    ) -> bool {
+        if activity != self.activity || self.resident_moved || self.resident.is_none() {
+            return false;
+        }
+        if now_ns.saturating_sub(self.resident_checked_ns) >= resident_every_ns {
+            self.resident_checked_ns = now_ns;
+            self.resident_moved = read_resident() != self.resident;
+        }
+        !self.resident_moved
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +147,29 @@ mod tests {
         assert_eq!(b.due(&idle(0), 60 * S), vec![7], "re-read at the bound: values never older");
         let never = [ScanState { tgid: 8, last_at_ns: None, last_cost_ns: None, unchanged: true }];
         assert_eq!(b.due(&never, 0), vec![8], "never scanned: scanned now whatever the hint");
+    }
+
+    #[test]
+    fn a_mark_reads_the_resident_size_only_when_nothing_else_moved_and_not_every_tick() {
+        let reads = std::cell::Cell::new(0);
+        let read = |v: u64| {
+            reads.set(reads.get() + 1);
+            Some(v)
+        };
+        let mut m = ScanMark::at_scan([5, 8, 0], Some(100), 0);
+        assert!(m.unchanged([5, 8, 0], S, 10 * S, || read(100)), "same activity, resident not due: unchanged");
+        assert_eq!(reads.get(), 0, "no statm read within the check interval");
+        assert!(!m.unchanged([6, 8, 0], 2 * S, 10 * S, || read(100)), "it faulted: changed");
+        assert!(!m.unchanged([5, 8, 1], 2 * S, 10 * S, || read(100)), "the host moved pages: changed");
+        assert_eq!(reads.get(), 0, "activity alone decides: no statm read");
+        assert!(m.unchanged([5, 8, 0], 10 * S, 10 * S, || read(100)), "checked at 10 s, same size");
+        assert_eq!(reads.get(), 1);
+        assert!(m.unchanged([5, 8, 0], 15 * S, 10 * S, || read(90)), "next check not due yet");
+        assert_eq!(reads.get(), 1);
+        assert!(!m.unchanged([5, 8, 0], 20 * S, 10 * S, || read(90)), "unmapped without faulting: changed");
+        assert!(!m.unchanged([5, 8, 0], 21 * S, 10 * S, || read(100)), "changed stays changed until a scan");
+        assert_eq!(reads.get(), 2, "no read once known changed");
+        let mut unknown = ScanMark::at_scan([5, 8, 0], None, 0);
+        assert!(!unknown.unchanged([5, 8, 0], S, 10 * S, || read(100)), "no size at the scan: changed");
     }
 }
