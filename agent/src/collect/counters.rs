@@ -36,6 +36,16 @@ fn per_cpu_array<'a, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<PerCpuAr
     PerCpuArray::try_from(ebpf.map(name)?).ok()
 }
 
+/// Each slot of a per-CPU `u64` array summed over CPUs: in one batch syscall where the kernel
+/// allows, else slot by slot (empty when the map cannot be read).
+fn u64_sums(ebpf: &Ebpf, name: &str) -> Vec<u64> {
+    super::map_batch::per_cpu_u64_sums(ebpf, name).unwrap_or_else(|| {
+        per_cpu_array::<u64>(ebpf, name)
+            .map(|a| a.iter().map(|v| v.map(|v| v.iter().sum()).unwrap_or(0)).collect())
+            .unwrap_or_default()
+    })
+}
+
 /// Reads every aggregation map. Maps that cannot be read leave their part empty.
 pub fn read(ebpf: &Ebpf) -> CounterReading {
     let mut r = CounterReading { at_ns: monotonic_ns(), ..Default::default() };
@@ -80,12 +90,9 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             }
         }
     }
-    if let Some(frees) = per_cpu_array::<u64>(ebpf, map::FREES) {
-        for (node, vals) in frees.iter().enumerate() {
-            let total: u64 = vals.map(|v| v.iter().sum()).unwrap_or(0);
-            if total > 0 {
-                r.frees_by_node.insert(node as u32, total);
-            }
+    for (node, &total) in u64_sums(ebpf, map::FREES).iter().enumerate() {
+        if total > 0 {
+            r.frees_by_node.insert(node as u32, total);
         }
     }
     if let Some(m) = per_cpu_hash::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS) {
@@ -102,8 +109,8 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             }
         }
     }
-    if let Some(lat) = per_cpu_array::<u64>(ebpf, map::MIGRATE_LATENCY) {
-        let flat: Vec<u64> = lat.iter().map(|v| v.map(|v| v.iter().sum()).unwrap_or(0)).collect();
+    let flat = u64_sums(ebpf, map::MIGRATE_LATENCY);
+    if flat.len() >= (MAX_MIGRATE_REASONS * LOG2_BUCKETS) as usize {
         for reason in 0..MAX_MIGRATE_REASONS as usize {
             let b = &flat[reason * LOG2_BUCKETS as usize..][..LOG2_BUCKETS as usize];
             if b.iter().any(|&c| c > 0) {

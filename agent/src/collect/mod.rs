@@ -6,6 +6,7 @@ pub mod caps;
 pub mod counters;
 pub mod damon;
 pub mod events;
+pub mod map_batch;
 pub mod page_path;
 pub mod probes;
 pub mod procfs;

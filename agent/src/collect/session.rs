@@ -99,6 +99,9 @@ pub struct Session {
     /// When each process's CPU, resident size and pinned bytes were last read for the insights,
     /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
     insight_reads: HashMap<u32, (u64, u64)>,
+    /// The resident pages and last CPU of the processes whose `/proc/PID/stat` the fault reads
+    /// of this reading took: the insights use them rather than reading the file again.
+    stat_this_reading: HashMap<u32, (u64, Option<u32>)>,
     /// Processes a selection turned down (see [`Session::discover`]).
     unwanted: HashSet<u32>,
     /// Scans skipped because nothing that moves a process's pages changed.
@@ -179,6 +182,7 @@ impl Session {
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
             insight_reads: HashMap::new(),
+            stat_this_reading: HashMap::new(),
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
             health_poller: Default::default(),
@@ -279,13 +283,17 @@ impl Session {
             .collect();
         for (tgid, faults) in due {
             self.insight_reads.insert(tgid, (now_ns, faults));
-            let st = procfs::read_stat(tgid);
+            let st = self
+                .stat_this_reading
+                .get(&tgid)
+                .copied()
+                .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
             let pinned = std::fs::read_to_string(format!("/proc/{tgid}/status"))
                 .ok()
                 .and_then(|s| procfs::parse_pinned_bytes(&s));
             if let Some(p) = self.model.processes.get_mut(&tgid) {
-                p.last_cpu = st.as_ref().and_then(|s| s.last_cpu);
-                p.rss_pages = st.map(|s| s.rss_pages);
+                p.last_cpu = st.and_then(|s| s.1);
+                p.rss_pages = st.map(|s| s.0);
                 p.pinned_bytes = pinned;
             }
         }
@@ -363,13 +371,15 @@ impl Session {
     /// (busy since their last read, or not read for a while), after the maps so that the
     /// tracepoint counts never run ahead of them. A pid now used by another process (another
     /// start time) is skipped.
-    fn read_live_faults(&self, r: &mut crate::model::reading::CounterReading) {
+    fn read_live_faults(&mut self, r: &mut crate::model::reading::CounterReading) {
         let t0 = counters::monotonic_ns();
+        self.stat_this_reading.clear();
         for (tgid, start_time) in self.model.due_fault_reads(r, FAULT_READ_MAX_AGE_NS) {
             r.live_fault_reads += 1;
-            if let Some((k, start)) = task_faults::read_process(tgid) {
-                if start == start_time {
-                    r.live_faults.insert(tgid, k);
+            if let Some(st) = procfs::read_stat(tgid) {
+                if st.start_time == start_time {
+                    r.live_faults.insert(tgid, task_faults::counters_of(&st));
+                    self.stat_this_reading.insert(tgid, (st.rss_pages, st.last_cpu));
                 }
             }
         }

@@ -8,7 +8,12 @@ use crate::model::faults::KernelFaults;
 /// The thread group's counters (`/proc/PID/stat` minflt, majflt: its live threads plus those
 /// already gone) and its start time, or `None` when the process is gone.
 pub fn read_process(pid: u32) -> Option<(KernelFaults, u64)> {
-    procfs::read_stat(pid).map(|st| (KernelFaults { minor: st.minflt, major: st.majflt }, st.start_time))
+    procfs::read_stat(pid).map(|st| (counters_of(&st), st.start_time))
+}
+
+/// The thread group's fault counters in a `/proc/PID/stat` reading.
+pub fn counters_of(st: &procfs::ProcStat) -> KernelFaults {
+    KernelFaults { minor: st.minflt, major: st.majflt }
 }
 
 /// The sum of the counters of `pid`'s threads that have not exited (zombies left out: their
