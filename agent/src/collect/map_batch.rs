@@ -96,9 +96,9 @@ mod tests {
         let probes = Probes::load(&LoadOptions::default()).expect("loading the probes (run as root)");
         let slot_by_slot = || -> Vec<u64> {
             let m = aya::maps::PerCpuArray::<_, u64>::try_from(
-                probes.ebpf.map(tierscope_common::names::map::FREES).unwrap(),
+                probes.ebpf.map(tierscope_common::names::map::FREES).expect("the FREES map"),
             )
-            .unwrap();
+            .expect("FREES is a per-CPU array");
             m.iter().map(|v| v.map(|v| v.iter().sum()).unwrap_or(0)).collect()
         };
         // Pages are freed all the time: each slot only grows from one read to the next.
