@@ -197,6 +197,4 @@ pub fn sudo_id(var: &str) -> Option<u32> {
 }
 
 #[cfg(test)]
-mod insight_tests;
-#[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use super::svg::escape;
+use super::escape::escape;
 use crate::{
     model::insights::{InsightId, Severity, Subject},
     recording::{records::InsightRec, Recording},

@@ -4,11 +4,14 @@
 //! profile of the CXL allocation sites ([`pprof`]) and Perfetto counter tracks ([`perfetto`]).
 pub mod analysis;
 pub mod diff;
+pub mod escape;
 pub mod html;
 pub mod insights;
 pub mod markdown;
 pub mod perfetto;
 pub mod pprof;
+#[cfg(test)]
+mod recording_insight_tests;
 pub mod svg;
 
 #[cfg(test)]

@@ -13,9 +13,7 @@ const BOTTOM: f64 = 60.0;
 /// Colour-blind-safe palette (Okabe-Ito).
 pub const PALETTE: [&str; 8] = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"];
 
-pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
+pub use super::escape::escape;
 
 /// `1.5 GiB`, `12.0 k/s`: values on an axis in the chart's unit.
 pub fn human(v: f64, unit: &str) -> String {

@@ -3,7 +3,7 @@
 //! before insights were recorded, and a damaged insight record.
 use std::path::Path;
 
-use super::{
+use crate::recording::{
     capture::Capture,
     records::{Meta, Record, SCHEMA},
     replay::model_at,
