@@ -36,6 +36,11 @@ phase() {
   rm -f /tmp/go /tmp/ready
   ts-alloc -w /tmp/go "$@" -t 600 -r /tmp/ready > "/tmp/$name.log" & W=$!
   AGENT_OUT=agent-$name AGENT_EXTRA="--insights-config /tmp/tier.toml" agent_start 120 $W
+  # The agent's window starts at its first reading, somewhere between here and the baseline below:
+  # what the kernel counts in between (promotions still landing from before; 1,543 pages once in
+  # CI) is in the agent's window and not in the phase's. Both deltas are printed; the agent's
+  # count must lie between them.
+  set -- $(counters); da=$1; pa=$2; ca=$3
   sleep 2 # the agent's first reading comes before anything counted here
   set -- $(counters); d0=$1; p0=$2; c0=$3; t0=$(date +%s)
   touch /tmp/go
@@ -60,6 +65,9 @@ phase() {
   truth "$name.demoted" $(($1 - d0))
   truth "$name.promoted" $(($2 - p0))
   truth "$name.candidates" $(($3 - c0))
+  truth "$name.demoted_since_agent" $(($1 - da))
+  truth "$name.promoted_since_agent" $(($2 - pa))
+  truth "$name.candidates_since_agent" $(($3 - ca))
 }
 
 # All 32 MiB promoted (8192 pages), each a candidate first.

@@ -49,18 +49,18 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     // p2: the 1 MB/s limit refuses most candidates; the hot set fits, nothing demoted.
     let limited = node0(p2, "promotion_rate_limited");
     out.push(fires("p2 promotion_rate_limited on node 0 (limit 1 MB/s, 64 MiB hot on node 1)", limited));
-    out.push(Figure::close(
+    out.push(Figure::between(
         "p2 candidates (candidate_pages_per_s x window_s) vs pgpromote_candidate delta",
         r.truth("p2.candidates"),
+        r.truth("p2.candidates_since_agent"),
         count(limited, "candidate_pages_per_s"),
-        0.0,
         PAGES,
     ));
-    out.push(Figure::close(
+    out.push(Figure::between(
         "p2 promoted (promoted_pages_per_s x window_s) vs pgpromote_success delta",
         r.truth("p2.promoted"),
+        r.truth("p2.promoted_since_agent"),
         count(limited, "promoted_pages_per_s"),
-        0.0,
         PAGES,
     ));
     let pct = r.truth("p2.promoted").zip(r.truth("p2.candidates")).filter(|(_, c)| *c > 0.0);
@@ -79,18 +79,18 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     out.push(fires("p3 tiering_ping_pong on node 0 (520 MiB hot, node 0 has 512)", ping));
     out.push(kernel_positive(r, "p3.demoted", "p3 demoted pages (pgdemote_* delta)"));
     out.push(kernel_positive(r, "p3.promoted", "p3 promoted pages (pgpromote_success delta)"));
-    out.push(Figure::close(
+    out.push(Figure::between(
         "p3 demoted (demoted_pages_per_s x window_s) vs pgdemote_* delta",
         r.truth("p3.demoted"),
+        r.truth("p3.demoted_since_agent"),
         count(ping, "demoted_pages_per_s"),
-        0.0,
         PAGES,
     ));
-    out.push(Figure::close(
+    out.push(Figure::between(
         "p3 promoted (promoted_pages_per_s x window_s) vs pgpromote_success delta",
         r.truth("p3.promoted"),
+        r.truth("p3.promoted_since_agent"),
         count(ping, "promoted_pages_per_s"),
-        0.0,
         PAGES,
     ));
     out
@@ -113,21 +113,27 @@ mod tests {
             "TS-TRUTH p2.demoted 0",
             "TS-TRUTH p3.demoted 71273",
             "TS-TRUTH p3.promoted 13662",
+            "TS-TRUTH p2.candidates_since_agent 78336",
+            "TS-TRUTH p2.promoted_since_agent 2048",
+            "TS-TRUTH p3.demoted_since_agent 71273",
+            // Promotions landing between the agent's first reading and the phase's baseline.
+            "TS-TRUTH p3.promoted_since_agent 15205",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let limited = r#"{"id":"promotion_rate_limited","subject":{"kind":"node","node":0},"evidence":{"candidate_pages_per_s":6528,"promoted_pages_per_s":170.66666666666666,"promote_success_pct":2.6143790849673203,"window_s":12}}"#;
-        let ping = r#"{"id":"tiering_ping_pong","subject":{"kind":"node","node":0},"evidence":{"demoted_pages_per_s":3563.65,"promoted_pages_per_s":683.1,"window_s":20}}"#;
+        let ping = r#"{"id":"tiering_ping_pong","subject":{"kind":"node","node":0},"evidence":{"demoted_pages_per_s":3563.65,"promoted_pages_per_s":760.25,"window_s":20}}"#;
         let mut r = Report::parse(&lines, None);
         r.snapshots.insert("p1".into(), snapshot(""));
         r.snapshots.insert("p2".into(), snapshot(limited));
         r.snapshots.insert("p3".into(), snapshot(ping));
         let bad: Vec<String> = judge(&r).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
         assert!(bad.is_empty(), "{bad:?}");
-        // The healthy run opening the rate-limit insight, and a count off by more than 64 pages.
+        // The healthy run opening the rate-limit insight, and a count below the phase's by more
+        // than 64 pages.
         r.snapshots.insert("p1".into(), snapshot(limited));
-        r.truth.insert("p3.demoted".into(), 71000.0);
+        r.truth.insert("p3.demoted".into(), 72000.0);
         let bad: Vec<String> = judge(&r).into_iter().filter(|f| !f.ok).map(|f| f.name).collect();
         assert_eq!(bad.len(), 3, "{bad:?}");
         assert!(bad[2].starts_with("p3 demoted"), "{bad:?}");

@@ -165,6 +165,18 @@ impl Figure {
         Figure { name: name.into(), kernel, agent, ok, rule: format!("±max({}%, {abs})", rel * 100.0) }
     }
 
+    /// Agent between two kernel figures (counts over the phase and over a longer span that holds
+    /// the agent's window), within `abs`; the kernel column shows the phase's count.
+    pub fn between(name: &str, low: Option<f64>, high: Option<f64>, agent: Option<f64>, abs: f64) -> Self {
+        let ok = matches!((low, high, agent), (Some(l), Some(h), Some(a)) if a >= l - abs && a <= h + abs);
+        let rule = format!(
+            "{} - {} ±{abs}",
+            low.map_or("-".into(), |v| v.to_string()),
+            high.map_or("-".into(), |v| v.to_string())
+        );
+        Figure { name: name.into(), kernel: low, agent, ok, rule }
+    }
+
     /// Agent at least `frac` of the kernel's figure (events the agent sees plus others it may).
     pub fn at_least(name: &str, kernel: Option<f64>, agent: Option<f64>, frac: f64) -> Self {
         let ok = matches!((kernel, agent), (Some(k), Some(a)) if k > 0.0 && a >= k * frac);
