@@ -338,6 +338,14 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
 }
 
+/// The node page allocations a Prometheus scrape counts, all nodes summed.
+fn node_allocations(body: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with("tierscope_node_page_allocations_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("loopback port").local_addr().expect("loopback port").port()
 }
@@ -377,20 +385,26 @@ fn the_systemd_units_credentials_are_enough_to_collect() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("setpriv (util-linux)");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The node counters appear (at 0) with the endpoint and move with the agent's readings: wait
+    // for them to move (CI once scraped them still at 0 two seconds after they appeared), and
+    // fail on the last scrape if they never do within a minute.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
     let mut body = None;
     while Instant::now() < deadline {
         if let Some(b) = http_get(&listen, "/metrics").filter(|b| b.contains("tierscope_node_page_allocations_total")) {
-            // A couple of readings in: the node counters move.
-            std::thread::sleep(Duration::from_secs(2));
-            body = http_get(&listen, "/metrics").or(Some(b));
-            break;
+            let moved = node_allocations(&b) > 0.0;
+            body = Some(b);
+            if moved {
+                break;
+            }
         }
         if child.try_wait().expect("child process").is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+    let waited = started.elapsed();
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let out = child.wait_with_output().expect("child process");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -401,13 +415,9 @@ fn the_systemd_units_credentials_are_enough_to_collect() {
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(attached >= 10.0, "only {attached} programs attached as the unit's user:\n{stderr}");
-    let allocated: f64 = body
-        .lines()
-        .filter(|l| l.starts_with("tierscope_node_page_allocations_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert!(allocated > 0.0, "no page allocations counted:\n{body}");
-    println!("as the unit's user: {attached} programs attached, {allocated} pages allocated counted");
+    let allocated = node_allocations(&body);
+    assert!(allocated > 0.0, "no page allocations counted within {waited:?}:\n{body}\nstderr:\n{stderr}");
+    println!("as the unit's user: {attached} programs attached, {allocated} pages allocated counted after {waited:?}");
     std::fs::remove_dir_all(&dir).expect("test files");
 }
 

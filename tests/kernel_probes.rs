@@ -136,9 +136,32 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
         top["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect();
     eprintln!("top site: {} pages, frames {frames:?}", top["pages"]);
     assert!(frames.iter().any(|f| f.contains("touch")), "the workload's `touch` is not among {frames:?}");
-    let estimated: u64 = sites.iter().filter_map(|s| s["pages"].as_u64()).sum();
-    // One in four allocations sampled: the estimate is the workload's pages within sampling noise.
-    assert!(estimated as f64 >= pages as f64 * 0.7, "estimated {estimated} pages vs {pages} touched");
+    // The sites share the process's CXL-tier pages as the page counters count them, however many
+    // pages the samples carried: one in four allocations is an attempt and the budget (200/s,
+    // a tenth of a second at once) cuts a 16 MiB burst short, so the pages after the last
+    // delivered sample are carried by none (2,288 of 4,096 once).
+    let allocated = p["alloc_pages_by_node"]["0"].as_u64().expect("node 0 allocations");
+    let listed: u64 = sites.iter().filter_map(|s| s["pages"].as_u64()).sum();
+    let carried: u64 = sites.iter().filter_map(|s| s["sampled_pages"].as_u64()).sum();
+    eprintln!("{allocated} pages allocated on node 0; sites list {listed}, their samples carried {carried}");
+    if p["cxl_alloc_site_count"].as_u64() <= Some(sites.len() as u64) {
+        assert_eq!(listed, allocated, "every site is listed: they add up to the allocations: {sites:?}");
+    }
+    assert!(carried <= listed && carried > 0, "carried {carried}, listed {listed}");
+    // The touching function's site holds the workload's pages.
+    let touching: u64 = sites
+        .iter()
+        .filter(|s| {
+            s["frames_text"]
+                .as_array()
+                .is_some_and(|f| f.iter().take(3).any(|f| f.as_str().is_some_and(|f| f.contains("touch"))))
+        })
+        .filter_map(|s| s["pages"].as_u64())
+        .sum();
+    assert!(
+        touching as f64 >= pages as f64 * 0.9,
+        "the touching sites hold {touching} of {pages} pages touched: {sites:?}"
+    );
     assert_eq!(p["resident_bytes_by_tier"]["cxl"].as_u64().map(|b| b >= pages * 4096), Some(true), "{p}");
 }
 

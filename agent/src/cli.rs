@@ -114,7 +114,8 @@ pub struct TierFlags {
     #[arg(long = "cxl-node")]
     pub cxl_nodes: Vec<u32>,
     /// Take the user stack of one in N page allocations on CXL-tier nodes (0: never); every
-    /// allocation's pages are carried by the next sample either way.
+    /// allocation's pages are carried by the next sample either way, and a site's pages are the
+    /// process's exact CXL-tier pages shared by what its samples carried.
     #[arg(long, default_value_t = crate::model::site::DEFAULT_SAMPLE_EVERY)]
     pub site_sample_every: u32,
     /// Seconds an exited process stays in the model before its kernel map entries are freed

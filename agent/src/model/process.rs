@@ -104,6 +104,13 @@ impl Process {
         self.set_faults(self.fault_account.split().total, at_ns);
     }
 
+    /// Its CXL-tier allocation sites, each with its share of the pages it allocated on the nodes
+    /// `is_cxl` names (the page counters' exact figure), busiest first.
+    pub fn cxl_site_estimates(&self, is_cxl: impl Fn(u32) -> bool) -> Vec<super::site::SiteEstimate> {
+        let exact = self.alloc_pages_by_node.iter().filter(|(&n, _)| is_cxl(n)).map(|(_, &v)| v).sum();
+        super::site::estimate_pages(&self.cxl_sites, exact)
+    }
+
     /// `faults` split by path.
     pub fn fault_split(&self) -> FaultSplit {
         self.fault_account.split()

@@ -1,6 +1,9 @@
 //! CXL-tier allocation sites: a user stack normalised to (module, file offset) frames, so a site
 //! can be named long after its process exited, and printed without a bare address.
-use std::{collections::HashMap, fmt};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+};
 
 use serde::Serialize;
 
@@ -64,6 +67,54 @@ impl SiteTally {
         t.pages += pages;
         t.samples += 1;
     }
+}
+
+/// One site's share of its process's CXL-tier pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteEstimate {
+    pub site: u64,
+    /// The process's CXL-tier pages (exact, from the page counters) in proportion to what this
+    /// site's samples carried.
+    pub pages: u64,
+    /// The pages its delivered samples carried.
+    pub sampled_pages: u64,
+    pub samples: u64,
+}
+
+/// Each site's share of `exact_pages`, the process's CXL-tier pages as the page counters count
+/// them, busiest first (ties by id). A sample carries the pages its process allocated there since
+/// its previous delivered sample, so the pages after the last one (a burst the sample budget cut
+/// short, an allocation just before exit) are carried by none: each site gets the exact total in
+/// proportion to what its samples carried (largest remainder, so the shares add up to it). Never
+/// below what the samples carried, and no sample, no share. Pure.
+pub fn estimate_pages(sites: &BTreeMap<u64, SiteTotals>, exact_pages: u64) -> Vec<SiteEstimate> {
+    let carried: u64 = sites.values().map(|t| t.pages).sum();
+    let total = exact_pages.max(carried);
+    let mut out: Vec<(SiteEstimate, u128)> = sites
+        .iter()
+        .map(|(&site, t)| {
+            let scaled = u128::from(t.pages) * u128::from(total);
+            let (pages, rem) = match u128::from(carried) {
+                0 => (0, 0),
+                c => ((scaled / c) as u64, scaled % c),
+            };
+            (SiteEstimate { site, pages, sampled_pages: t.pages, samples: t.samples }, rem)
+        })
+        .collect();
+    let mut left = total - out.iter().map(|(e, _)| e.pages).sum::<u64>().min(total);
+    if carried > 0 && left > 0 {
+        out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.site.cmp(&b.0.site)));
+        for (e, _) in out.iter_mut() {
+            if left == 0 {
+                break;
+            }
+            e.pages += 1;
+            left -= 1;
+        }
+    }
+    let mut out: Vec<SiteEstimate> = out.into_iter().map(|(e, _)| e).collect();
+    out.sort_by(|a, b| b.pages.cmp(&a.pages).then(b.samples.cmp(&a.samples)).then(a.site.cmp(&b.site)));
+    out
 }
 
 /// What ran a frame: machine code, or the Python interpreter.
@@ -247,6 +298,44 @@ pub struct StackFigures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn site_estimates_share_the_exact_total_by_what_the_samples_carried() {
+        let t = |pages, samples| SiteTotals { pages, samples };
+        // A burst the budget cut short: the samples carried 2,288 of 4,096 pages.
+        let one = BTreeMap::from([(7, t(2288, 23))]);
+        assert_eq!(
+            estimate_pages(&one, 4096),
+            vec![SiteEstimate { site: 7, pages: 4096, sampled_pages: 2288, samples: 23 }]
+        );
+        // Three sites: shares by carried pages, the remainder to the largest fractions.
+        let three = BTreeMap::from([(1, t(1, 1)), (2, t(1, 1)), (3, t(1, 1))]);
+        let e = estimate_pages(&three, 10);
+        assert_eq!(e.iter().map(|e| e.pages).sum::<u64>(), 10);
+        assert_eq!(e.iter().map(|e| (e.site, e.pages)).collect::<Vec<_>>(), vec![(1, 4), (2, 3), (3, 3)]);
+        let skew = BTreeMap::from([(1, t(300, 3)), (2, t(100, 1))]);
+        let e = estimate_pages(&skew, 1000);
+        assert_eq!(
+            e.iter().map(|e| (e.site, e.pages, e.sampled_pages)).collect::<Vec<_>>(),
+            vec![(1, 750, 300), (2, 250, 100)]
+        );
+    }
+
+    #[test]
+    fn site_estimates_never_fall_below_what_the_samples_carried() {
+        let t = |pages, samples| SiteTotals { pages, samples };
+        // Counters behind the samples (a reading older than the sample): the samples stand.
+        let sites = BTreeMap::from([(1, t(60, 2)), (2, t(40, 1))]);
+        let e = estimate_pages(&sites, 50);
+        assert_eq!(e.iter().map(|e| (e.site, e.pages)).collect::<Vec<_>>(), vec![(1, 60), (2, 40)]);
+        // No site, nothing to share; sites whose samples carried nothing get nothing.
+        assert!(estimate_pages(&BTreeMap::new(), 500).is_empty());
+        let empty = BTreeMap::from([(1, t(0, 1))]);
+        assert_eq!(estimate_pages(&empty, 500)[0].pages, 0);
+        // Huge counts do not overflow.
+        let big = BTreeMap::from([(1, t(u64::MAX / 2, 1)), (2, t(u64::MAX / 2, 1))]);
+        assert_eq!(estimate_pages(&big, u64::MAX).iter().map(|e| e.pages as u128).sum::<u128>(), u64::MAX as u128);
+    }
 
     #[test]
     fn the_site_ring_holds_a_second_of_one_process_at_its_budget() {

@@ -116,9 +116,13 @@ pub struct AllocSite {
     pub frames: Vec<super::site::SiteFrame>,
     /// The same frames as text: `function+0x1f (module)`, or `module+0x1a2b3c` when unnamed.
     pub frames_text: Vec<String>,
-    /// CXL-tier pages this site's samples stand for (each sample carries the pages its process
-    /// allocated there since its previous sample).
+    /// CXL-tier pages this site stands for: the process's CXL-tier pages (the page counters'
+    /// exact figure) in proportion to what this site's samples carried, so a process's sites add
+    /// up to its CXL-tier allocations.
     pub pages: u64,
+    /// The pages its samples carried (each carries the pages its process allocated there since
+    /// its previous delivered sample; those after the last sample are carried by none yet).
+    pub sampled_pages: u64,
     pub samples: u64,
 }
 
@@ -332,21 +336,21 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                     *by_tier.entry(tier_of(node)).or_default() += pages * ctx.page_size;
                 }
             }
-            let mut sites: Vec<AllocSite> = p
-                .cxl_sites
-                .iter()
-                .map(|(id, t)| {
-                    let frames = p.site_frames.get(id).cloned().unwrap_or_default();
+            let sites: Vec<AllocSite> = p
+                .cxl_site_estimates(|n| tier_of(n) == "cxl")
+                .into_iter()
+                .take(TOP_SITES)
+                .map(|e| {
+                    let frames = p.site_frames.get(&e.site).cloned().unwrap_or_default();
                     AllocSite {
                         frames_text: frames.iter().map(ToString::to_string).collect(),
                         frames,
-                        pages: t.pages,
-                        samples: t.samples,
+                        pages: e.pages,
+                        sampled_pages: e.sampled_pages,
+                        samples: e.samples,
                     }
                 })
                 .collect();
-            sites.sort_by(|a, b| b.pages.cmp(&a.pages).then(b.samples.cmp(&a.samples)));
-            sites.truncate(TOP_SITES);
             let split = p.fault_split();
             ProcessSnapshot {
                 pid: p.tgid,
@@ -544,7 +548,9 @@ pub(crate) mod tests {
         assert_eq!(p.resident_bytes_by_tier["dram"], 100 * 4096);
         assert_eq!(p.resident_bytes_by_tier["unknown"], 4096);
         assert_eq!(p.residency_age_ms, Some(1000));
-        assert_eq!(p.top_cxl_alloc_sites[0].pages, 30);
+        // The samples carried 40 of the 8,192 pages allocated on node 2: each site gets its share.
+        assert_eq!((p.top_cxl_alloc_sites[0].pages, p.top_cxl_alloc_sites[0].sampled_pages), (6144, 30));
+        assert_eq!((p.top_cxl_alloc_sites[1].pages, p.top_cxl_alloc_sites[1].sampled_pages), (2048, 10));
         assert_eq!(p.top_cxl_alloc_sites[0].frames, vec![named]);
         assert_eq!(p.top_cxl_alloc_sites[0].frames_text, vec!["alloc_optimizer_state+0x1f (train)".to_string()]);
         assert_eq!(p.top_cxl_alloc_sites[1].frames.len(), 0, "unnamed sites are still listed");

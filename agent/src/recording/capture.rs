@@ -147,7 +147,7 @@ impl Capture {
             let sites: Vec<SiteRec> = p
                 .top_cxl_alloc_sites
                 .iter()
-                .map(|s| SiteRec { frames: s.frames_text.clone(), pages: s.pages, sampled_pages: s.pages })
+                .map(|s| SiteRec { frames: s.frames_text.clone(), pages: s.pages, sampled_pages: s.sampled_pages })
                 .collect();
             if !sites.is_empty() && self.sites.get(&p.pid) != Some(&sites) {
                 self.sites.insert(p.pid, sites.clone());

@@ -232,8 +232,11 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
 
     // CXL allocation sites.
     out.push(heading("Top CXL allocation sites (sampled user stacks, pages)"));
-    let mut sites: Vec<(u64, u64)> = p.cxl_sites.iter().map(|(&id, t)| (id, t.pages)).collect();
-    sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let sites: Vec<(u64, u64)> = p
+        .cxl_site_estimates(|n| scene.tier_of(n) == crate::topology::Tier::Cxl)
+        .into_iter()
+        .map(|e| (e.site, e.pages))
+        .collect();
     if sites.is_empty() {
         let why = if scene.nodes.iter().any(|n| n.tier == crate::topology::Tier::Cxl) {
             "none sampled yet"

@@ -35,12 +35,13 @@ phase() {
   min_d=$3; min_p=$4; min_c=$5; shift 5
   rm -f /tmp/go /tmp/ready
   ts-alloc -w /tmp/go "$@" -t 600 -r /tmp/ready > "/tmp/$name.log" & W=$!
-  AGENT_OUT=agent-$name AGENT_EXTRA="--insights-config /tmp/tier.toml" agent_start 120 $W
-  # The agent's window starts at its first reading, somewhere between here and the baseline below:
-  # what the kernel counts in between (promotions still landing from before; 1,543 pages once in
-  # CI) is in the agent's window and not in the phase's. Both deltas are printed; the agent's
-  # count must lie between them.
+  # The agent's window starts at its first reading, somewhere between here and the baseline below
+  # (before agent_start sees its "watching" line: read after it, this baseline once missed 255
+  # promotions of the workload placing its memory): what the kernel counts in between
+  # (promotions still landing from before; 1,543 pages once in CI) is in the agent's window and
+  # not in the phase's. Both deltas are printed; the agent's count must lie between them.
   set -- $(counters); da=$1; pa=$2; ca=$3
+  AGENT_OUT=agent-$name AGENT_EXTRA="--insights-config /tmp/tier.toml" agent_start 120 $W
   sleep 2 # the agent's first reading comes before anything counted here
   set -- $(counters); d0=$1; p0=$2; c0=$3; t0=$(date +%s)
   touch /tmp/go

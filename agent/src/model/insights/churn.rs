@@ -18,14 +18,14 @@ pub fn findings(i: &Inputs<'_>) -> Vec<Finding> {
             let level = Level::of(pages_per_s, cfg.churn_min_pages_per_s, cfg.hold_ratio)
                 .min(Level::below(growth_pct, cfg.churn_max_growth_pct, cfg.hold_ratio));
             let resident = p.rss_pages.or_else(|| p.residency.as_ref().map(|(r, _)| r.total_pages())).unwrap_or(0);
-            let mut sites: Vec<(&u64, &site::SiteTotals)> = p.cxl_sites.iter().collect();
-            sites.sort_by(|a, b| b.1.pages.cmp(&a.1.pages).then(a.0.cmp(b.0)));
-            let details = sites
+            let details = p
+                .cxl_site_estimates(|n| i.slow(n))
                 .iter()
                 .take(TOP_SITES)
-                .map(|(id, t)| {
-                    let frames = p.site_frames.get(id).map(|f| site::frames_text(f, 4)).unwrap_or_else(|| "(not named yet)".into());
-                    format!("{} pages from {frames}", t.pages)
+                .map(|e| {
+                    let frames =
+                        p.site_frames.get(&e.site).map(|f| site::frames_text(f, 4)).unwrap_or_else(|| "(not named yet)".into());
+                    format!("{} pages from {frames}", e.pages)
                 })
                 .collect();
             let faults_per_s = d.faults as f64 / d.dt_s;
