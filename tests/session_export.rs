@@ -3,7 +3,8 @@
 //! own profile.proto (Debian's golang-github-google-pprof-dev), the Perfetto trace by perfetto's
 //! own trace.proto as the `perfetto` PyPI package ships it compiled (`cargo xtask setup` installs
 //! both). What they decode is checked against the recording's report: pids, node and tier labels,
-//! pages and bytes, residency peaks.
+//! pages and bytes, residency peaks. A recording of a churning rank that opens and closes an
+//! allocation_churn insight shows it as a Perfetto slice with its figures as arguments.
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
@@ -12,6 +13,9 @@ use std::{
 
 use serde_json::Value;
 use tierscope_tests::{require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr};
+
+#[path = "support/insight_session.rs"]
+mod insight_session;
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 const PROFILE_PROTO_DIR: &str = "/usr/share/gocode/src/github.com/google/pprof/proto";
@@ -237,16 +241,12 @@ fn num(v: &Value) -> f64 {
 #[ignore = "requires root and perfetto's trace.proto decoder (cargo xtask setup installs it)"]
 fn the_perfetto_trace_decodes_with_perfettos_own_proto_and_holds_the_recorded_timelines() {
     require_root_and_agent!();
-    let python = perfetto_python();
-    assert!(python.is_file(), "{} missing: run cargo xtask setup", python.display());
     let d = dir("perfetto");
     let (file, report) = recorded(&d);
     let out = d.join("timelines.pftrace");
     let o = tierscope(&["export", file.to_str().expect("p"), "--perfetto", out.to_str().expect("p")]);
     assert!(o.status.success(), "export: {}", stderr(&o));
-    let decoded = Command::new(&python).args(["-c", DECODE_TRACE]).arg(&out).output().expect("python");
-    assert!(decoded.status.success(), "perfetto's decoder: {}", stderr(&decoded));
-    let trace: Value = serde_json::from_slice(&decoded.stdout).expect("JSON of the trace");
+    let trace = decode_trace(&out);
     let packets = trace["packet"].as_array().expect("packets");
     let descriptors: Vec<&Value> = packets.iter().filter_map(|p| p.get("track_descriptor")).collect();
     let pid = workload_pid(&report);
@@ -326,5 +326,76 @@ fn the_perfetto_trace_decodes_with_perfettos_own_proto_and_holds_the_recorded_ti
         .filter_map(|p| p["track_event"]["name"].as_str())
         .collect();
     assert!(instants.iter().any(|n| n.starts_with("exit tierscope-work")), "exit events: {instants:?}");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+/// Decodes a trace with perfetto's own trace.proto: its JSON form.
+fn decode_trace(path: &Path) -> Value {
+    let python = perfetto_python();
+    assert!(python.is_file(), "{} missing: run cargo xtask setup", python.display());
+    let decoded = Command::new(&python).args(["-c", DECODE_TRACE]).arg(path).output().expect("python");
+    assert!(decoded.status.success(), "perfetto's decoder: {}", stderr(&decoded));
+    serde_json::from_slice(&decoded.stdout).expect("JSON of the trace")
+}
+
+#[test]
+#[ignore = "requires root and perfetto's trace.proto decoder (cargo xtask setup installs it)"]
+fn a_recorded_insight_is_a_perfetto_slice_from_its_opening_to_its_closing_with_its_figures() {
+    require_root_and_agent!();
+    let d = dir("insight");
+    let file = insight_session::record_churning_rank(&d);
+    let (report, insight) = insight_session::churn_insight(&file);
+    let out = d.join("insights.pftrace");
+    let o = tierscope(&["export", file.to_str().expect("p"), "--perfetto", out.to_str().expect("p")]);
+    assert!(o.status.success(), "export: {}", stderr(&o));
+    let trace = decode_trace(&out);
+    let packets = trace["packet"].as_array().expect("packets");
+    let descriptors: Vec<&Value> = packets.iter().filter_map(|p| p.get("track_descriptor")).collect();
+    let pid = insight["subject"]["pid"].as_u64().expect("a process's insight");
+    let process = descriptors
+        .iter()
+        .find(|d| d["process"]["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("a process track for {pid}"));
+    let track = descriptors
+        .iter()
+        .find(|d| d["name"] == "insight allocation_churn")
+        .unwrap_or_else(|| panic!("the insight's track: {descriptors:?}"));
+    assert_eq!(track["parent_uuid"], process["uuid"], "under the churning process's track");
+    let events: Vec<(f64, &Value)> = packets
+        .iter()
+        .filter(|p| p["track_event"]["track_uuid"] == track["uuid"])
+        .map(|p| (num(&p["timestamp"]), &p["track_event"]))
+        .collect();
+    let types: Vec<&str> = events.iter().map(|(_, e)| e["type"].as_str().expect("type")).collect();
+    assert_eq!(types, ["TYPE_SLICE_BEGIN", "TYPE_SLICE_END"], "one slice");
+    let started_ns = num(&report["summary"]["started_unix_ms"]) * 1e6;
+    let at = |s: &Value| started_ns + s.as_f64().expect("seconds") * 1e9;
+    // Timestamps are whole ms: the report's seconds are the same ms.
+    assert!((events[0].0 - at(&insight["opened_s"])).abs() < 1e3, "begins when it opened: {insight}");
+    assert!((events[1].0 - at(&insight["closed_s"])).abs() < 1e3, "ends when it closed: {insight}");
+    let begin = events[0].1;
+    assert_eq!(begin["name"], "allocation_churn");
+    let args = begin["debug_annotations"].as_array().expect("arguments");
+    let arg = |name: &str| args.iter().find(|a| a["name"] == name).unwrap_or_else(|| panic!("{name} in {args:?}"));
+    assert_eq!(arg("severity")["string_value"], insight["severity"]);
+    assert_eq!(arg("summary")["string_value"], insight["summary"]);
+    assert_eq!(arg("try_this")["string_value"], insight["try_this"]);
+    assert_eq!(arg("subject")["string_value"], insight["about"]);
+    assert_eq!(arg("open_at_end")["bool_value"], false);
+    let evidence: BTreeMap<&str, f64> = arg("evidence")["dict_entries"]
+        .as_array()
+        .expect("evidence entries")
+        .iter()
+        .map(|e| (e["name"].as_str().expect("name"), num(&e["double_value"])))
+        .collect();
+    let want = insight["evidence"].as_object().expect("evidence");
+    assert_eq!(evidence.len(), want.len(), "{evidence:?} vs {want:?}");
+    for (k, v) in want {
+        assert_eq!(evidence[k.as_str()], num(v), "evidence {k}");
+    }
+    eprintln!(
+        "perfetto insight: {} s to {} s, {} pages/s at its worst",
+        insight["opened_s"], insight["closed_s"], evidence["alloc_pages_per_s"]
+    );
     std::fs::remove_dir_all(d).expect("cleanup");
 }

@@ -3,15 +3,23 @@
 //! bytes), per node (allocated and freed pages/s, free bytes), per migration reason and kernel
 //! tiering counter (pages/s), and per process (resident bytes per tier and per node, faults/s,
 //! allocated pages/s per node) under the process's own track; discrete events (exec, exit, policy
-//! calls, migrations, health) as instants on an `events` track. Timestamps are the wall clock of
-//! the recording in ns. Pure: bytes out.
+//! calls, migrations, health) as instants on an `events` track; each insight as a slice from its
+//! opening to its closing (or the recording's end) on a track of its own (one per insight id and
+//! subject) under its process's track, or under an `insights` track when it is about a job or a
+//! node, with its severity, subject, summary, evidence and what to try as debug annotations (the
+//! slice's arguments in ui.perfetto.dev). Timestamps are the wall clock of the recording in ns.
+//! Pure: bytes out.
 use std::collections::BTreeMap;
 
 use prost::Message as _;
 
-use crate::recording::{
-    records::{EventKind, Frame},
-    Recording,
+use super::insights::{insights, InsightUse};
+use crate::{
+    model::insights::Subject,
+    recording::{
+        records::{EventKind, Frame},
+        Recording,
+    },
 };
 
 /// The messages of perfetto's trace.proto that counter tracks use, field numbers as there. The
@@ -49,6 +57,8 @@ mod proto {
         pub parent_uuid: Option<u64>,
         #[prost(message, optional, tag = "8")]
         pub counter: Option<CounterDescriptor>,
+        #[prost(string, optional, tag = "14")]
+        pub description: Option<String>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -72,7 +82,9 @@ mod proto {
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct TrackEvent {
-        /// `TrackEvent.Type`: 3 instant, 4 counter.
+        #[prost(message, repeated, tag = "4")]
+        pub debug_annotations: Vec<DebugAnnotation>,
+        /// `TrackEvent.Type`: 1 slice begin, 2 slice end, 3 instant, 4 counter.
         #[prost(int32, optional, tag = "9")]
         pub r#type: Option<i32>,
         #[prost(uint64, optional, tag = "11")]
@@ -84,6 +96,21 @@ mod proto {
         #[prost(double, optional, tag = "44")]
         pub double_counter_value: Option<f64>,
     }
+
+    /// A named argument of an event; a dictionary when it has `dict_entries`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DebugAnnotation {
+        #[prost(bool, optional, tag = "2")]
+        pub bool_value: Option<bool>,
+        #[prost(double, optional, tag = "5")]
+        pub double_value: Option<f64>,
+        #[prost(string, optional, tag = "6")]
+        pub string_value: Option<String>,
+        #[prost(string, optional, tag = "10")]
+        pub name: Option<String>,
+        #[prost(message, repeated, tag = "11")]
+        pub dict_entries: Vec<DebugAnnotation>,
+    }
 }
 
 pub use proto::Trace;
@@ -91,6 +118,8 @@ pub use proto::Trace;
 const SEQUENCE: u32 = 1;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+const TYPE_SLICE_BEGIN: i32 = 1;
+const TYPE_SLICE_END: i32 = 2;
 const TYPE_INSTANT: i32 = 3;
 const TYPE_COUNTER: i32 = 4;
 const UNIT_COUNT: i32 = 2;
@@ -186,6 +215,98 @@ impl Writer {
         };
         self.packet(Some(t_ms), proto::TracePacket { track_event: Some(e), ..Default::default() });
     }
+
+    /// The track of an insight (its id and subject): under its process's track when it is about
+    /// a process or a rank, else under the `insights` track.
+    fn insight_track(&mut self, rec: &Recording, u: &InsightUse) -> u64 {
+        let (parent, name) = match &u.subject {
+            Subject::Process { pid, .. } | Subject::Rank { pid, .. } => {
+                (self.process_track(rec, *pid), format!("insight {}", u.id.as_str()))
+            }
+            Subject::Job { .. } | Subject::Node { .. } => {
+                let parent = self.track("insights".into(), |uuid| proto::TrackDescriptor {
+                    uuid: Some(uuid),
+                    name: Some("insights".into()),
+                    description: Some("tierscope's placement insights about jobs and nodes".into()),
+                    ..Default::default()
+                });
+                (parent, format!("{} on {}", u.id.as_str(), u.about))
+            }
+        };
+        self.track(format!("insight {} {}", u.id.as_str(), u.subject.key()), |uuid| proto::TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some(name),
+            parent_uuid: Some(parent),
+            ..Default::default()
+        })
+    }
+
+    /// The opening (a slice begins, with the insight's figures as its arguments) or the closing
+    /// (it ends) of an insight.
+    fn insight_mark(&mut self, rec: &Recording, m: &Mark, u: &InsightUse) {
+        let track = self.insight_track(rec, u);
+        let mut e = proto::TrackEvent { track_uuid: Some(track), ..Default::default() };
+        if m.begins {
+            e.r#type = Some(TYPE_SLICE_BEGIN);
+            e.name = Some(u.id.as_str().into());
+            e.debug_annotations = insight_args(u);
+        } else {
+            e.r#type = Some(TYPE_SLICE_END);
+        }
+        self.packet(Some(m.t_ms), proto::TracePacket { track_event: Some(e), ..Default::default() });
+    }
+}
+
+/// An insight's opening or closing, at `t_ms`.
+struct Mark {
+    t_ms: u64,
+    begins: bool,
+    /// Index into the recording's insights.
+    insight: usize,
+}
+
+/// Where each insight's slice begins and ends, in time order (at the same moment an ending
+/// comes before a beginning, so one track's slices never overlap).
+fn marks(uses: &[InsightUse], end_ms: u64) -> Vec<Mark> {
+    let ms = |s: f64| (s * 1e3).round() as u64;
+    let mut v: Vec<Mark> = uses
+        .iter()
+        .enumerate()
+        .flat_map(|(i, u)| {
+            let closed = u.closed_s.map_or(end_ms, ms);
+            [Mark { t_ms: ms(u.opened_s), begins: true, insight: i }, Mark { t_ms: closed, begins: false, insight: i }]
+        })
+        .collect();
+    v.sort_by_key(|m| (m.t_ms, m.begins));
+    v
+}
+
+fn arg(name: &str) -> proto::DebugAnnotation {
+    proto::DebugAnnotation { name: Some(name.into()), ..Default::default() }
+}
+
+fn text_arg(name: &str, value: &str) -> proto::DebugAnnotation {
+    proto::DebugAnnotation { string_value: Some(value.into()), ..arg(name) }
+}
+
+/// An insight's arguments: its severity, subject, summary and evidence (at its worst), what to
+/// try, and whether it was still open when the recording ended.
+fn insight_args(u: &InsightUse) -> Vec<proto::DebugAnnotation> {
+    let evidence =
+        u.evidence.iter().map(|(k, &v)| proto::DebugAnnotation { double_value: Some(v), ..arg(k) }).collect();
+    let mut args = vec![
+        text_arg("severity", u.severity.as_str()),
+        text_arg("subject", &u.about),
+        text_arg("summary", &u.summary),
+        proto::DebugAnnotation { dict_entries: evidence, ..arg("evidence") },
+        proto::DebugAnnotation { double_value: Some(u.worst_s), ..arg("worst_at_s") },
+        text_arg("try_this", &u.try_this),
+        proto::DebugAnnotation { bool_value: Some(u.closed_s.is_none()), ..arg("open_at_end") },
+    ];
+    if !u.details.is_empty() {
+        args.insert(4, text_arg("details", &u.details.join("\n")));
+    }
+    args
 }
 
 /// Per-second rate of a cumulative counter between two moments (ms, value).
@@ -220,10 +341,16 @@ pub fn trace(rec: &Recording) -> Trace {
     let page = rec.meta.page_size;
     let mut resident: BTreeMap<u32, Resident> = BTreeMap::new();
     let mut events = rec.events.iter().peekable();
+    let uses = insights(rec);
+    let end_ms = rec.frames.last().map_or(0, |f| f.t_ms);
+    let mut marks = marks(&uses, end_ms).into_iter().peekable();
     let mut prev: Option<&Frame> = None;
     for f in &rec.frames {
         while let Some(e) = events.next_if(|e| e.t_ms <= f.t_ms) {
             w.instant(e.t_ms, describe(&e.kind));
+        }
+        while let Some(m) = marks.next_if(|m| m.t_ms <= f.t_ms) {
+            w.insight_mark(rec, &m, &uses[m.insight]);
         }
         let t = f.t_ms;
         // Node, migration and tiering counters count from the recording's start (0 at 0 ms).
@@ -298,6 +425,9 @@ pub fn trace(rec: &Recording) -> Trace {
     for e in events {
         w.instant(e.t_ms, describe(&e.kind));
     }
+    for m in marks {
+        w.insight_mark(rec, &m, &uses[m.insight]);
+    }
     w.trace
 }
 
@@ -322,7 +452,11 @@ pub fn encode(t: &Trace) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::tests::recording_with_sites;
+    use crate::{
+        model::insights::{InsightId, Severity},
+        recording::records::InsightRec,
+        report::tests::recording_with_sites,
+    };
 
     /// The counter values of the track named `name` (under any parent), in order.
     fn values(t: &Trace, name: &str) -> Vec<(u64, f64)> {
@@ -378,5 +512,123 @@ mod tests {
             .collect();
         assert_eq!(instants, ["migrate_pages nodes [0] by 7"]);
         assert_eq!(t.packet[0].sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
+    }
+
+    fn insight(id: InsightId, subject: Subject, opened_t_ms: u64, closed_t_ms: Option<u64>, rate: f64) -> InsightRec {
+        InsightRec {
+            id,
+            severity: Severity::Warning,
+            subject,
+            summary: format!("{rate} pages/s"),
+            evidence: [("alloc_pages_per_s".to_string(), rate)].into(),
+            details: vec!["12 pages from main".into()],
+            try_this: "reuse buffers".into(),
+            since_t_ms: opened_t_ms.saturating_sub(1000),
+            opened_t_ms,
+            closed_t_ms,
+        }
+    }
+
+    /// The slices of the track `uuid`: (begin ns, end ns, name, arguments by name).
+    fn slices(t: &Trace, uuid: u64) -> Vec<(u64, u64, String, Vec<proto::DebugAnnotation>)> {
+        let mut out = vec![];
+        let mut open = None;
+        for (ts, e) in t.packet.iter().filter_map(|p| Some((p.timestamp?, p.track_event.as_ref()?))) {
+            if e.track_uuid != Some(uuid) {
+                continue;
+            }
+            match e.r#type {
+                Some(TYPE_SLICE_BEGIN) => {
+                    assert!(open.is_none(), "slices of one track do not overlap");
+                    open = Some((ts, e.name.clone().unwrap_or_default(), e.debug_annotations.clone()));
+                }
+                Some(TYPE_SLICE_END) => {
+                    let (b, name, args) = open.take().expect("an end after a begin");
+                    out.push((b, ts, name, args));
+                }
+                other => panic!("{other:?} on an insight track"),
+            }
+        }
+        assert!(open.is_none(), "every slice ends");
+        out
+    }
+
+    fn track_named(t: &Trace, name: &str) -> proto::TrackDescriptor {
+        t.packet
+            .iter()
+            .filter_map(|p| p.track_descriptor.clone())
+            .find(|d| d.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("a track named {name}"))
+    }
+
+    #[test]
+    fn each_insight_is_a_slice_from_its_opening_to_its_closing_with_its_figures() {
+        let mut rec = recording_with_sites();
+        let churn = |opened, closed, rate| {
+            insight(
+                InsightId::AllocationChurn,
+                Subject::Process { pid: 7, comm: "ts-alloc".into() },
+                opened,
+                closed,
+                rate,
+            )
+        };
+        // Churn open 2 s to 4 s (worst at 3 s), again from 4 s to the end; node 1 from 8 s on.
+        rec.frames[2].insights = vec![churn(2000, None, 5000.0)];
+        rec.frames[3].insights = vec![churn(2000, None, 9000.0)];
+        rec.frames[4].insights = vec![churn(2000, Some(4000), 6000.0), churn(4000, None, 7000.0)];
+        let node = insight(InsightId::UnhealthyDeviceUnderJob, Subject::Node { node: 1 }, 8000, None, 1.0);
+        for f in &mut rec.frames[5..] {
+            f.insights.push(churn(4000, None, 7000.0));
+        }
+        for f in &mut rec.frames[8..] {
+            f.insights.push(node.clone());
+        }
+        let t = Trace::decode(&encode(&trace(&rec))[..]).expect("decodes");
+        let started = rec.meta.started_unix_ms * 1_000_000;
+        let ns = |ms: u64| started + ms * 1_000_000;
+        let process = t
+            .packet
+            .iter()
+            .filter_map(|p| p.track_descriptor.as_ref())
+            .find(|d| d.process.as_ref().is_some_and(|p| p.pid == Some(7)))
+            .expect("process track");
+        let track = track_named(&t, "insight allocation_churn");
+        assert_eq!(track.parent_uuid, process.uuid, "under its process");
+        let s = slices(&t, track.uuid.expect("uuid"));
+        let spans: Vec<(u64, u64, &str)> = s.iter().map(|(b, e, n, _)| (*b, *e, n.as_str())).collect();
+        let end = rec.frames.last().expect("frames").t_ms;
+        assert_eq!(spans, [(ns(2000), ns(4000), "allocation_churn"), (ns(4000), ns(end), "allocation_churn")]);
+        let args = &s[0].3;
+        let text =
+            |name: &str| args.iter().find(|a| a.name.as_deref() == Some(name)).and_then(|a| a.string_value.clone());
+        assert_eq!(text("severity").as_deref(), Some("warning"));
+        assert_eq!(text("subject").as_deref(), Some("ts-alloc 7"));
+        assert_eq!(text("summary").as_deref(), Some("9000 pages/s"), "its summary at its worst");
+        assert_eq!(text("try_this").as_deref(), Some("reuse buffers"));
+        assert_eq!(text("details").as_deref(), Some("12 pages from main"));
+        let evidence = args.iter().find(|a| a.name.as_deref() == Some("evidence")).expect("evidence");
+        assert_eq!(evidence.dict_entries[0].name.as_deref(), Some("alloc_pages_per_s"));
+        assert_eq!(evidence.dict_entries[0].double_value, Some(9000.0));
+        let open_at_end = |args: &[proto::DebugAnnotation]| {
+            args.iter().find(|a| a.name.as_deref() == Some("open_at_end")).and_then(|a| a.bool_value)
+        };
+        assert_eq!((open_at_end(args), open_at_end(&s[1].3)), (Some(false), Some(true)));
+
+        let parent = track_named(&t, "insights");
+        let node_track = track_named(&t, "unhealthy_device_under_job on node 1");
+        assert_eq!(node_track.parent_uuid, parent.uuid, "a node's insight under the insights track");
+        let s = slices(&t, node_track.uuid.expect("uuid"));
+        assert_eq!(s.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(), [(ns(8000), ns(end))]);
+        // Packets stay in time order.
+        let stamps: Vec<u64> = t.packet.iter().filter_map(|p| p.timestamp).collect();
+        assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    }
+
+    #[test]
+    fn a_recording_without_insights_has_no_insight_tracks() {
+        let t = trace(&recording_with_sites());
+        let names: Vec<&str> = t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.name.as_deref()).collect();
+        assert!(!names.iter().any(|n| n.contains("insight")), "{names:?}");
     }
 }

@@ -125,8 +125,13 @@ pub(crate) fn tmp(name: &str) -> std::path::PathBuf {
 }
 
 /// The moved session of [`moving_session`], read back (one CXL site, a migrate_pages call).
+/// Each call writes in a directory of its own (tests run in parallel), removed after.
 pub(crate) fn recording_with_sites() -> crate::recording::Recording {
-    parse(&moving_session(&tmp("sites"), true), Path::new("m")).unwrap()
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let d = tmp(&format!("sites-{}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    let bytes = moving_session(&d, true);
+    std::fs::remove_dir_all(d).unwrap();
+    parse(&bytes, Path::new("m")).unwrap()
 }
 
 #[test]
