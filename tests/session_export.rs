@@ -4,7 +4,8 @@
 //! own trace.proto as the `perfetto` PyPI package ships it compiled (`cargo xtask setup` installs
 //! both). What they decode is checked against the recording's report: pids, node and tier labels,
 //! pages and bytes, residency peaks. A recording of a churning rank that opens and closes an
-//! allocation_churn insight shows it as a Perfetto slice with its figures as arguments.
+//! allocation_churn insight shows it as a Perfetto slice with its figures as arguments, and as a
+//! line of the pprof profile's comments.
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
@@ -125,20 +126,13 @@ fn parse_text(text: &str) -> Text {
     Text::Message(stack.pop().expect("root").1)
 }
 
-#[test]
-#[ignore = "requires root, protoc and pprof's profile.proto (cargo xtask setup installs them)"]
-fn the_pprof_profile_decodes_with_protoc_and_holds_the_recorded_cxl_sites() {
-    require_root_and_agent!();
+/// The gzipped profile at `path` as `protoc --decode` with pprof's own profile.proto reads it.
+fn decode_profile(path: &Path) -> Text {
     let proto = Path::new(PROFILE_PROTO_DIR).join("profile.proto");
     assert!(proto.is_file(), "{} missing: run cargo xtask setup (golang-github-google-pprof-dev)", proto.display());
-    let d = dir("pprof");
-    let (file, report) = recorded(&d);
-    let out = d.join("sites.pb.gz");
-    let o = tierscope(&["export", file.to_str().expect("p"), "--pprof", out.to_str().expect("p")]);
-    assert!(o.status.success(), "export: {}", stderr(&o));
-    let gz = std::fs::read(&out).expect("profile written");
+    let gz = std::fs::read(path).expect("profile written");
     assert_eq!(&gz[..2], b"\x1f\x8b", "gzipped");
-    let raw = Command::new("gzip").args(["-dc"]).arg(&out).output().expect("gzip -dc");
+    let raw = Command::new("gzip").args(["-dc"]).arg(path).output().expect("gzip -dc");
     assert!(raw.status.success(), "gzip reads it: {}", stderr(&raw));
     let mut protoc = Command::new("protoc")
         .args(["--decode", "perftools.profiles.Profile", "--proto_path", PROFILE_PROTO_DIR, "profile.proto"])
@@ -150,7 +144,19 @@ fn the_pprof_profile_decodes_with_protoc_and_holds_the_recorded_cxl_sites() {
     std::io::Write::write_all(&mut protoc.stdin.take().expect("stdin"), &raw.stdout).expect("to protoc");
     let decoded = protoc.wait_with_output().expect("protoc");
     assert!(decoded.status.success(), "protoc --decode: {}", stderr(&decoded));
-    let p = parse_text(&String::from_utf8_lossy(&decoded.stdout));
+    parse_text(&String::from_utf8_lossy(&decoded.stdout))
+}
+
+#[test]
+#[ignore = "requires root, protoc and pprof's profile.proto (cargo xtask setup installs them)"]
+fn the_pprof_profile_decodes_with_protoc_and_holds_the_recorded_cxl_sites() {
+    require_root_and_agent!();
+    let d = dir("pprof");
+    let (file, report) = recorded(&d);
+    let out = d.join("sites.pb.gz");
+    let o = tierscope(&["export", file.to_str().expect("p"), "--pprof", out.to_str().expect("p")]);
+    assert!(o.status.success(), "export: {}", stderr(&o));
+    let p = decode_profile(&out);
     let strings: Vec<String> = p.fields("string_table").map(|s| s.scalar().to_string()).collect();
     let s = |i: i64| strings[i as usize].as_str();
     assert_eq!(strings[0], "", "string 0 is empty");
@@ -338,9 +344,11 @@ fn decode_trace(path: &Path) -> Value {
     serde_json::from_slice(&decoded.stdout).expect("JSON of the trace")
 }
 
+/// One recording (about 7.5 s) for both formats: the insight as a Perfetto slice, and as a line
+/// of the pprof profile's comments.
 #[test]
-#[ignore = "requires root and perfetto's trace.proto decoder (cargo xtask setup installs it)"]
-fn a_recorded_insight_is_a_perfetto_slice_from_its_opening_to_its_closing_with_its_figures() {
+#[ignore = "requires root, perfetto's trace.proto decoder, protoc and pprof's profile.proto (cargo xtask setup)"]
+fn a_recorded_insight_is_a_perfetto_slice_with_its_figures_and_a_pprof_comment() {
     require_root_and_agent!();
     let d = dir("insight");
     let file = insight_session::record_churning_rank(&d);
@@ -397,5 +405,23 @@ fn a_recorded_insight_is_a_perfetto_slice_from_its_opening_to_its_closing_with_i
         "perfetto insight: {} s to {} s, {} pages/s at its worst",
         insight["opened_s"], insight["closed_s"], evidence["alloc_pages_per_s"]
     );
+
+    let out = d.join("sites.pb.gz");
+    let o = tierscope(&["export", file.to_str().expect("p"), "--pprof", out.to_str().expect("p")]);
+    assert!(o.status.success(), "export: {}", stderr(&o));
+    let p = decode_profile(&out);
+    let strings: Vec<String> = p.fields("string_table").map(|s| s.scalar().to_string()).collect();
+    let comments: Vec<&str> = p.ints("comment").iter().map(|&i| strings[i as usize].as_str()).collect();
+    let want = format!(
+        "insight allocation_churn {} on {}, open {:.1} s to {:.1} s: {}",
+        insight["severity"].as_str().expect("severity"),
+        insight["about"].as_str().expect("about"),
+        insight["opened_s"].as_f64().expect("opened"),
+        insight["closed_s"].as_f64().expect("closed"),
+        insight["summary"].as_str().expect("summary")
+    );
+    eprintln!("pprof comments: {comments:?}");
+    assert!(comments.contains(&want.as_str()), "{want} among the comments: {comments:?}");
+    assert_eq!(comments.iter().filter(|c| c.starts_with("insight ")).count(), 1, "{comments:?}");
     std::fs::remove_dir_all(d).expect("cleanup");
 }

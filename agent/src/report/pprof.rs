@@ -2,11 +2,14 @@
 //! gzipped), which pprof, speedscope, Perfetto and Grafana Pyroscope open. One sample per site
 //! and process: values `cxl_pages` (count) and `cxl_bytes` (bytes); labels `pid`, `rank` (when
 //! the process has one), `node` (the CXL-tier nodes the pages came from) and `tier`; the site's
-//! frames, innermost first, as locations with one function each. Pure: bytes out.
+//! frames, innermost first, as locations with one function each. The profile's comments (`pprof
+//! -comments`) say what was recorded and list each insight that opened during the recording, one
+//! line each. Pure: bytes out.
 use std::collections::BTreeMap;
 
 use prost::Message as _;
 
+use super::insights::{insights, InsightUse};
 use crate::recording::Recording;
 
 /// The messages of profile.proto that a profile of sites uses, field numbers as there.
@@ -250,10 +253,25 @@ pub fn profile(rec: &Recording) -> Profile {
         comments.push(format!("command: {}", rec.meta.command.join(" ")));
     }
     comments.push(format!("selection: {}", rec.meta.selection));
+    comments.extend(insights(rec).iter().map(insight_comment));
     out.comment = comments.iter().map(|c| strings.id(c)).collect();
     out.default_sample_type = strings.id("cxl_bytes");
     out.string_table = strings.table;
     out
+}
+
+/// An insight as one comment line: `insight allocation_churn warning on train 7, open 2.0 s to
+/// 4.0 s: <summary>`.
+fn insight_comment(u: &InsightUse) -> String {
+    let until = u.closed_s.map_or_else(|| "the end".to_string(), |c| format!("{c:.1} s"));
+    format!(
+        "insight {} {} on {}, open {:.1} s to {until}: {}",
+        u.id.as_str(),
+        u.severity.as_str(),
+        u.about,
+        u.opened_s,
+        u.summary
+    )
 }
 
 /// The profile, gzipped, as pprof reads it.
@@ -312,5 +330,43 @@ mod tests {
         }
         let decoded = Profile::decode(&p.encode_to_vec()[..]).expect("decodes");
         assert_eq!(decoded, p);
+        assert!(p.comment.iter().all(|&c| !s(c).starts_with("insight ")), "no insight opened");
+    }
+
+    #[test]
+    fn each_insight_is_a_comment_line() {
+        use crate::{
+            model::insights::{InsightId, Severity, Subject},
+            recording::records::InsightRec,
+        };
+        let mut rec = recording_with_sites();
+        let churn = |closed_t_ms| InsightRec {
+            id: InsightId::AllocationChurn,
+            severity: Severity::Warning,
+            subject: Subject::Process { pid: 7, comm: "ts-alloc".into() },
+            summary: "allocates 9000 pages/s at a flat size".into(),
+            evidence: [("alloc_pages_per_s".to_string(), 9000.0)].into(),
+            details: vec![],
+            try_this: "reuse buffers".into(),
+            since_t_ms: 1000,
+            opened_t_ms: 2000,
+            closed_t_ms,
+        };
+        rec.frames[2].insights = vec![churn(None)];
+        rec.frames[4].insights = vec![churn(Some(4000))];
+        let node =
+            InsightRec { id: InsightId::UnhealthyDeviceUnderJob, subject: Subject::Node { node: 1 }, ..churn(None) };
+        rec.frames[9].insights = vec![InsightRec { since_t_ms: 8000, opened_t_ms: 9000, ..node }];
+        let p = profile(&rec);
+        let lines: Vec<&str> = p.comment.iter().map(|&c| p.string_table[c as usize].as_str()).collect();
+        let insights: Vec<&str> = lines.iter().copied().filter(|l| l.starts_with("insight ")).collect();
+        assert_eq!(
+            insights,
+            [
+                "insight allocation_churn warning on ts-alloc 7, open 2.0 s to 4.0 s: allocates 9000 pages/s at a flat size",
+                "insight unhealthy_device_under_job warning on node 1, open 9.0 s to the end: allocates 9000 pages/s at a flat size",
+            ]
+        );
+        assert!(lines[0].starts_with("tierscope "), "what was recorded comes first: {lines:?}");
     }
 }
