@@ -5,7 +5,8 @@
 //! mouse reporting off). The mouse: the UI turns on mouse reporting (tmux's pane flags say so),
 //! `m` turns it off and on, and clicks (SGR mouse sequences typed into the pane with
 //! `send-keys -H`, as a terminal would send them; tmux's own `send-keys -M` needs a real mouse
-//! event) switch views and open a process.
+//! event) switch views and open a process. A replayed recording that holds an insight shows it
+//! in the Insights view (7) at the frames it was open, and not before it opened.
 use std::{
     process::Command,
     thread::sleep,
@@ -13,6 +14,9 @@ use std::{
 };
 
 use tierscope_tests::{require_root_and_agent, tierscope_bin};
+
+#[path = "support/insight_session.rs"]
+mod insight_session;
 
 fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().unwrap_or_else(|e| panic!("running tmux {args:?}: {e}"));
@@ -405,4 +409,102 @@ fn top_ends_when_its_terminal_vanishes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!still, "top --replay (pid {pid}) still ran 5 s after its terminal went away");
+}
+
+/// The screen's text as one line (wrapped lines joined with a space), for text the view wraps.
+fn flowing(screen: &str) -> String {
+    screen.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// `N open, M opened and K closed` from the Insights view's header.
+fn insight_counts(screen: &str) -> Option<(u32, u32, u32)> {
+    let rest = screen.lines().find_map(|l| l.strip_prefix("Insights  "))?;
+    let w: Vec<&str> = rest.split_whitespace().take(7).collect();
+    match w[..] {
+        [open, "open,", opened, "opened", "and", closed, "closed"] => {
+            Some((open.parse().ok()?, opened.parse().ok()?, closed.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn top_replay_in_tmux_shows_a_recorded_insight_while_it_was_open() {
+    require_root_and_agent!();
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let dir = std::env::temp_dir().join(format!("tierscope-replay-insight-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = insight_session::record_churning_rank(&dir);
+    let (_, insight) = insight_session::churn_insight(&file);
+    let opened_s = insight["opened_s"].as_f64().expect("opened_s");
+    let about = insight["about"].as_str().expect("about");
+    // The report keeps the summary of the insight's worst frame: the replay shows it there.
+    let worst_summary = insight["summary"].as_str().expect("summary");
+    let command = format!(
+        "XDG_STATE_HOME={} {bin} top --replay {}; echo TIERSCOPE-EXIT=$?; sleep 120",
+        dir.join("state").display(),
+        file.display()
+    );
+    let pane = Pane::start(&format!("tierscope-replay-insight-{}", std::process::id()), 120, 40, &command);
+    pane.wait_for("the replay header", 20, |s| replay_frame(s).is_some());
+    pane.keys(&["Space"]);
+    pane.wait_for("PAUSED", 5, |s| s.contains("PAUSED 1x"));
+    pane.keys(&["7", "Home"]);
+    let start = pane.wait_for("frame 1 of the Insights view", 5, |s| {
+        replay_frame(s).is_some_and(|(k, _)| k == 1) && insight_counts(s).is_some()
+    });
+    let n = replay_frame(&start).expect("frame").1;
+    assert_eq!(insight_counts(&start), Some((0, 0, 0)), "nothing open at the start:\n{start}");
+    assert!(start.contains("none open"), "{start}");
+    // Step on until it opens: the frame before was before its opening, and it shows with its
+    // subject, then (at its worst frame) the report's summary.
+    let (mut k, mut before) = (1, replay_position(&start));
+    let mut opened_at = None;
+    let mut saw_worst = false;
+    while k < n {
+        pane.keys(&["Right"]);
+        k += 1;
+        let s = pane.wait_for(&format!("frame {k}"), 5, |s| replay_frame(s) == Some((k, n)));
+        let counts = insight_counts(&s).unwrap_or_else(|| panic!("the Insights header:\n{s}"));
+        let position = replay_position(&s);
+        if opened_at.is_none() {
+            if counts.0 == 0 {
+                assert!(!s.contains("allocation_churn"), "not open yet at {position} s:\n{s}");
+                before = position;
+                continue;
+            }
+            assert_eq!(counts, (1, 1, 0), "{s}");
+            opened_at = Some(position);
+        }
+        if counts.0 == 0 {
+            break;
+        }
+        let line = s.lines().find(|l| l.contains("allocation_churn")).unwrap_or_else(|| panic!("the insight:\n{s}"));
+        assert!(line.starts_with("WARNING") && line.contains(about), "{line}");
+        assert!(flowing(&s).contains("try: reuse buffers across steps"), "what to try:\n{s}");
+        saw_worst |= flowing(&s).contains(worst_summary);
+    }
+    let opened_at = opened_at.unwrap_or_else(|| panic!("the insight never showed open; it opened at {opened_s} s"));
+    eprintln!(
+        "replay: not open at {before} s, open at {opened_at} s (opened {opened_s} s); worst summary seen: {saw_worst}"
+    );
+    // The header shows one decimal of the position.
+    assert!(before <= opened_s + 0.05 && opened_s <= opened_at + 0.05, "{before} < {opened_s} <= {opened_at}");
+    assert!(saw_worst, "the summary of its worst frame showed while stepping: {worst_summary}");
+    // At the end it is closed, listed under Closed recently; back at the start, nothing again.
+    pane.keys(&["End"]);
+    let end = pane.wait_for("the last frame", 5, |s| replay_frame(s) == Some((n, n)));
+    assert_eq!(insight_counts(&end), Some((0, 1, 1)), "{end}");
+    let closed = &end[end.find("Closed recently").unwrap_or_else(|| panic!("Closed recently:\n{end}"))..];
+    assert!(closed.contains("allocation_churn") && closed.contains(about), "{end}");
+    pane.keys(&["Home"]);
+    let start = pane.wait_for("frame 1 again", 5, |s| replay_frame(s) == Some((1, n)));
+    assert_eq!(insight_counts(&start), Some((0, 0, 0)), "seeking back before it opened:\n{start}");
+    assert!(!start.contains("allocation_churn"), "{start}");
+    pane.keys(&["q"]);
+    let screen = pane.wait_for("the exit line after q", 20, |s| s.contains("TIERSCOPE-EXIT="));
+    assert!(screen.contains("TIERSCOPE-EXIT=0"), "{screen}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
