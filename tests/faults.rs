@@ -3,7 +3,7 @@
 //! process's behalf (`get_user_pages`), for live and exited processes, threads and fork children.
 use std::collections::HashMap;
 
-use tierscope_tests::{process, require_root_and_agent, Agent, Workload};
+use tierscope_tests::{process, require_root_and_agent, Agent, Workload, UNTIL_INTERRUPTED};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 /// Debian's python3, not a pyenv shim: the interpreter a training job would run.
@@ -39,13 +39,13 @@ fn faults_the_kernel_takes_on_a_process_behalf_are_counted() {
         .map(|how| (how, Workload::start(WORKLOAD, &["populate", "32", how])))
         .collect();
     let pids: Vec<String> = ws.iter().map(|(_, w)| w.pid.to_string()).collect();
-    let mut args = vec!["--duration", "3"];
+    let mut args = vec!["--duration", UNTIL_INTERRUPTED];
     for pid in &pids {
         args.extend(["--pid", pid.as_str()]);
     }
     let agent = Agent::snapshot(&args);
     let done: Vec<HashMap<String, String>> = ws.iter_mut().map(|(_, w)| w.go()).collect();
-    let snap = agent.finish();
+    let snap = agent.interrupt();
     for ((how, w), done) in ws.into_iter().zip(done) {
         let p = process(&snap, w.pid);
         // The workload started before the agent: its window starts when the agent first saw it,
@@ -73,7 +73,7 @@ fn a_process_that_exited_keeps_its_final_totals() {
     // One from before the agent (its window starts at first sight), one born while it watches
     // (counted from birth); both exit while the agent still watches.
     let mut before = Workload::start(WORKLOAD, &["populate", "16"]);
-    let agent = Agent::snapshot(&["--duration", "4", "--match", "tierscope-workload"]);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", "tierscope-workload"]);
     let mut born = Workload::start(WORKLOAD, &["populate", "16"]);
     let (before_pid, born_pid) = (before.pid, born.pid);
     let before_done = before.go();
@@ -82,7 +82,7 @@ fn a_process_that_exited_keeps_its_final_totals() {
     std::thread::sleep(std::time::Duration::from_millis(1200));
     let before_exit = before.finish_with_exit_line();
     let born_exit = born.finish_with_exit_line();
-    let snap = agent.finish();
+    let snap = agent.interrupt();
 
     let p = process(&snap, before_pid);
     assert_eq!(p["exited"], true, "{p}");
@@ -105,13 +105,13 @@ fn a_process_that_exited_keeps_its_final_totals() {
 #[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn threads_that_exit_before_their_process_are_counted() {
     require_root_and_agent!();
-    let agent = Agent::snapshot(&["--duration", "3", "--match", "tierscope-workload"]);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", "tierscope-workload"]);
     let mut w = Workload::start(WORKLOAD, &["threads", "4", "8"]);
     let pid = w.pid;
     let done = w.go();
     std::thread::sleep(std::time::Duration::from_millis(700));
     let exit = w.finish_with_exit_line();
-    let snap = agent.finish();
+    let snap = agent.interrupt();
     let p = process(&snap, pid);
     // Born while watched: the whole life counts, four threads' included.
     within_1pct("threads: faults", field(p, &["faults"]), num(&exit, "faults"));
@@ -128,9 +128,9 @@ fn fork_children_that_exit_within_a_reading_keep_their_totals() {
     let mut w = Workload::start(WORKLOAD, &["forks", "4", "8"]);
     // No filter: the children never exec and exit before the agent reads them; they show as the
     // active processes they were.
-    let agent = Agent::snapshot(&["--duration", "2"]);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED]);
     let done = w.go();
-    let snap = agent.finish();
+    let snap = agent.interrupt();
     w.finish();
     let children: Vec<(u32, u64)> = done["children"]
         .split(',')
@@ -153,13 +153,13 @@ fn python_populating_through_mmap_madvise_and_ctypes_mlock() {
     require_root_and_agent!();
     assert!(std::path::Path::new(PYTHON).is_file(), "{PYTHON} missing: apt-get install python3");
     let marker = "tierscope_populate_test";
-    let agent = Agent::snapshot(&["--duration", "3", "--match", marker]);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", marker]);
     let out = std::process::Command::new(PYTHON)
         .args(["-c", include_str!("support/populate.py"), "16", marker])
         .output()
         .expect("python3");
     assert!(out.status.success(), "python: {}", String::from_utf8_lossy(&out.stderr));
-    let snap = agent.finish();
+    let snap = agent.interrupt();
     let line = String::from_utf8_lossy(&out.stdout);
     let kv: HashMap<String, String> =
         line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();

@@ -1,5 +1,7 @@
 //! Root integration tests: the real kernel programs against ground truth from /proc.
-use tierscope_tests::{process, require_root_and_agent, sum_nodes, Agent, Workload};
+use std::io::{BufRead as _, BufReader};
+
+use tierscope_tests::{process, require_root_and_agent, sum_nodes, Agent, Workload, UNTIL_INTERRUPTED};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
@@ -173,14 +175,14 @@ fn a_launcher_and_two_ranks_form_one_job() {
     // touching memory, as torchrun does; run as torchrun's own module path
     // (`python3 -m torch.distributed.run`) from a stand-in `torch` package on PYTHONPATH.
     let script = r#"
-import os, sys, subprocess, time, mmap
+import os, sys, subprocess, mmap
 procs = []
 for r in range(2):
     env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_PORT="29500")
-    procs.append(subprocess.Popen([sys.executable, "-c", "import mmap,time\nm=mmap.mmap(-1,8<<20)\nfor i in range(0,8<<20,4096): m[i]=1\ntime.sleep(4)"], env=env))
+    procs.append(subprocess.Popen([sys.executable, "-c", "import mmap,os,sys\nm=mmap.mmap(-1,8<<20)\nfor i in range(0,8<<20,4096): m[i]=1\nos.write(1, b'touched\\n')\nsys.stdin.read()"], env=env))
 for p in procs: p.wait()
 "#;
-    let (procs, lpid) = launched_job(script, "torch-stand-in", "torch_dist_launch");
+    let (procs, lpid) = launched_job(script, "torch-stand-in", "torch_dist_launch", 2);
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
     assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
     let mut ranks: Vec<u64> =
@@ -202,7 +204,7 @@ fn a_ranks_data_loader_workers_get_their_own_role_under_it() {
     let script = r#"
 import os, sys, subprocess
 rank = """
-import ctypes, mmap, os, sys, time
+import ctypes, mmap, os, sys
 kids = []
 if os.environ["RANK"] == "0":
     for _ in range(4):
@@ -211,12 +213,14 @@ if os.environ["RANK"] == "0":
             ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)
             m = mmap.mmap(-1, 4 << 20)
             for i in range(0, 4 << 20, 4096): m[i] = 1
-            time.sleep(4)
+            os.write(1, b"touched\n")
+            sys.stdin.read()
             os._exit(0)
         kids.append(pid)
 m = mmap.mmap(-1, 8 << 20)
 for i in range(0, 8 << 20, 4096): m[i] = 1
-time.sleep(4)
+os.write(1, b"touched\n")
+sys.stdin.read()
 for k in kids: os.waitpid(k, 0)
 """
 procs = []
@@ -225,7 +229,7 @@ for r in range(2):
     procs.append(subprocess.Popen([sys.executable, "-c", rank], env=env))
 for p in procs: p.wait()
 "#;
-    let (procs, lpid) = launched_job(script, "torch-workers", "torch_dist_workers");
+    let (procs, lpid) = launched_job(script, "torch-workers", "torch_dist_workers", 6);
     let job = procs.iter().find(|p| p["pid"] == lpid).map(|p| p["job"].clone()).unwrap_or_default();
     assert!(job.is_string(), "launcher {lpid} has no job: {procs:?}");
     let of_job: Vec<&serde_json::Value> = procs.iter().filter(|p| p["job"] == job && p["pid"] != lpid).collect();
@@ -267,21 +271,34 @@ fn numa_maps_pages_on(pid: u32, node: u32) -> u64 {
 
 /// Runs `script` as torchrun's own module path (`python3 -m torch.distributed.run ... ARG`, from
 /// a stand-in `torch` package on PYTHONPATH written under a `tierscope-{tag}-PID` temp dir) while
-/// a 3 s snapshot matches `arg`; returns the snapshot's processes and the launcher's pid.
-fn launched_job(script: &str, tag: &str, arg: &str) -> (Vec<serde_json::Value>, u32) {
+/// a snapshot matches `arg`; its processes say `touched` on the launcher's stdout once they have
+/// touched their memory, then wait for the launcher's stdin to close. The window ends when all
+/// `touched` lines came (three Python startups and the forks took longer than a fixed window on a
+/// loaded host), while they all live; returns the snapshot's processes and the launcher's pid.
+fn launched_job(script: &str, tag: &str, arg: &str, touched: usize) -> (Vec<serde_json::Value>, u32) {
     let pkg = std::env::temp_dir().join(format!("tierscope-{tag}-{}", std::process::id()));
     let run_py = pkg.join("torch/distributed/run.py");
     std::fs::create_dir_all(run_py.parent().expect("torch/distributed")).expect("stand-in package dir");
     std::fs::write(pkg.join("torch/__init__.py"), "").expect("torch/__init__.py");
     std::fs::write(pkg.join("torch/distributed/__init__.py"), "").expect("torch/distributed/__init__.py");
     std::fs::write(&run_py, script).expect("torch/distributed/run.py");
-    let agent = Agent::snapshot(&["--duration", "3", "--match", arg]);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", arg]);
     let mut launcher = std::process::Command::new("python3")
         .args(["-m", "torch.distributed.run", "--nproc-per-node", "2", arg])
         .env("PYTHONPATH", &pkg)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 launcher");
-    let snap = agent.finish();
+    let mut out = BufReader::new(launcher.stdout.take().expect("piped stdout"));
+    let mut said = String::new();
+    while said.lines().filter(|l| *l == "touched").count() < touched {
+        if out.read_line(&mut said).expect("the launcher's stdout") == 0 {
+            panic!("the launcher's processes ended before {touched} said they touched their memory: {said:?}");
+        }
+    }
+    let snap = agent.interrupt();
+    drop(launcher.stdin.take());
     let _ = launcher.wait();
     let _ = std::fs::remove_dir_all(&pkg);
     (snap["processes"].as_array().cloned().unwrap_or_default(), launcher.id())

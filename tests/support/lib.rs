@@ -12,9 +12,17 @@ pub fn map_anon(bytes: usize) -> std::io::Result<*mut u8> {
 
 /// Allocation churn at a flat resident size: maps, touches and unmaps `mib` MiB every 10 ms for
 /// `secs` seconds. Returns the pages touched and the milliseconds it took.
+///
+/// Paced: round k is due at k x 10 ms, and a round found late runs at once, so any stretch of the
+/// run churns at the run's own average rate, which the tests compare an agent's windowed rate
+/// with. (A loop that slept 10 ms after each round churned at whatever pace the host's load left
+/// it: its rate moved with the neighbours.) A lag beyond [`CHURN_CATCH_UP`] is given up rather
+/// than made up in one burst.
 pub fn churn(secs: f64, mib: usize) -> (u64, u64) {
+    const ROUND: std::time::Duration = std::time::Duration::from_millis(10);
     let bytes = mib << 20;
     let start = std::time::Instant::now();
+    let mut due = start;
     let mut pages = 0u64;
     while start.elapsed().as_secs_f64() < secs {
         let p = map_anon(bytes).expect("mmap");
@@ -25,10 +33,19 @@ pub fn churn(secs: f64, mib: usize) -> (u64, u64) {
         // SAFETY: the mapping made above, not used after.
         unsafe { libc::munmap(p.cast(), bytes) };
         pages += (bytes / 4096) as u64;
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        due += ROUND;
+        let now = std::time::Instant::now();
+        if now < due {
+            std::thread::sleep(due - now);
+        } else if now - due > CHURN_CATCH_UP {
+            due = now;
+        }
     }
     (pages, start.elapsed().as_millis() as u64)
 }
+
+/// How far behind its schedule [`churn`] may fall and still make the rounds up.
+pub const CHURN_CATCH_UP: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// [`map_anon`] with more `mmap` flags (`MAP_POPULATE`).
 pub fn map_anon_with(bytes: usize, extra_flags: i32) -> std::io::Result<*mut u8> {
@@ -167,6 +184,11 @@ impl Workload {
     }
 }
 
+/// A `--duration` no workload of these tests outlasts: [`Agent::interrupt`] ends the window once
+/// the workload is done (a fixed window of a few seconds closed before a workload that a loaded
+/// host slowed down).
+pub const UNTIL_INTERRUPTED: &str = "300";
+
 /// `tierscope snapshot --json` running in the background.
 pub struct Agent {
     child: Child,
@@ -207,6 +229,15 @@ impl Agent {
     /// The agent's pid (its open map fds name its kernel maps).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Ends the window now, as Ctrl-C does (the same last reading as a window that ran out), and
+    /// parses the document: for a window opened with [`UNTIL_INTERRUPTED`] once the workload it
+    /// must cover is done, however long the host took over it.
+    pub fn interrupt(self) -> serde_json::Value {
+        // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) }, 0, "SIGINT to the snapshot");
+        self.finish()
     }
 
     /// Waits for the document and parses it.

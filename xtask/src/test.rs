@@ -53,9 +53,9 @@ pub fn run(with_vm: bool) -> Result<()> {
     if !status.success() {
         failed.push(format!("root integration tests ({status})"));
     }
-    // A short soak (issue 19): the burst of 10,000 children, then about half a minute of churn.
+    // A short soak (issue 19): the burst of 10,000 children, then 40 s of churn.
     println!("xtask: short soak");
-    if let Err(e) = soak::soak(&bin, std::time::Duration::from_secs(45)) {
+    if let Err(e) = soak::soak(&bin, std::time::Duration::from_secs(40)) {
         println!("xtask: the short soak failed: {e:#}");
         failed.push(format!("short soak: {e:#}"));
     }

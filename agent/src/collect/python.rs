@@ -292,8 +292,20 @@ mod tests {
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("stdout")), &mut line)
             .expect("ready");
         let tgid = child.id();
-        // From the flush on line 3 into the sleep on line 4.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // From the flush on line 3 into the sleep on line 4: wait until it is in the sleep's
+        // syscall (a fixed 300 ms was not always enough on a loaded host).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let sleeping = || {
+            let s = std::fs::read_to_string(format!("/proc/{tgid}/syscall")).unwrap_or_default();
+            (s.split_whitespace().next() == Some(&libc::SYS_clock_nanosleep.to_string())).then_some(()).ok_or(s)
+        };
+        while let Err(now) = sleeping() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "python3 never reached time.sleep: /proc/{tgid}/syscall {now:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).expect("maps");
         let t = detect(tgid, &super::super::unwind::parse_maps(&text)).expect("readable").expect("a Python process");
         let p = t.process;

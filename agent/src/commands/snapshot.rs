@@ -31,15 +31,17 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     // Processes that exit and are pruned while we watch stay listed with their final totals.
     let window = s.model.departed.open_window(s.started_ns);
     let attached = s.probes.programs.iter().filter(|p| p.status == crate::model::agent::Attach::Attached).count();
+    // Insights judge training processes while the window runs: the selected ones are known from
+    // the start (an idle trainer holds memory too) and their residency is read under the budget.
+    // Known before the line below: a selected process's window starts when it is first seen, and
+    // work started on that line (as tests and scripts do) must fall inside it.
+    if selective {
+        s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
+    }
     // Tests and scripts wait for this line before starting their workload.
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
     let deadline = tokio::time::Instant::now() + duration;
     let mut tick = tokio::time::interval(READ_EVERY);
-    // Insights judge training processes while the window runs: the selected ones are known from
-    // the start (an idle trainer holds memory too) and their residency is read under the budget.
-    if selective {
-        s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
-    }
     let budget = crate::model::scan_plan::ScanBudget::default();
     let mut interrupted = false;
     loop {
