@@ -213,13 +213,13 @@ if os.environ["RANK"] == "0":
             ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)
             m = mmap.mmap(-1, 4 << 20)
             for i in range(0, 4 << 20, 4096): m[i] = 1
-            os.write(1, b"touched\n")
+            os.write(1, b"touched\\n")
             sys.stdin.read()
             os._exit(0)
         kids.append(pid)
 m = mmap.mmap(-1, 8 << 20)
 for i in range(0, 8 << 20, 4096): m[i] = 1
-os.write(1, b"touched\n")
+os.write(1, b"touched\\n")
 sys.stdin.read()
 for k in kids: os.waitpid(k, 0)
 """
