@@ -34,8 +34,10 @@ for l in open(sys.argv[1]):
 w = [t for a, t in steps if on + 3 < a < off]
 b = [t for a, t in steps if a < on]
 f = [t for a, t in steps if a > off + 1]
-print(f"steps before {len(b)} median {st.median(b):.4f}s; with agent {len(w)} median {st.median(w):.4f}s; after {len(f)} median {st.median(f):.4f}s")
-print(f"ratio with/without {st.median(w) / st.median(b + f):.4f}")
+med = lambda xs: f"{st.median(xs):.4f}s" if xs else "n/a (no steps: raise STEPS)"
+print(f"steps before {len(b)} median {med(b)}; with agent {len(w)} median {med(w)}; after {len(f)} median {med(f)}")
+if w and b + f:
+    print(f"ratio with/without {st.median(w) / st.median(b + f):.4f}")
 doc = json.load(open(sys.argv[2]))
 ag = doc.get("agent", {})
 print("site_sampling", json.dumps(ag.get("site_sampling"), indent=None))
@@ -43,6 +45,9 @@ print("drops", ag.get("drops"))
 for p in doc["processes"]:
     if not p.get("top_cxl_alloc_sites"): continue
     print(f"pid {p['pid']} {p['comm']} rank {p.get('rank')} faults {p['faults']} by path {p.get('faults_by_path')} resident_by_tier {p.get('resident_bytes_by_tier')}")
+    sites = p["top_cxl_alloc_sites"]
+    listed, carried = sum(s["pages"] for s in sites), sum(s.get("sampled_pages", s["pages"]) for s in sites)
+    print(f"  node 0 (declared cxl) pages allocated {p['alloc_pages_by_node'].get('0')}; {p['cxl_alloc_site_count']} sites, the top {len(sites)} list {listed} pages, their samples carried {carried}")
     for s in p["top_cxl_alloc_sites"][:3]:
         print("  site pages", s.get("pages"), "sampled", s.get("sampled_pages"))
         for fr in s["frames"][:14]: print("    ", fr)
