@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use tierscope_tests::{run_tierscope, stderr_text};
 
-/// Records the churning rank into `dir/churned.tscope` at 500 ms intervals (about 7.5 s).
+/// Records the churning rank into `dir/churned.tscope` at 500 ms intervals (about 10.5 s: the insight closes about 6-7 s in under load, with room after).
 pub fn record_churning_rank(dir: &Path) -> PathBuf {
     let workload = env!("CARGO_BIN_EXE_tierscope-workload");
     let cfg = dir.join("insights.toml");
@@ -16,7 +16,7 @@ pub fn record_churning_rank(dir: &Path) -> PathBuf {
     std::fs::write(&cfg, toml).expect("insights config");
     let file = dir.join("churned.tscope");
     let script =
-        format!("(printf 'go\\n'; sleep 7) | RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {workload} churn 3 1 >/dev/null");
+        format!("(printf 'go\\n'; sleep 10) | RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 {workload} churn 3 1 >/dev/null");
     let (f, c) = (file.to_str().expect("path"), cfg.to_str().expect("path"));
     let o =
         run_tierscope(&["record", "-o", f, "--interval-ms", "500", "--insights-config", c, "--", "sh", "-c", &script]);
