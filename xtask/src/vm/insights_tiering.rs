@@ -116,7 +116,7 @@ mod tests {
             "TS-TRUTH p2.candidates_since_agent 78336",
             "TS-TRUTH p2.promoted_since_agent 2048",
             "TS-TRUTH p3.demoted_since_agent 71273",
-            // Promotions landing between the agent's first reading and the phase's baseline.
+            // Promotions landing in the agent's window outside the phase (before its baseline, after it settled).
             "TS-TRUTH p3.promoted_since_agent 15205",
         ]
         .iter()
