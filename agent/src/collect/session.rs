@@ -73,6 +73,7 @@ pub struct Session {
     pub model: Model,
     pub events: mpsc::Receiver<Event>,
     pub reader: Arc<ringbuf::ReaderStats>,
+    reader_flush: ringbuf::Flusher,
     pub topology: Topology,
     pub page_size: u64,
     pub started_ns: u64,
@@ -145,7 +146,7 @@ impl Session {
         let health_formats = probes.tracefs.as_deref().map(crate::health::read_formats).unwrap_or_default();
         let decoder = Decoder { raw_formats: probes.raw_formats.clone(), health_formats };
         let (tx, events) = mpsc::channel(ringbuf::EVENT_QUEUE);
-        let reader = ringbuf::spawn(ring, decoder, tx).context("polling the ring buffer")?;
+        let (reader, reader_flush) = ringbuf::spawn(ring, decoder, tx).context("polling the ring buffer")?;
         let site_ring = probes
             .ebpf
             .take_map(map::SITE_SAMPLES)
@@ -164,6 +165,7 @@ impl Session {
             model,
             events,
             reader,
+            reader_flush,
             topology,
             page_size: procfs::page_size(),
             started_ns: counters::monotonic_ns(),
@@ -191,6 +193,14 @@ impl Session {
         // never shows up in the counters, yet its workers' job is named after it.
         session.discover(|_, _, _| true);
         Ok(session)
+    }
+
+    /// Has the event reader deliver what the kernel wrote up to now (the end of a window):
+    /// the next reading then holds every event of the window. Waits at most a second.
+    pub async fn flush_events(&self) {
+        if !self.reader_flush.flush(std::time::Duration::from_secs(1)).await {
+            tracing::warn!("the event reader did not drain the ring within a second: the last events may be missing");
+        }
     }
 
     /// Moves queued events into the model.

@@ -196,7 +196,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         rec.write(&mut s, &mut out)?;
     };
     // The last interval: what the kernel delivered up to the end.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.flush_events().await;
     rec.write(&mut s, &mut out)?;
     drop(hotness.take());
     let (reason, code) = match &stop {

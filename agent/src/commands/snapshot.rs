@@ -81,8 +81,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             eprintln!("tierscope: hotness unavailable: {why}");
         }
     }
-    // Let the ring buffer reader deliver what the kernel already wrote.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every event the kernel wrote during the window, delivered before the last reading.
+    s.flush_events().await;
     s.read_counters();
     // Selected processes that stayed idle during the window are still shown (with residency).
     if selective {
