@@ -12,7 +12,12 @@ pub const MAX_MIGRATE_REASONS: u32 = 16;
 /// `BLOCK_NODE` values: node id + 1 in the low bits, this flag when the node is on the CXL tier.
 pub const BLOCK_NODE_CXL: u32 = 1 << 31;
 
-/// A process's site-sample budget (`SITE_BUDGET`, LRU by tgid): a GCRA token bucket.
+/// Processes whose CXL-tier allocation sites can be watched at once (`SITE_BUDGET`'s size).
+pub const SITE_WATCH_MAX: u32 = 16384;
+
+/// A process's site-sample budget (`SITE_BUDGET`, by tgid): a GCRA token bucket. The agent
+/// writes the default for each process it watches and deletes it when the process leaves the
+/// watched set; the kernel programs never insert one, so a missing entry means "not watched".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteBudget {
@@ -24,15 +29,19 @@ const _: () = assert!(core::mem::size_of::<SiteBudget>() == 8);
 
 /// The per-CPU slot of CXL-tier site sampling (`SITE_SAMPLER`): the countdown to the next
 /// attempt and the CXL-tier pages of the last allocating tgid on this CPU not yet carried by a
-/// sample (another tgid moves them to `SITE_PENDING`).
+/// sample (another tgid moves them to `SITE_PENDING`), and whether that tgid had a
+/// `SITE_BUDGET` entry when this CPU last looked (pages of an unwatched tgid are not kept).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteSlot {
     pub countdown: u32,
     pub tgid: u32,
     pub pending: u64,
+    /// 1 when `tgid` is watched, 0 when not.
+    pub watched: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<SiteSlot>() == 16);
+const _: () = assert!(core::mem::size_of::<SiteSlot>() == 24);
 
 /// One start-up calibration slot per CPU (`PAGE_BASE_SLOT`): the `struct page` pointer the
 /// tp_btf hook saw and the pfn the classic hook saw, whichever ran first on the current event.

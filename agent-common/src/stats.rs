@@ -35,8 +35,10 @@ pub enum Stat {
     SiteRingFull = 20,
     /// `bpf_get_stack` failed (the kernel's callchain buffers were busy).
     SiteStackError = 21,
-    /// No budget entry could be made for the process (`SITE_BUDGET` full).
-    SiteBudgetFull = 22,
+    /// The process is not one the agent watches (no `SITE_BUDGET` entry: the agent writes one
+    /// for each process it tracks and deletes it when the process leaves the set): skipped on
+    /// purpose, its pending pages on this CPU dropped. Nothing watched is lost here.
+    SiteNotWatched = 22,
 }
 
 /// Number of slots in the `STATS` map.
@@ -59,7 +61,7 @@ impl Stat {
         (Stat::SiteRateLimited, "site_rate_limited"),
         (Stat::SiteRingFull, "site_ring_full"),
         (Stat::SiteStackError, "site_stack_error"),
-        (Stat::SiteBudgetFull, "site_budget_full"),
+        (Stat::SiteNotWatched, "site_not_watched"),
     ];
 
     /// The site-sampling outcomes that end an attempt (every attempt ends in exactly one).
@@ -69,7 +71,7 @@ impl Stat {
         Stat::SiteRateLimited,
         Stat::SiteRingFull,
         Stat::SiteStackError,
-        Stat::SiteBudgetFull,
+        Stat::SiteNotWatched,
     ];
 
     /// The exported name of a stat.

@@ -1,7 +1,7 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
@@ -80,14 +80,20 @@ pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0
 /// [`SiteSampleEvent`]: tierscope_common::event::SiteSampleEvent
 #[map]
 pub static SITE_SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
-/// tgid -> its sample budget. LRU: a process that stops allocating ages out by itself.
+/// tgid -> its sample budget, for the processes the agent watches: the agent inserts and deletes
+/// every entry (`collect/site_watch.rs`), the programs only look up. A plain hash, not LRU: a
+/// watched process is never evicted behind the agent's back; a full map refuses the agent's
+/// insert, which it counts (`site_sampling.watch_refused`).
 #[map]
-pub static SITE_BUDGET: LruHashMap<u32, SiteBudget> = LruHashMap::with_max_entries(16384, 0);
+pub static SITE_BUDGET: HashMap<u32, SiteBudget> = HashMap::with_max_entries(SITE_WATCH_MAX, 0);
 /// tgid -> CXL-tier pages allocated on this CPU since its last delivered sample here (per CPU:
-/// exact without atomics, which this target lacks).
+/// exact without atomics, which this target lacks). Only watched tgids get entries, so at most
+/// `SITE_WATCH_MAX` are live and LRU never evicts a watched one; the agent deletes a tgid's entry
+/// with its budget, and LRU ages out the rare one re-made by a CPU racing that delete.
 #[map]
-pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(16384, 0);
-/// Per-CPU countdown to the next sampled CXL allocation and the last tgid's pending pages.
+pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(SITE_WATCH_MAX, 0);
+/// Per-CPU countdown to the next sampled CXL allocation, the last tgid's pending pages and
+/// whether it is watched.
 #[map]
 pub static SITE_SAMPLER: PerCpuArray<SiteSlot> = PerCpuArray::with_max_entries(1, 0);
 /// The vmemmap base (address of pfn 0's `struct page`), written by the agent once the start-up

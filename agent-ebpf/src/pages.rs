@@ -16,7 +16,7 @@ use aya_ebpf::{
 use tierscope_common::{
     event::{EventKind, SiteSampleEvent, SITE_MAX_FRAMES},
     layout::PageLayout,
-    maps::{PageBaseSlot, SiteBudget, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN},
+    maps::{PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN},
     stats::Stat,
 };
 
@@ -247,13 +247,15 @@ fn current_is_kernel_thread() -> bool {
     matches!(mm, Ok(0))
 }
 
-/// Samples a CXL-tier allocation's site. Every CXL-tier allocation adds its pages to this CPU's
-/// slot (the last allocating tgid's pending pages; another tgid moves them to `SITE_PENDING`);
-/// one in `SITE_SAMPLE_EVERY` is an attempt, which ends in exactly one counted outcome: no user
-/// stack (a kernel thread, or none could be walked), over the process's budget, ring buffer
-/// full, stack error, or delivered (a ring-buffer record carrying the user stack and the
-/// process's pages pending on this CPU). No shared stack-id map: deduplication happens in user
-/// space.
+/// Samples a CXL-tier allocation's site, for the processes the agent watches (those with a
+/// `SITE_BUDGET` entry, which only the agent writes). Every CXL-tier allocation of a watched
+/// tgid adds its pages to this CPU's slot (the last allocating tgid's pending pages; another
+/// tgid moves them to `SITE_PENDING`); an unwatched tgid's pages are not kept. One in
+/// `SITE_SAMPLE_EVERY` allocations is an attempt, which ends in exactly one counted outcome:
+/// not watched, no user stack (a kernel thread, or none could be walked), over the process's
+/// budget, ring buffer full, stack error, or delivered (a ring-buffer record carrying the user
+/// stack and the process's pages pending on this CPU). No shared stack-id map: deduplication
+/// happens in user space.
 #[inline(always)]
 fn sample_site<C: EbpfContext>(ctx: &C, tgid: u32, pid: u32, node: u32, pages: u64) {
     let every = global(&SITE_SAMPLE_EVERY);
@@ -264,36 +266,41 @@ fn sample_site<C: EbpfContext>(ctx: &C, tgid: u32, pid: u32, node: u32, pages: u
     // SAFETY: this CPU's slot; the page programs do not nest on one CPU.
     let slot = unsafe { &mut *slot };
     if slot.tgid != tgid {
+        // Only a watched tgid has pending pages.
         if slot.pending != 0 {
             add_pending(slot.tgid, slot.pending);
         }
         slot.tgid = tgid;
         slot.pending = 0;
+        // SAFETY: only whether the entry exists is used.
+        slot.watched = unsafe { SITE_BUDGET.get(&tgid) }.is_some() as u32;
     }
-    slot.pending += pages;
+    if slot.watched != 0 {
+        slot.pending += pages;
+    }
     if slot.countdown > 1 {
         slot.countdown -= 1;
         return;
     }
     slot.countdown = every;
     count(Stat::SiteAttempts);
+    // Looked up again: the agent may have added or removed the tgid since this CPU switched to it.
+    let Some(b) = SITE_BUDGET.get_ptr_mut(&tgid) else {
+        slot.watched = 0;
+        slot.pending = 0;
+        count(Stat::SiteNotWatched);
+        return;
+    };
+    if slot.watched == 0 {
+        // Watched since this CPU switched to it: its pages count from this allocation on.
+        slot.watched = 1;
+        slot.pending = pages;
+    }
     if current_is_kernel_thread() {
         slot.pending = 0;
         count(Stat::SiteNoUserStack);
         return;
     }
-    let budget = match SITE_BUDGET.get_ptr_mut(&tgid) {
-        Some(b) => Some(b),
-        None => {
-            // Another CPU may insert first (EEXIST): look again either way.
-            let _ = SITE_BUDGET.insert(&tgid, &SiteBudget::default(), 0);
-            SITE_BUDGET.get_ptr_mut(&tgid)
-        }
-    };
-    let Some(b) = budget else {
-        count(Stat::SiteBudgetFull);
-        return;
-    };
     // SAFETY: a live map value. Two CPUs of one process may race on `next_ns`: at worst one
     // extra sample passes; nothing is lost or counted twice.
     let b = unsafe { &mut *b };

@@ -16,6 +16,7 @@ pub mod python_layout;
 pub mod python_lines;
 pub mod ringbuf;
 pub mod session;
+pub mod site_watch;
 pub mod sites;
 pub mod symbols;
 pub mod task_faults;

@@ -15,7 +15,7 @@ use super::{
     caps, counters,
     events::Decoder,
     probes::{LoadOptions, Probes},
-    procfs, ringbuf, sites, task_faults,
+    procfs, ringbuf, site_watch, sites, task_faults,
 };
 use crate::{
     model::{
@@ -92,6 +92,8 @@ pub struct Session {
     beyond_warned: bool,
     pub site_samples_per_sec: u32,
     pub site_reader: sites::SiteReader,
+    /// The processes whose CXL allocation sites the kernel samples ([`Session::watch_sites`]).
+    site_watch: site_watch::SiteWatch,
     pattern: Option<regex::Regex>,
     redaction: Redaction,
     identified: HashSet<u32>,
@@ -179,6 +181,7 @@ impl Session {
             beyond_warned: false,
             site_samples_per_sec,
             site_reader,
+            site_watch: Default::default(),
             pattern: opts.pattern,
             redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),
@@ -358,6 +361,22 @@ impl Session {
         // Pids gone without an exit event seen (one lost): a reused pid is looked at again.
         let live: HashSet<u32> = pids.into_iter().collect();
         self.unwanted.retain(|pid| live.contains(pid));
+    }
+
+    /// Samples the CXL allocation sites of exactly these processes from now on (the kernel
+    /// samples only tgids with a `SITE_BUDGET` entry: see `site_watch`). Each command calls it
+    /// with what it shows, after each reading and before it tells anyone it is watching.
+    pub fn watch_sites(&mut self, tgids: &std::collections::BTreeSet<u32>) {
+        self.site_watch.set(&mut self.probes.ebpf, tgids);
+        self.model.sites_watched = self.site_watch.len();
+        self.model.site_watch_refused = self.site_watch.refused_total;
+    }
+
+    /// [`Session::watch_sites`] with the live processes `filter` shows (every live one when it
+    /// selects nothing).
+    pub fn watch_sites_of(&mut self, filter: &crate::model::snapshot::ProcessFilter) {
+        let tgids = site_watch::watched_by(filter, &self.model);
+        self.watch_sites(&tgids);
     }
 
     /// The selection changed (a reloaded configuration): every process is matched again.

@@ -119,8 +119,19 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let explicit_pids = filter.pids.clone();
+    // The processes selected now have their first allocations' sites sampled too.
+    if !filter.pids.is_empty() || filter.pattern.is_some() {
+        s.discover(|pid, comm, cmdline| {
+            filter.pids.contains(&pid)
+                || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
+        });
+    }
     let mut child = if args.command.is_empty() { None } else { Some(spawn(&args.command)?) };
     let root = child.as_ref().map(Child::id);
+    // The command from its first moments (its children from the tick they are found).
+    let mut watched = crate::collect::site_watch::watched_by(&filter, &s.model);
+    watched.extend(root);
+    s.watch_sites(&watched);
     let followed: BTreeSet<u32> = root.into_iter().collect();
     let started_ns = counters::monotonic_ns();
     let started_unix_ms =
@@ -278,6 +289,7 @@ fn write_interval(
                 || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
         });
     }
+    s.watch_sites_of(filter);
     let jobs = filter.matched_jobs(&s.model);
     let selected: Vec<u32> = s.model.processes.values().filter(|p| filter.selects(p, &jobs)).map(|p| p.tgid).collect();
     s.refresh_residency(&selected, budget);

@@ -356,6 +356,9 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     let mut health = AgentHealth { programs: s.probes.programs.clone(), ..Default::default() };
     // Published before the "running" line: the first scrape already has every known label set.
     s.read_counters();
+    // The processes tracked from the start have their first allocations' sites sampled.
+    tracking.update(&s.model, &cfg);
+    s.watch_sites(&tracking.live().into_iter().collect());
     latest.publish(keyed(
         current_points(&s, &mut tracking, &health, probe.as_ref()),
         cfg.granularity,
@@ -418,6 +421,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
             }
         }
         tracking.update(&s.model, &cfg);
+        // Sites are sampled for the tracked processes only (their series are the ones shown).
+        s.watch_sites(&tracking.live().into_iter().collect());
         s.model.departed.slide_window(recent_exits, s.model.last_reading_ns.saturating_sub(series_grace_ns));
         // A newly tracked process gets its residency at once; the others when the CPU budget
         // for numa_maps reads allows (costly scans of big processes wait longer).

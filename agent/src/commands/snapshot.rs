@@ -38,6 +38,8 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
     if selective {
         s.discover(|pid, comm, cmdline| filter_wants(&filter, pid, comm, cmdline));
     }
+    // Their first allocations are sampled too: the kernel samples only watched processes.
+    s.watch_sites_of(&filter);
     // Tests and scripts wait for this line before starting their workload.
     eprintln!("tierscope: watching for {:.1}s ({attached} programs attached)", duration.as_secs_f64());
     let deadline = tokio::time::Instant::now() + duration;
@@ -49,6 +51,7 @@ pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions
             _ = tokio::time::sleep_until(deadline) => break,
             _ = tick.tick() => {
                 s.read_counters();
+                s.watch_sites_of(&filter);
                 let training: Vec<u32> =
                     s.model.processes.values().filter(|p| p.tracked() && p.exited_at_ns.is_none()).map(|p| p.tgid).collect();
                 s.refresh_residency(&training, &budget);

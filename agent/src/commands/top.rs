@@ -269,6 +269,10 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
         tokio::select! {
             _ = tick.tick() => {
                 session.read_counters();
+                // The sites the process view can show: the selection's (or every live process's), and the demo's.
+                let mut watched = crate::collect::site_watch::watched_by(&filter, &session.model);
+                watched.extend(demo_info.as_ref().map(|d| d.pid));
+                session.watch_sites(&watched);
                 let start = session.model.last_reading_ns.saturating_sub(history_ns);
                 session.model.departed.slide_window(shown_window, start);
                 refresh_meminfo(&mut nodes);

@@ -67,6 +67,10 @@ pub struct Model {
     /// Site samples that reached the model (the kernel's `site_delivered` less what the agent's
     /// channel dropped).
     pub site_samples_received: u64,
+    /// Processes whose CXL allocation sites the kernel samples now (the watched ones), and
+    /// those it could not take (its map full).
+    pub sites_watched: usize,
+    pub site_watch_refused: u64,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,

@@ -143,8 +143,12 @@ pub struct SiteSampling {
     pub rate_limited: u64,
     pub ring_full: u64,
     pub stack_error: u64,
-    pub budget_full: u64,
+    /// Attempts in processes the agent does not watch (not shown, so not sampled).
+    pub not_watched: u64,
     pub unaccounted: i64,
+    /// Processes whose sites are sampled now, and those the kernel's map had no room for.
+    pub watched: usize,
+    pub watch_refused: u64,
     /// Delivered samples that reached the model.
     pub received: u64,
     /// New stacks whose process was gone before its mappings were read (shown as
@@ -185,14 +189,16 @@ impl SiteSampling {
             rate_limited: k("site_rate_limited"),
             ring_full: k("site_ring_full"),
             stack_error: k("site_stack_error"),
-            budget_full: k("site_budget_full"),
+            not_watched: k("site_not_watched"),
             unaccounted: 0,
+            watched: model.sites_watched,
+            watch_refused: model.site_watch_refused,
             received: model.site_samples_received,
             unnormalized,
             stacks,
             frames_named,
         };
-        let ended = s.delivered + s.no_user_stack + s.rate_limited + s.ring_full + s.stack_error + s.budget_full;
+        let ended = s.delivered + s.no_user_stack + s.rate_limited + s.ring_full + s.stack_error + s.not_watched;
         s.unaccounted = s.attempts as i64 - ended as i64;
         s
     }
@@ -413,7 +419,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         .iter()
         // Not losses: filtered on purpose, or the site sampler's own tally (`site_sampling`).
         .filter(|(k, _)| {
-            **k != "agent_filtered" && !matches!(**k, "site_attempts" | "site_delivered" | "site_rate_limited")
+            **k != "agent_filtered"
+                && !matches!(**k, "site_attempts" | "site_delivered" | "site_rate_limited" | "site_not_watched")
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
@@ -595,22 +602,27 @@ pub(crate) mod tests {
     fn site_sampling_balances_attempts_against_outcomes() {
         let mut m = Model::default();
         for (k, v) in [
-            ("site_attempts", 100),
+            ("site_attempts", 110),
             ("site_delivered", 60),
             ("site_no_user_stack", 5),
             ("site_rate_limited", 30),
+            ("site_not_watched", 10),
             ("site_ring_full", 4),
             ("site_stack_error", 1),
         ] {
             m.kernel_stats.insert(k, v);
         }
         let s = SiteSampling::of(&m, 1, 200, 0, Default::default());
-        assert_eq!((s.attempts, s.delivered, s.unaccounted), (100, 60, 0));
-        m.kernel_stats.insert("site_attempts", 103);
+        assert_eq!((s.attempts, s.delivered, s.not_watched, s.unaccounted), (110, 60, 10, 0));
+        m.kernel_stats.insert("site_attempts", 113);
         assert_eq!(SiteSampling::of(&m, 1, 200, 0, Default::default()).unaccounted, 3, "a lost attempt shows");
         let snap = build(&m, &ProcessFilter::default(), ctx(&[]));
         assert_eq!(snap.agent.drops.get("kernel.site_ring_full"), Some(&4));
         assert!(!snap.agent.drops.contains_key("kernel.site_attempts"), "attempts are not losses");
+        assert!(
+            !snap.agent.drops.contains_key("kernel.site_not_watched"),
+            "unwatched processes are skipped on purpose"
+        );
         assert_eq!(snap.agent.site_sampling.samples_per_sec, 100);
     }
 }

@@ -359,7 +359,7 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
     for reason in ["ringbuf_full", "channel_full", "undecodable"] {
         assert_eq!(one(&p, "tierscope.agent.ringbuf.lost", &[(DROP_REASON, reason)]), Value::U64(0), "{reason}");
     }
-    for outcome in ["attempt", "delivered", "no_user_stack", "rate_limited", "ring_full", "stack_error", "budget_full"]
+    for outcome in ["attempt", "delivered", "no_user_stack", "rate_limited", "ring_full", "stack_error", "not_watched"]
     {
         assert_eq!(one(&p, "tierscope.agent.site.samples", &[(SITE_OUTCOME, outcome)]), Value::U64(0), "{outcome}");
     }

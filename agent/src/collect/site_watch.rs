@@ -1,0 +1,141 @@
+//! Which processes' CXL-tier allocation sites the kernel samples: those the command watches.
+//! The kernel program samples a tgid only while it has a `SITE_BUDGET` entry, and never inserts
+//! one; the agent writes one for each process entering the watched set and deletes it (with the
+//! tgid's `SITE_PENDING` pages) when the process leaves it. A process watched from the start
+//! has its first allocations sampled; one that joins later (a child, an exec matching
+//! `--match`) is sampled from the tick it joins: its allocations before that are carried by no
+//! sample, while the page totals stay exact (a site's pages are the process's exact CXL-tier
+//! pages shared among its sites).
+use std::collections::{BTreeSet, HashSet};
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuHashMap},
+    Ebpf,
+};
+use tierscope_common::{maps::SiteBudget, names::map};
+
+use crate::model::{snapshot::ProcessFilter, Model};
+
+/// The processes whose sites are sampled, as the kernel's `SITE_BUDGET` holds them.
+#[derive(Debug, Default)]
+pub struct SiteWatch {
+    watched: HashSet<u32>,
+    /// Processes whose entry the map refused (full): tried again each sync, counted once.
+    refused: HashSet<u32>,
+    /// Processes the map refused so far (`SITE_WATCH_MAX` watched at once).
+    pub refused_total: u64,
+}
+
+impl SiteWatch {
+    /// How many processes are watched now.
+    pub fn len(&self) -> usize {
+        self.watched.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.watched.is_empty()
+    }
+
+    /// Makes `wanted` the watched set: entries for the newcomers, deletes for the leavers.
+    pub fn set(&mut self, ebpf: &mut Ebpf, wanted: &BTreeSet<u32>) {
+        let (add, remove) = changes(&self.watched, wanted);
+        if add.is_empty() && remove.is_empty() {
+            return;
+        }
+        self.refused.retain(|t| wanted.contains(t));
+        let Some(budgets) = ebpf.map_mut(map::SITE_BUDGET) else { return };
+        let Ok(mut budgets) = HashMap::<&mut MapData, u32, SiteBudget>::try_from(budgets) else {
+            tracing::warn!("SITE_BUDGET is not a hash map (an old kernel object?): sites cannot be watched");
+            return;
+        };
+        for &tgid in &remove {
+            let _ = budgets.remove(&tgid);
+            self.watched.remove(&tgid);
+        }
+        for &tgid in &add {
+            match budgets.insert(tgid, SiteBudget::default(), 0) {
+                Ok(()) => {
+                    self.watched.insert(tgid);
+                    self.refused.remove(&tgid);
+                }
+                Err(e) => {
+                    if self.refused.insert(tgid) {
+                        self.refused_total += 1;
+                        tracing::warn!("pid {tgid}: its CXL allocation sites cannot be sampled ({e}): SITE_BUDGET holds {} processes at most", tierscope_common::maps::SITE_WATCH_MAX);
+                    }
+                }
+            }
+        }
+        // Pages a leaver left pending on some CPU belong to no sample any more.
+        if let Some(pending) = ebpf.map_mut(map::SITE_PENDING) {
+            if let Ok(mut pending) = PerCpuHashMap::<&mut MapData, u32, u64>::try_from(pending) {
+                for tgid in &remove {
+                    let _ = pending.remove(tgid);
+                }
+            }
+        }
+    }
+}
+
+/// (to add, to remove) to make `now` into `wanted`, each in pid order.
+fn changes(now: &HashSet<u32>, wanted: &BTreeSet<u32>) -> (Vec<u32>, Vec<u32>) {
+    let add = wanted.iter().copied().filter(|t| !now.contains(t)).collect();
+    let mut remove: Vec<u32> = now.iter().copied().filter(|t| !wanted.contains(t)).collect();
+    remove.sort_unstable();
+    (add, remove)
+}
+
+/// The live processes a command shows with `filter`: those it selects (matched, or in a matched
+/// one's job); with no selection, every live process the model knows (the snapshot and the TUI
+/// then list every process doing memory work, whichever it turns out to be).
+pub fn watched_by(filter: &ProcessFilter, model: &Model) -> BTreeSet<u32> {
+    let selective = !filter.pids.is_empty() || filter.pattern.is_some();
+    let jobs = if selective { filter.matched_jobs(model) } else { Default::default() };
+    model
+        .processes
+        .values()
+        .filter(|p| p.exited_at_ns.is_none() && p.tgid != 0)
+        .filter(|p| !selective || filter.selects(p, &jobs))
+        .map(|p| p.tgid)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_add_newcomers_and_remove_leavers_only() {
+        let now: HashSet<u32> = [1, 2, 3].into();
+        let wanted: BTreeSet<u32> = [2, 3, 4, 5].into();
+        assert_eq!(changes(&now, &wanted), (vec![4, 5], vec![1]));
+        assert_eq!(changes(&now, &[1, 2, 3].into()), (vec![], vec![]));
+        assert_eq!(changes(&HashSet::new(), &BTreeSet::new()), (vec![], vec![]));
+    }
+
+    fn model_with(procs: &[(u32, &str, bool)]) -> Model {
+        let mut m = Model::default();
+        for &(tgid, comm, exited) in procs {
+            m.set_identity(tgid, comm, comm, 1);
+            if exited {
+                m.processes.get_mut(&tgid).expect("just set").exited_at_ns = Some(1);
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn a_selection_watches_only_its_live_processes() {
+        let m = model_with(&[(10, "python", false), (11, "cc1", false), (12, "python", true), (0, "", false)]);
+        let by_pid = ProcessFilter { pids: vec![11], pattern: None };
+        assert_eq!(watched_by(&by_pid, &m), [11].into());
+        let by_match = ProcessFilter { pids: vec![], pattern: Some(regex::Regex::new("^python").unwrap()) };
+        assert_eq!(watched_by(&by_match, &m), [10].into(), "the exited python is no longer watched");
+    }
+
+    #[test]
+    fn no_selection_watches_every_live_process_but_the_idle_task() {
+        let m = model_with(&[(10, "python", false), (11, "cc1", false), (12, "python", true), (0, "", false)]);
+        assert_eq!(watched_by(&ProcessFilter::default(), &m), [10, 11].into());
+    }
+}
