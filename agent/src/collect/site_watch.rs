@@ -129,7 +129,7 @@ mod tests {
         let m = model_with(&[(10, "python", false), (11, "cc1", false), (12, "python", true), (0, "", false)]);
         let by_pid = ProcessFilter { pids: vec![11], pattern: None };
         assert_eq!(watched_by(&by_pid, &m), [11].into());
-        let by_match = ProcessFilter { pids: vec![], pattern: Some(regex::Regex::new("^python").unwrap()) };
+        let by_match = ProcessFilter { pids: vec![], pattern: Some(regex::Regex::new("^python").expect("a regex")) };
         assert_eq!(watched_by(&by_match, &m), [10].into(), "the exited python is no longer watched");
     }
 
