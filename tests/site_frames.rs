@@ -3,13 +3,9 @@
 //! modules' `.eh_frame`), and Python frames (`file:LINE in function`) of Debian's python3
 //! (bookworm: 3.11) and of Debian trixie's python3.13 (under chroot, its layout read from the
 //! interpreter's `_Py_DebugOffsets`).
-use tierscope_tests::{process, require_root_and_agent, Agent, Workload};
+use tierscope_tests::{frames_text, process, require_root_and_agent, Agent, Workload};
 
 const PYTHON: &str = "/usr/bin/python3";
-
-fn frames_text(site: &serde_json::Value) -> Vec<String> {
-    site["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect()
-}
 
 /// The position of the first frame satisfying `f`, or a failure naming the frames.
 fn position(frames: &[String], what: &str, f: impl Fn(&str) -> bool) -> usize {

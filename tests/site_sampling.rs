@@ -1,19 +1,11 @@
 //! Root integration tests of the CXL allocation-site sampler against the real kernel. No CXL
 //! here: node 0 is declared the CXL tier (`--cxl-node 0`, as `[tiers] cxl = [0]` would), so every
 //! allocation on this machine takes the sampled-site path.
-use tierscope_tests::{process, require_root_and_agent, Agent, Workload};
+use tierscope_tests::{frames_text, process, require_root_and_agent, site_sampling, Agent, Workload};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
 const CHAINS: u64 = 10_000;
-
-fn stat(snap: &serde_json::Value, name: &str) -> u64 {
-    snap["agent"]["site_sampling"][name].as_u64().unwrap_or_else(|| panic!("site_sampling.{name} missing: {snap}"))
-}
-
-fn frames_text(site: &serde_json::Value) -> Vec<String> {
-    site["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect()
-}
 
 /// A frame as text is `function+0xN (module)` or `module+0xN`, never a bare address.
 fn assert_no_bare_address(frames: &[String]) {
@@ -47,21 +39,23 @@ fn ten_thousand_call_chains_lose_no_sample_without_a_counted_cause() {
     w.finish();
     let s = &snap["agent"]["site_sampling"];
     eprintln!("site sampling: {s}");
-    let attempts = stat(&snap, "attempts");
+    let attempts = site_sampling(&snap, "attempts");
     let outcomes: u64 = ["delivered", "no_user_stack", "rate_limited", "ring_full", "stack_error", "not_watched"]
         .iter()
-        .map(|n| stat(&snap, n))
+        .map(|n| site_sampling(&snap, n))
         .sum();
     assert_eq!(attempts, outcomes, "every attempt ends in a counted outcome: {s}");
     assert_eq!(s["unaccounted"], 0, "{s}");
     assert!(attempts >= CHAINS, "{attempts} attempts for {CHAINS} pages touched");
     // Delivered samples reach the model (the last ones may still be on their way).
-    assert!(stat(&snap, "received") <= stat(&snap, "delivered"), "{s}");
+    assert!(site_sampling(&snap, "received") <= site_sampling(&snap, "delivered"), "{s}");
     let p = process(&snap, pid);
     let sites = p["cxl_alloc_site_count"].as_u64().expect("cxl_alloc_site_count");
     // Not `not_watched`: those are other processes' attempts (everything here is "CXL").
-    let lost =
-        ["no_user_stack", "rate_limited", "ring_full", "stack_error"].iter().map(|n| stat(&snap, n)).sum::<u64>();
+    let lost = ["no_user_stack", "rate_limited", "ring_full", "stack_error"]
+        .iter()
+        .map(|n| site_sampling(&snap, n))
+        .sum::<u64>();
     eprintln!(
         "workload: {} pages from {CHAINS} call chains; {sites} distinct sites; {lost} counted losses",
         done["pages"]

@@ -2,20 +2,14 @@
 //! agent watches. No CXL here: node 0 is declared the CXL tier (`--cxl-node 0`, as
 //! `[tiers] cxl = [0]` would), so every allocation on this machine takes the site path, and
 //! every other process on the machine is an unwatched allocator too.
-use tierscope_tests::{process, require_root_and_agent, Agent, Workload, UNTIL_INTERRUPTED};
+use tierscope_tests::{
+    frames_text, process, require_root_and_agent, site_sampling, Agent, Workload, UNTIL_INTERRUPTED,
+};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
 /// One in this many CXL-tier allocations is an attempt.
 const EVERY: u64 = 4;
-
-fn sampling(snap: &serde_json::Value, name: &str) -> u64 {
-    snap["agent"]["site_sampling"][name].as_u64().unwrap_or_else(|| panic!("site_sampling.{name} missing: {snap}"))
-}
-
-fn frames_text(site: &serde_json::Value) -> Vec<String> {
-    site["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect()
-}
 
 /// The watched process's sites, after checking the top one names the workload's `touch`.
 fn assert_touch_is_named(p: &serde_json::Value) -> Vec<serde_json::Value> {
@@ -59,7 +53,7 @@ fn only_the_watched_one_of_two_allocating_processes_is_sampled() {
     assert_eq!(s["watched"], 1, "only the --pid process is watched: {s}");
     // Every sample that reached the model is the watched process's: the other one (and the rest
     // of the machine) delivered none, so none was unwound either.
-    let received = sampling(&snap, "received");
+    let received = site_sampling(&snap, "received");
     let watched_samples: u64 = sites.iter().filter_map(|x| x["samples"].as_u64()).sum();
     assert!(received > 0, "{s}");
     if p["cxl_alloc_site_count"].as_u64() <= Some(sites.len() as u64) {
@@ -69,7 +63,7 @@ fn only_the_watched_one_of_two_allocating_processes_is_sampled() {
     // The other's attempts ended as `not_watched`: one in EVERY of its page allocations (the
     // countdown is per CPU, shared by every tgid) plus the rest of the machine's.
     let other_pages: u64 = other_done["pages"].parse().expect("pages");
-    let not_watched = sampling(&snap, "not_watched");
+    let not_watched = site_sampling(&snap, "not_watched");
     assert!(
         not_watched >= other_pages / EVERY / 2,
         "{not_watched} unwatched attempts for the other's {other_pages} pages at one in {EVERY}: {s}"

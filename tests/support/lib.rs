@@ -256,6 +256,16 @@ pub fn process(snap: &serde_json::Value, pid: u32) -> &serde_json::Value {
     })
 }
 
+/// A CXL allocation site's frames as text (`function+0x1f (module)` or `module+0x1a2b`).
+pub fn frames_text(site: &serde_json::Value) -> Vec<String> {
+    site["frames_text"].as_array().into_iter().flatten().filter_map(|f| f.as_str().map(String::from)).collect()
+}
+
+/// One figure of the snapshot's `agent.site_sampling`.
+pub fn site_sampling(snap: &serde_json::Value, name: &str) -> u64 {
+    snap["agent"]["site_sampling"][name].as_u64().unwrap_or_else(|| panic!("site_sampling.{name} missing: {snap}"))
+}
+
 /// Sum of a `{ "node": pages }` object.
 pub fn sum_nodes(v: &serde_json::Value) -> u64 {
     v.as_object().map(|m| m.values().filter_map(serde_json::Value::as_u64).sum()).unwrap_or(0)
