@@ -1,6 +1,7 @@
-//! `tierscope-fault-storm [MIB] [ROUNDS]`: the fault-heavy workload `cargo xtask bench` times with
-//! and without the agent. Each round maps MIB MiB (default 256) of anonymous memory without huge
-//! pages, writes one byte per page (one fault each), and unmaps it. Prints one line:
+//! `tierscope-fault-storm [MIB] [ROUNDS] [WAIT_MS]`: the fault-heavy workload `cargo xtask bench`
+//! times with and without the agent. It first sleeps WAIT_MS (default 0; not timed: an agent then
+//! knows the process before its first fault). Each round maps MIB MiB (default 256) of anonymous
+//! memory without huge pages, writes one byte per page (one fault each), and unmaps it. Prints one line:
 //! `faults=N elapsed_ns=T ns_per_fault=X cpu_ns_per_fault=Y`, faults being the process's minflt
 //! delta and Y its own CPU time per fault (steadier than wall time on a busy machine).
 
@@ -28,11 +29,12 @@ fn main() {
     let parse = |i: usize, default: usize| match args.get(i) {
         None => default,
         Some(s) => s.parse().unwrap_or_else(|_| {
-            eprintln!("tierscope-fault-storm: {s:?} is not a number; usage: tierscope-fault-storm [MIB] [ROUNDS]");
+            eprintln!("tierscope-fault-storm: {s:?} is not a number; usage: tierscope-fault-storm [MIB] [ROUNDS] [WAIT_MS]");
             std::process::exit(2)
         }),
     };
-    let (mib, rounds) = (parse(0, 256), parse(1, 4));
+    let (mib, rounds, wait_ms) = (parse(0, 256), parse(1, 4), parse(2, 0));
+    std::thread::sleep(std::time::Duration::from_millis(wait_ms as u64));
     let bytes = mib << 20;
     let (f0, c0) = (minflt(), cpu_ns());
     let t = std::time::Instant::now();
