@@ -29,7 +29,9 @@ fn main() {
     let parse = |i: usize, default: usize| match args.get(i) {
         None => default,
         Some(s) => s.parse().unwrap_or_else(|_| {
-            eprintln!("tierscope-fault-storm: {s:?} is not a number; usage: tierscope-fault-storm [MIB] [ROUNDS] [WAIT_MS]");
+            eprintln!(
+                "tierscope-fault-storm: {s:?} is not a number; usage: tierscope-fault-storm [MIB] [ROUNDS] [WAIT_MS]"
+            );
             std::process::exit(2)
         }),
     };
