@@ -130,7 +130,7 @@ fn damaged_session_files_give_one_line_errors_or_read_up_to_the_last_whole_chunk
                 assert!(stderr(o).contains("tierscope: warning: "), "{what}: says it is incomplete: {}", stderr(o));
                 if what.ends_with(": top") {
                     // It read the file, then found no terminal to take (standard output is a pipe).
-                    assert!(stderr(o).contains("is stdout a terminal"), "{what}: {}", stderr(o));
+                    assert!(stderr(o).contains("standard output is not a terminal"), "{what}: {}", stderr(o));
                 } else {
                     assert!(o.status.success(), "{what}: a cut file still reads: {}", stderr(o));
                 }

@@ -130,6 +130,9 @@ fn assert_python_site(top: &serde_json::Value, sampling: &serde_json::Value, scr
     assert!(!frames.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")), "{frames:#?}");
     assert!(sampling["stacks"]["python"].as_u64().unwrap_or(0) > 0, "{sampling}");
     assert!(sampling["stacks"]["python_processes"].as_u64().unwrap_or(0) > 0, "{sampling}");
+    // Watched by pid before the "watching" line, the interpreter was found before its first
+    // sample (not at it: then a short burst was sampled before the kernel knew it was Python).
+    assert!(sampling["stacks"]["python_examined_ahead"].as_u64().unwrap_or(0) > 0, "{sampling}");
 }
 
 #[test]

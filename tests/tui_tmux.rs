@@ -511,3 +511,46 @@ fn top_replay_in_tmux_shows_a_recorded_insight_while_it_was_open() {
     assert!(screen.contains("TIERSCOPE-EXIT=0"), "{screen}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// From a shell on a real terminal (tmux's pane: a controlling terminal exists), `top` and
+/// `top --replay` with standard output sent to a file refuse in one line instead of drawing on
+/// `/dev/tty`: the project's own damaged-sessions test once waited forever on the terminal of
+/// whoever ran the suite from an interactive shell.
+#[test]
+#[ignore = "requires root"]
+fn top_with_stdout_not_a_terminal_refuses_even_from_a_terminal() {
+    require_root_and_agent!();
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let dir = std::env::temp_dir().join(format!("tierscope-notty-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("run.tscope");
+    let o = Command::new(&bin)
+        .args(["record", "-o", file.to_str().expect("p"), "--interval-ms", "200", "--", "sleep", "0.6"])
+        .output()
+        .expect("record");
+    assert!(o.status.success(), "record: {}", String::from_utf8_lossy(&o.stderr));
+    for (name, args) in
+        [("notty-live", "top".to_string()), ("notty-replay", format!("top --replay {}", file.display()))]
+    {
+        let (out, err) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
+        let command = format!(
+            "tty > {d}/{name}.tty; {bin} {args} > {o} 2> {e}; echo TIERSCOPE-EXIT=$?; sleep 120",
+            d = dir.display(),
+            o = out.display(),
+            e = err.display()
+        );
+        let pane = Pane::start(name, 100, 30, &command);
+        let screen = pane.wait_for("top's exit", 60, |s| s.contains("TIERSCOPE-EXIT="));
+        let tty = std::fs::read_to_string(dir.join(format!("{name}.tty"))).expect("tty file");
+        assert!(tty.starts_with("/dev/pts/"), "the shell runs on a terminal: {tty}");
+        assert!(screen.contains("TIERSCOPE-EXIT=1"), "{args}: exit 1: {screen}");
+        let e = std::fs::read_to_string(&err).expect("stderr file");
+        assert_eq!(e.trim_end().lines().count(), 1, "{args}: one line: {e}");
+        assert!(e.starts_with("tierscope: error: ") && e.contains("standard output is not a terminal"), "{args}: {e}");
+        // Nothing was drawn: no escape sequence reached the file or the pane.
+        assert_eq!(std::fs::read(&out).expect("stdout file"), b"", "{args}: nothing on stdout");
+        assert!(!screen.contains("Overview"), "{args}: the UI did not draw on the terminal: {screen}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,7 +17,7 @@ pub fn run(with_vm: bool) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     // Not the eBPF crate (it does not build for the host); the root tests run next, with root.
     println!("xtask: unit tests");
-    let (unit, status) = cmd::tee(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
+    let (unit, status) = cmd::tee_detached(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
         "test",
         "--release",
         "--no-fail-fast",
@@ -42,7 +42,7 @@ pub fn run(with_vm: bool) -> Result<()> {
     println!("xtask: root integration tests (real kernel)");
     // `--include-ignored`: the root tests are ignored without it (they need root and the agent);
     // here they run, and one that cannot run fails.
-    let (root, status) = cmd::tee(
+    let (root, status) = cmd::tee_detached(
         Command::new(build::cargo())
             .current_dir(cmd::workspace_root())
             .env("TIERSCOPE_BIN", &bin)

@@ -44,6 +44,10 @@ const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
 
+/// How long a watch waits for the site reader to look for the Python runtimes of the processes
+/// joining it (a read of /proc/PID/maps and of the interpreter's memory: milliseconds).
+const SITE_EXAMINE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a session is set up.
 #[derive(Clone, Debug, Default)]
 pub struct SessionOptions {
@@ -367,6 +371,8 @@ impl Session {
     /// samples only tgids with a `SITE_BUDGET` entry: see `site_watch`). Each command calls it
     /// with what it shows, after each reading and before it tells anyone it is watching.
     pub fn watch_sites(&mut self, tgids: &std::collections::BTreeSet<u32>) {
+        // Python runtimes first, then the budgets that start the kernel sampling.
+        self.site_reader.examine(self.site_watch.joining(tgids), SITE_EXAMINE_WAIT);
         self.site_watch.set(&mut self.probes.ebpf, tgids);
         self.model.sites_watched = self.site_watch.len();
         self.model.site_watch_refused = self.site_watch.refused_total;

@@ -32,6 +32,11 @@ impl SiteWatch {
         self.watched.len()
     }
 
+    /// The processes of `wanted` not watched yet.
+    pub fn joining(&self, wanted: &BTreeSet<u32>) -> Vec<u32> {
+        wanted.iter().copied().filter(|t| !self.watched.contains(t)).collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.watched.is_empty()
     }

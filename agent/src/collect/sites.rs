@@ -47,6 +47,7 @@ pub struct SiteReaderStats {
     python_no_frame: AtomicU64,
     python_read_failed: AtomicU64,
     python_processes: AtomicU64,
+    python_examined_ahead: AtomicU64,
     python_unsupported: AtomicU64,
     python_unsupported_version: AtomicU64,
     python_no_runtime: AtomicU64,
@@ -71,6 +72,7 @@ impl SiteReaderStats {
             python_no_frame: l(&self.python_no_frame),
             python_read_failed: l(&self.python_read_failed),
             python_processes: l(&self.python_processes),
+            python_examined_ahead: l(&self.python_examined_ahead),
             python_unsupported: l(&self.python_unsupported),
             python_unsupported_version: l(&self.python_unsupported_version),
             python_no_runtime: l(&self.python_no_runtime),
@@ -192,28 +194,22 @@ impl Stacks {
     /// Looks at a process seen for the first time: a CPython it can read goes into `PY_PROCS`.
     fn examine(&mut self, s: &SiteSample, st: &SiteReaderStats) {
         let Some(maps) = self.unwinders.mappings(s.tgid, s.regs.0) else { return };
-        match python::detect(s.tgid, maps) {
-            Ok(Some(t)) => {
-                if let Some(m) = self.py_procs.as_mut() {
-                    if let Err(e) = m.insert(s.tgid, t.process, 0) {
-                        tracing::debug!("PY_PROCS insert for {}: {e}", s.tgid);
-                        return;
-                    }
-                }
-                self.python.targets.insert(s.tgid, t);
-                bump(&st.python_processes);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::info!("process {}: Python frames not read, native frames only: {e}", s.tgid);
-                bump(&st.python_unsupported);
-                bump(match e {
-                    python::PyError::Unsupported(_) => &st.python_unsupported_version,
-                    python::PyError::NoRuntime(_) => &st.python_no_runtime,
-                    python::PyError::DebugOffsets(..) | python::PyError::Unreadable(_) => &st.python_bad_debug_offsets,
-                });
-            }
+        adopt_python(&mut self.py_procs, &mut self.python, s.tgid, maps, st, true);
+    }
+
+    /// Looks at a process about to be watched, before its first sample: its mappings from
+    /// `/proc/PID/maps` (no unwind tables yet), so that the kernel reads its Python frames from
+    /// its first sampled allocation on. Whether it found one: a process not (yet) seen to be
+    /// Python is looked at again at its first sample (it may have been too early in its start),
+    /// and only then are failures counted.
+    fn examine_ahead(&mut self, tgid: u32, st: &SiteReaderStats) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else { return false };
+        let maps = super::unwind::parse_maps(&text);
+        let found = adopt_python(&mut self.py_procs, &mut self.python, tgid, &maps, st, false);
+        if found {
+            bump(&st.python_examined_ahead);
         }
+        found
     }
 
     /// The sample's native frames: unwound from the stack copy, else the frame-pointer walk
@@ -246,6 +242,44 @@ impl Stacks {
     }
 }
 
+/// A CPython the agent can read goes into `PY_PROCS` (the kernel then walks its frames) and
+/// the resolver's targets; what keeps it out is counted when `count_failures`. Whether it went
+/// in.
+fn adopt_python(
+    py_procs: &mut Option<BpfHashMap<MapData, u32, PyProcess>>,
+    resolver: &mut PyResolver,
+    tgid: u32,
+    maps: &[super::unwind::Mapping],
+    st: &SiteReaderStats,
+    count_failures: bool,
+) -> bool {
+    match python::detect(tgid, maps) {
+        Ok(Some(t)) => {
+            if let Some(m) = py_procs.as_mut() {
+                if let Err(e) = m.insert(tgid, t.process, 0) {
+                    tracing::debug!("PY_PROCS insert for {tgid}: {e}");
+                    return false;
+                }
+            }
+            resolver.targets.insert(tgid, t);
+            bump(&st.python_processes);
+            true
+        }
+        Ok(None) => false,
+        Err(_) if !count_failures => false,
+        Err(e) => {
+            tracing::info!("process {tgid}: Python frames not read, native frames only: {e}");
+            bump(&st.python_unsupported);
+            bump(match e {
+                python::PyError::Unsupported(_) => &st.python_unsupported_version,
+                python::PyError::NoRuntime(_) => &st.python_no_runtime,
+                python::PyError::DebugOffsets(..) | python::PyError::Unreadable(_) => &st.python_bad_debug_offsets,
+            });
+            false
+        }
+    }
+}
+
 fn count_python(s: &SiteSample, st: &SiteReaderStats) {
     match s.python_status {
         PY_OK => bump(&st.python),
@@ -261,7 +295,17 @@ fn count_python(s: &SiteSample, st: &SiteReaderStats) {
 pub struct SiteReader {
     pub stats: Arc<SiteReaderStats>,
     tally: Arc<Mutex<SiteTally>>,
-    forget: std_mpsc::Sender<u32>,
+    control: std_mpsc::Sender<Control>,
+    /// Written to after each control message: the reader's poll wakes at once.
+    wake: std::os::unix::net::UnixStream,
+}
+
+/// What the session asks of the reader thread.
+enum Control {
+    /// The process exec'd or left: its stacks mean other code now.
+    Forget(u32),
+    /// These processes are about to be watched: find their Python runtimes now, then say so.
+    Examine(Vec<u32>, std_mpsc::SyncSender<()>),
 }
 
 impl SiteReader {
@@ -271,7 +315,29 @@ impl SiteReader {
     }
 
     pub fn forget(&self, tgid: u32) {
-        let _ = self.forget.send(tgid);
+        self.send(Control::Forget(tgid));
+    }
+
+    /// Looks at processes about to be watched before the kernel samples them: a CPython goes
+    /// into `PY_PROCS` first, so its Python frames are read from its first sampled allocation
+    /// (else a short burst of allocations right after the "watching" line was all sampled
+    /// before the first sample's look found the interpreter). Waits at most `wait`.
+    pub fn examine(&self, tgids: Vec<u32>, wait: std::time::Duration) {
+        if tgids.is_empty() {
+            return;
+        }
+        let (done, seen) = std_mpsc::sync_channel(1);
+        self.send(Control::Examine(tgids, done));
+        if seen.recv_timeout(wait).is_err() {
+            tracing::warn!("the site reader did not look at new processes within {wait:?}: their first samples may lack Python frames");
+        }
+    }
+
+    fn send(&self, c: Control) {
+        use std::io::Write as _;
+        if self.control.send(c).is_ok() {
+            let _ = (&self.wake).write(&[1]);
+        }
     }
 }
 
@@ -293,7 +359,10 @@ pub fn spawn(
 ) -> std::io::Result<SiteReader> {
     let stats = Arc::new(SiteReaderStats::default());
     let tally = Arc::new(Mutex::new(SiteTally::default()));
-    let (forget, forget_rx) = std_mpsc::channel::<u32>();
+    let (control, control_rx) = std_mpsc::channel::<Control>();
+    let (wake, woken) = std::os::unix::net::UnixStream::pair()?;
+    wake.set_nonblocking(true)?;
+    woken.set_nonblocking(true)?;
     let (name_tx, name_rx) = std_mpsc::sync_channel::<NameJob>(1024);
     let named = tally.clone();
     std::thread::Builder::new().name("site-namer".into()).spawn(move || {
@@ -320,14 +389,28 @@ pub fn spawn(
         let mut batch = SiteTally::default();
         let mut last_trim = std::time::Instant::now();
         loop {
-            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd; the ring buffer keeps its fd open while it lives.
-            unsafe { libc::poll(&mut pfd, 1, 200) };
+            let mut pfds = [
+                libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: woken.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: two valid pollfds; the ring buffer and the socket keep their fds open
+            // while they live (both are owned by this thread).
+            unsafe { libc::poll(pfds.as_mut_ptr(), 2, 200) };
+            let mut sink = [0u8; 64];
+            while matches!(std::io::Read::read(&mut (&woken), &mut sink), Ok(n) if n > 0) {}
             loop {
-                match forget_rx.try_recv() {
-                    Ok(tgid) => {
+                match control_rx.try_recv() {
+                    Ok(Control::Forget(tgid)) => {
                         dedup.forget(tgid);
                         stacks.forget(tgid);
+                    }
+                    Ok(Control::Examine(tgids, done)) => {
+                        for tgid in tgids {
+                            if !dedup.examined.contains(&tgid) && stacks.examine_ahead(tgid, &st) {
+                                dedup.examined.insert(tgid);
+                            }
+                        }
+                        let _ = done.try_send(());
                     }
                     Err(std_mpsc::TryRecvError::Empty) => break,
                     // The session is gone.
@@ -364,7 +447,7 @@ pub fn spawn(
             }
         }
     })?;
-    Ok(SiteReader { stats, tally, forget })
+    Ok(SiteReader { stats, tally, control, wake })
 }
 
 fn merge(out: &Mutex<SiteTally>, batch: SiteTally) {

@@ -102,6 +102,8 @@ pub fn run(file: &Path, fps: u32) -> Result<i32> {
             file.display()
         );
     }
+    // After the file is read (what is damaged in it is said either way), before the screen.
+    crate::tui::terminal::require_terminal()?;
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
     rt.block_on(play(file, rec, fps))
@@ -120,7 +122,7 @@ async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
 
     let log = crate::tui::terminal::StderrToLog::start()
         .with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
-    let mut guard = TerminalGuard::enter().context("taking over the terminal (is stdout a terminal?)")?;
+    let mut guard = TerminalGuard::enter().context("taking over the terminal")?;
     tracing::info!("top --replay {}: {} frames", file.display(), rec.frames.len());
     let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);
     let stop = Arc::new(AtomicBool::new(false));

@@ -52,6 +52,8 @@ pub fn run(args: TopArgs) -> Result<i32> {
     }
     let filter = args.select.filter()?;
     let hot_cfg = args.hotness.config()?;
+    // Before the kernel programs load (seconds): a pipe is refused at once.
+    crate::tui::terminal::require_terminal()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -211,7 +213,7 @@ async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> R
 
     let log = StderrToLog::start()
         .with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
-    let mut guard = TerminalGuard::enter().context("taking over the terminal (is stdout a terminal?)")?;
+    let mut guard = TerminalGuard::enter().context("taking over the terminal")?;
     tracing::info!("top: tick {} ms, {} fps, demo {:?}", args.tick_ms, args.fps, demo_info);
 
     let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);

@@ -287,6 +287,9 @@ pub struct StackFigures {
     /// keep native frames), by why: a version other than 3.10-3.13, no `_PyRuntime`
     /// symbol (stripped), 3.13 debug offsets missing, unreadable, implausible or free-threaded.
     pub python_processes: u64,
+    /// Of those, found when the process joined the watch, before its first sample (the kernel
+    /// then read its Python frames from its first sampled allocation on).
+    pub python_examined_ahead: u64,
     pub python_unsupported: u64,
     pub python_unsupported_version: u64,
     pub python_no_runtime: u64,

@@ -82,6 +82,22 @@ impl Drop for StderrToLog {
     }
 }
 
+/// What `top` says when standard output is not a terminal (a pipe, a file, a test's capture).
+pub const NOT_A_TERMINAL: &str = "standard output is not a terminal: `top` draws on one (for a file or a pipe, \
+     use `tierscope snapshot --json`, or `tierscope report FILE` for a recording)";
+
+/// Refuses when standard output is not a terminal, whether or not the process has a
+/// controlling terminal: crossterm would otherwise open `/dev/tty` and draw there, taking the
+/// terminal of whoever started a pipeline (a test suite run from a shell waits on it forever).
+pub fn require_terminal() -> io::Result<()> {
+    use std::io::IsTerminal as _;
+    if io::stdout().is_terminal() {
+        Ok(())
+    } else {
+        Err(io::Error::other(NOT_A_TERMINAL))
+    }
+}
+
 /// The terminal while the UI owns it.
 pub struct TerminalGuard {
     pub terminal: Terminal<CrosstermBackend<Stdout>>,
@@ -97,7 +113,9 @@ impl TerminalGuard {
         Ok(())
     }
 
+    /// Takes the terminal; refuses (before touching it) when standard output is not one.
     pub fn enter() -> io::Result<TerminalGuard> {
+        require_terminal()?;
         install_panic_hook();
         enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
