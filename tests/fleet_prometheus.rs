@@ -23,8 +23,10 @@ use export_support::*;
 
 const PAGES: usize = 2048;
 
-/// Child mode: a rank that touches its pages, compacts memory (migrations in its own context),
-/// says so, and waits for stdin to close.
+/// Child mode: a rank that touches its pages, says so, and waits for stdin to close. It causes
+/// no migration: on a quiet node the migration panels must still show 0 ("none yet"), not
+/// Grafana's "No data" (the per-process migration series and the migration duration exist only
+/// once something migrated).
 fn rank_child() -> bool {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) != Some("rank") {
@@ -36,11 +38,6 @@ fn rank_child() -> bool {
     }
     println!("ready");
     std::io::stdout().flush().ok();
-    // Compaction migrates movable pages in the writer's context: this rank's migrations.
-    for _ in 0..10 {
-        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
-        std::thread::sleep(Duration::from_millis(300));
-    }
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
     std::hint::black_box(&buf);

@@ -434,3 +434,19 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The node masks read as the lists they are ("online: 0,3"), not as counts ("online 0"
+/// read as "no node online").
+#[test]
+fn node_masks_print_as_lists() {
+    let first_line =
+        |fixture: &str| render::text(&Topology::read(&self::fixture(fixture))).lines().next().map(str::to_owned);
+    assert_eq!(
+        first_line("odd-gaps").as_deref(),
+        Some("NUMA nodes (lists of node ids): online: 0,3; possible: 0,3; with memory: 0,3; with CPUs: 0")
+    );
+    assert_eq!(
+        first_line("guest-cxl").as_deref(),
+        Some("NUMA nodes (lists of node ids): online: 0-2; possible: 0-2; with memory: 0-2; with CPUs: 0")
+    );
+}

@@ -26,7 +26,7 @@ pub fn text(t: &Topology) -> String {
     let mask = |m: &Option<Vec<u32>>| m.as_ref().map_or("?".to_string(), |ids| list_or_none(ids));
     let _ = writeln!(
         out,
-        "NUMA nodes: online {}, possible {}, with memory {}, with CPUs {}",
+        "NUMA nodes (lists of node ids): online: {}; possible: {}; with memory: {}; with CPUs: {}",
         mask(&t.masks.online),
         mask(&t.masks.possible),
         mask(&t.masks.has_memory),

@@ -56,7 +56,10 @@ pub fn draw(
         f.render_widget(Paragraph::new(l), hotness);
     }
     f.render_widget(Paragraph::new(health_lines(scene, health.width as usize)), health);
-    f.render_widget(busiest_table(app, rows, busiest), busiest);
+    // Live processes only: exited ones are listed at the end of the Processes view.
+    let exited = rows.len() - super::rows::live_count(rows);
+    let rows = &rows[..rows.len() - exited];
+    f.render_widget(busiest_table(app, rows, exited, busiest), busiest);
     busiest_regions(app, rows, busiest)
 }
 
@@ -254,11 +257,12 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     ]
 }
 
-fn busiest_table(app: &App, rows: &[ProcessRow], area: Rect) -> Paragraph<'static> {
+fn busiest_table(app: &App, rows: &[ProcessRow], exited: usize, area: Rect) -> Paragraph<'static> {
     let w = area.width as usize;
     let comm_w = if w >= 120 { 24 } else { 16 };
+    let gone = if exited > 0 { format!(", {exited} exited in view 2") } else { String::new() };
     let mut lines =
-        vec![heading(&format!("Busiest processes ({} tracked, by {}; Enter opens)", rows.len(), app.sort.name()))];
+        vec![heading(&format!("Busiest processes ({} live{gone}, by {}; Enter opens)", rows.len(), app.sort.name()))];
     let header: String = busiest_columns(w)
         .iter()
         .map(|&(title, width, right, _)| if right { rpad(title, width) } else { pad(title, width) })

@@ -104,6 +104,17 @@ impl ProcessRow {
         s
     }
 
+    /// Exited at least `grace` ago without ever showing memory (no resident pages seen, nothing
+    /// migrated): the `bash`, `rm`, `cat` a shell leaves behind, kept by the window's records
+    /// but not by the views.
+    fn gone_without_memory(&self, now_ns: u64, grace_ns: u64) -> bool {
+        self.exited_at_ns.is_some_and(|at| now_ns.saturating_sub(at) >= grace_ns)
+            && self.rss_bytes.unwrap_or(0) == 0
+            && self.promoted == 0
+            && self.demoted == 0
+            && !self.demo
+    }
+
     fn matches_text(&self, needle: &str) -> bool {
         if needle.is_empty() {
             return true;
@@ -143,11 +154,16 @@ fn compare(a: &ProcessRow, b: &ProcessRow, key: SortKey) -> Ordering {
     }
 }
 
+/// How long an exited process that never showed memory stays in the views (as long as the
+/// agent keeps an exited process before pruning it: its final figures can be read meanwhile).
+pub const EMPTY_EXITED_SHOWN_NS: u64 = 30_000_000_000;
+
 /// The process table: the processes the CLI selection admits (by default those the kernel saw
 /// doing memory work, plus the demo) that lived during the window `top` keeps (its history's
-/// length): live ones and exited ones with their final totals. Narrowed by the `/` filter, sorted
-/// by the chosen column (pid breaks ties, so the order is stable from frame to frame); a pid
-/// reused by a live process shows the live one.
+/// length): live ones first, then exited ones with their final totals (those that never showed
+/// memory only for [`EMPTY_EXITED_SHOWN_NS`] after their exit). Narrowed by the `/` filter,
+/// each group sorted by the chosen column (pid breaks ties, so the order is stable from frame
+/// to frame); a pid reused by a live process shows the live one.
 pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
     let jobs = scene.filter.matched_jobs(scene.model);
     let mut seen = std::collections::HashSet::new();
@@ -159,6 +175,7 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
         .filter(|p| seen.insert(p.tgid))
         .filter(|p| scene.filter.selects(p, &jobs) || scene.demo.is_some_and(|d| d.pid == p.tgid))
         .map(|p| ProcessRow::new(p, scene))
+        .filter(|r| !r.gone_without_memory(scene.now_ns, EMPTY_EXITED_SHOWN_NS))
         .filter(|r| !app.training_only || r.training || r.demo)
         .filter(|r| r.matches_text(&app.filter))
         .collect();
@@ -167,7 +184,18 @@ pub fn process_rows(scene: &Scene<'_>, app: &App) -> Vec<ProcessRow> {
         let o = if app.descending { o.reverse() } else { o };
         o.then(a.pid.cmp(&b.pid))
     });
-    under_their_rank(rows)
+    let rows = under_their_rank(rows);
+    // Exited ones after every live one (each group in its order): a shell's short-lived
+    // commands never sit among the busiest.
+    let (mut live, exited): (Vec<ProcessRow>, Vec<ProcessRow>) =
+        rows.into_iter().partition(|r| r.exited_at_ns.is_none());
+    live.extend(exited);
+    live
+}
+
+/// How many of `rows` (from [`process_rows`]) are live: they come first.
+pub fn live_count(rows: &[ProcessRow]) -> usize {
+    rows.iter().take_while(|r| r.exited_at_ns.is_none()).count()
 }
 
 /// Moves each child of a rank (data-loader workers, helpers) right under its rank when the rank
@@ -260,6 +288,35 @@ mod tests {
         let redis = rows.iter().find(|r| r.pid == 1200).expect("the exited process stays listed");
         assert_eq!((redis.exited_at_ns, redis.faults, redis.faults_per_s), (Some(100 * S), 120, 0.0));
         assert_eq!(redis.dram_allocs_per_s, None, "no rates after exit");
+    }
+
+    #[test]
+    fn exited_processes_come_after_live_ones_and_empty_ones_leave_after_their_grace() {
+        let mut f = Fixture::training();
+        // 1200 exited 3 s ago and was busiest by faults; 75 is live and quieter.
+        let p = f.model.processes.get_mut(&1200).expect("fixture");
+        p.exited_at_ns = Some(100 * S);
+        p.faults = 50_000_000;
+        // A shell's `cat`: exited 40 s ago, never held memory.
+        f.model.set_identity(88, "cat", "cat /etc/hostname", 1);
+        let c = f.model.processes.get_mut(&88).expect("just named");
+        c.faults = 90;
+        c.exited_at_ns = Some(63 * S);
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        let pids: Vec<u32> = rows.iter().map(|r| r.pid).collect();
+        assert_eq!(pids.last(), Some(&1200), "exited at the end whatever its faults: {pids:?}");
+        assert_eq!(live_count(&rows), pids.len() - 1);
+        assert!(!pids.contains(&88), "an exited process that never held memory leaves after its grace");
+        // Within its grace it is still there (its final figures can be read).
+        let mut f = Fixture::training();
+        f.model.set_identity(88, "cat", "cat /etc/hostname", 1);
+        let c = f.model.processes.get_mut(&88).expect("just named");
+        c.faults = 90;
+        c.exited_at_ns = Some(100 * S);
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        assert_eq!(rows.last().map(|r| r.pid), Some(88));
     }
 
     #[test]
