@@ -156,18 +156,21 @@ const TOKEN: &str = "SECRETabc123";
 const KEY: &str = "SECRETvalue2";
 
 /// The session's records, inflated (docs/session-format.md: a 16-byte header, then chunks of a
-/// 12-byte header and one zstd frame each).
+/// 12-byte header and raw DEFLATE each), by Python's zlib: not the reader under test.
 fn inflated(file: &Path) -> Vec<u8> {
-    let b = std::fs::read(file).expect("session");
-    let mut frames = vec![];
-    let mut at = 16;
-    while at + 12 <= b.len() {
-        let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")) as usize;
-        frames.extend_from_slice(&b[at + 12..at + 12 + len]);
-        at += 12 + len;
-    }
-    assert_eq!(at, b.len(), "a whole session file");
-    piped("zstd", &["-dc"], &frames)
+    const INFLATE: &str = r#"
+import sys, zlib
+b = open(sys.argv[1], 'rb').read()
+at = 16
+while at + 12 <= len(b):
+    n = int.from_bytes(b[at:at + 4], 'little')
+    sys.stdout.buffer.write(zlib.decompress(b[at + 12:at + 12 + n], -15))
+    at += 12 + n
+assert at == len(b), 'a whole session file'
+"#;
+    let o = Command::new("python3").args(["-c", INFLATE, s(file)]).output().expect("python3 (install it)");
+    assert!(o.status.success(), "inflating {}: {}", file.display(), stderr(&o));
+    o.stdout
 }
 
 fn piped(cmd: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
