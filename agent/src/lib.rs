@@ -12,6 +12,7 @@ pub mod health;
 pub mod latency;
 pub mod logging;
 pub mod model;
+pub mod output_file;
 pub mod recording;
 pub mod report;
 pub mod topology;

@@ -9,6 +9,13 @@ use crate::{build, cmd, image, setup, soak, tally::Tally, vm};
 /// Debian packages only the tests need.
 const TEST_PACKAGES: &[&str] = &["chromium"];
 
+/// The tests run as root itself, even from `sudo -E cargo xtask test`: with `SUDO_UID` set,
+/// tierscope writes its files as the user who ran sudo, who may not write the tests' root-owned
+/// scratch directories (the tests that check that set it themselves).
+fn as_root(c: &mut Command) -> &mut Command {
+    c.env_remove("SUDO_UID").env_remove("SUDO_GID").env_remove("SUDO_USER")
+}
+
 pub fn run(with_vm: bool) -> Result<()> {
     setup::run()?;
     let bin = build::agent_release()?;
@@ -17,21 +24,22 @@ pub fn run(with_vm: bool) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     // Not the eBPF crate (it does not build for the host); the root tests run next, with root.
     println!("xtask: unit tests");
-    let (unit, status) = cmd::tee_detached(Command::new(build::cargo()).current_dir(cmd::workspace_root()).args([
-        "test",
-        "--release",
-        "--no-fail-fast",
-        "--workspace",
-        "--exclude",
-        "tierscope-ebpf",
-        "--exclude",
-        "tierscope-tests",
-        // Root unit tests (we are root here) run too; the bench's timed figures do not.
-        "--",
-        "--include-ignored",
-        "--skip",
-        "figure_",
-    ]))?;
+    let (unit, status) =
+        cmd::tee_detached(as_root(&mut Command::new(build::cargo())).current_dir(cmd::workspace_root()).args([
+            "test",
+            "--release",
+            "--no-fail-fast",
+            "--workspace",
+            "--exclude",
+            "tierscope-ebpf",
+            "--exclude",
+            "tierscope-tests",
+            // Root unit tests (we are root here) run too; the bench's timed figures do not.
+            "--",
+            "--include-ignored",
+            "--skip",
+            "figure_",
+        ]))?;
     if !status.success() {
         failed.push(format!("unit tests ({status})"));
     }
@@ -43,7 +51,7 @@ pub fn run(with_vm: bool) -> Result<()> {
     // `--include-ignored`: the root tests are ignored without it (they need root and the agent);
     // here they run, and one that cannot run fails.
     let (root, status) = cmd::tee_detached(
-        Command::new(build::cargo())
+        as_root(&mut Command::new(build::cargo()))
             .current_dir(cmd::workspace_root())
             .env("TIERSCOPE_BIN", &bin)
             .env("TIERSCOPE_IMAGE", &image)

@@ -1,9 +1,11 @@
 //! `tierscope export FILE --pprof OUT.pb.gz --perfetto OUT.pftrace`: a recorded session in the
-//! formats other tools open.
+//! formats other tools open. Each file is written as [`crate::output_file`] says (a new file or
+//! the user's own, never through a link).
 use anyhow::{Context as _, Result};
 
 use crate::{
     cli::ExportArgs,
+    output_file,
     report::{perfetto, pprof},
 };
 
@@ -12,12 +14,12 @@ pub fn run(args: ExportArgs) -> Result<i32> {
     if let Some(out) = &args.pprof {
         let profile = pprof::profile(&rec);
         let bytes = pprof::encode_gzip(&profile).context("compressing the pprof profile")?;
-        std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
+        output_file::write(out, &bytes).context("the pprof profile")?;
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
     }
     if let Some(out) = &args.perfetto {
         let trace = perfetto::trace(&rec);
-        std::fs::write(out, perfetto::encode(&trace)).with_context(|| format!("writing {}", out.display()))?;
+        output_file::write(out, &perfetto::encode(&trace)).context("the Perfetto trace")?;
         eprintln!("tierscope: wrote {} ({} trace packets)", out.display(), trace.packet.len());
     }
     Ok(0)

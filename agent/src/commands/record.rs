@@ -3,7 +3,7 @@
 //! under sudo), follows it and its children, stops when it exits and returns its exit code;
 //! otherwise records what is selected until the duration ends or Ctrl-C / SIGTERM.
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     os::unix::process::{CommandExt as _, ExitStatusExt as _},
     path::Path,
     process::{Child, ExitStatus},
@@ -17,6 +17,7 @@ use crate::{
     cli::RecordArgs,
     collect::{counters, damon, procfs, session::Session},
     model::{
+        redact,
         scan_plan::ScanBudget,
         snapshot::{self, ProcessFilter, SnapshotContext},
     },
@@ -55,37 +56,99 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     rt.block_on(record(args, filter))
 }
 
-/// Every process below `root` in the (pid, ppid) pairs, `root` included.
-pub fn descendants(root: u32, pairs: &[(u32, u32)]) -> BTreeSet<u32> {
-    let mut set = BTreeSet::from([root]);
+/// A process as `/proc/PID/stat` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    pub pid: u32,
+    pub ppid: u32,
+    /// Clock ticks after boot: with the pid, the process's identity across pid reuse.
+    pub start: u64,
+}
+
+/// The command's live descendants, each as pid -> start time: the root while it lives, those
+/// followed before that are still there with the same start time (a child whose parent exited
+/// and was re-parented stays followed), and every live process whose parent is one of them, to
+/// any depth. One that left is dropped, so the pid the kernel later hands to an unrelated
+/// process is not followed.
+pub fn follow(before: &BTreeMap<u32, u64>, root: (u32, u64), live: &[Live]) -> BTreeMap<u32, u64> {
+    let same = |pid: u32, start: u64| live.iter().any(|l| l.pid == pid && l.start == start);
+    let mut set: BTreeMap<u32, u64> = before.iter().map(|(&p, &s)| (p, s)).filter(|&(p, s)| same(p, s)).collect();
+    if same(root.0, root.1) {
+        set.insert(root.0, root.1);
+    }
     loop {
-        let before = set.len();
-        for &(pid, ppid) in pairs {
-            if set.contains(&ppid) {
-                set.insert(pid);
+        let before_len = set.len();
+        for l in live {
+            // A child cannot have started before its parent: a stale parent id is no parent.
+            if !set.contains_key(&l.pid) && set.get(&l.ppid).is_some_and(|&ps| l.start >= ps) {
+                set.insert(l.pid, l.start);
             }
         }
-        if set.len() == before {
+        if set.len() == before_len {
             return set;
         }
     }
 }
 
-fn process_tree() -> Vec<(u32, u32)> {
-    procfs::list_pids(Path::new("/proc")).into_iter().filter_map(|p| Some((p, procfs::read_stat(p)?.ppid))).collect()
+/// The processes of the recorded command: the live ones, and those that left but whose final
+/// record the model still holds (selected until the model prunes them, unless their pid is
+/// already someone else's).
+#[derive(Debug, Default)]
+pub struct Followed {
+    live: BTreeMap<u32, u64>,
+    departed: BTreeMap<u32, u64>,
 }
 
-/// Starts the command; under sudo as the user who ran sudo.
+impl Followed {
+    /// Updates from `/proc` as read now; `held(pid)` says whether the model still holds it.
+    pub fn update(&mut self, root: (u32, u64), procs: &[Live], held: impl Fn(u32) -> bool) {
+        let now = follow(&self.live, root, procs);
+        for (&pid, &start) in &self.live {
+            if !now.contains_key(&pid) {
+                self.departed.insert(pid, start);
+            }
+        }
+        let running: BTreeSet<u32> = procs.iter().map(|l| l.pid).collect();
+        self.departed.retain(|&pid, _| !running.contains(&pid) && held(pid));
+        self.live = now;
+    }
+
+    /// Every pid to select.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live.keys().chain(self.departed.keys()).copied()
+    }
+}
+
+fn process_tree() -> Vec<Live> {
+    procfs::list_pids(Path::new("/proc"))
+        .into_iter()
+        .filter_map(|pid| procfs::read_stat(pid).map(|st| Live { pid, ppid: st.ppid, start: st.start_time }))
+        .collect()
+}
+
+/// Starts the command; under sudo as the user who ran sudo, with all of that user's groups.
 fn spawn(command: &[String]) -> Result<Child> {
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if let (true, Some(uid), Some(gid)) =
-        (root, crate::recording::sudo_id("SUDO_UID"), crate::recording::sudo_id("SUDO_GID"))
-    {
-        // std drops the supplementary groups when a uid is set.
-        cmd.uid(uid).gid(gid);
+    let who = crate::output_file::Invoker::current();
+    if who.acting_for {
+        // std's `uid`/`gid` would drop the supplementary groups (setgroups(0)): set them all, as
+        // initgroups would. The groups were looked up before the fork; the child only makes
+        // the three calls std itself makes there.
+        let (uid, gid, groups) = (who.uid, who.gid, who.groups);
+        // SAFETY: the closure runs between fork and exec and calls only setgroups, setgid and
+        // setuid (async-signal-safe) on data prepared before the fork; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     cmd.spawn().with_context(|| format!("starting {:?} (is it on PATH?)", command[0]))
 }
@@ -113,8 +176,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
     let hot_cfg = args.hotness.config()?;
     // Hotness (DAMON) joins the frames when asked for; dropping the worker stops its kdamonds.
     let mut hotness = damon::start(&s.topology, &hot_cfg, s.page_size, vec![], &mut s.model.hotness);
-    let mut out = SessionWriter::create(&args.output)
-        .with_context(|| format!("creating the session file {}", args.output.display()))?;
+    let mut out = SessionWriter::create(&args.output).context("the session file")?;
     // Handlers before the loop: a signal arriving during a busy tick waits in the stream.
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -127,12 +189,12 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         });
     }
     let mut child = if args.command.is_empty() { None } else { Some(spawn(&args.command)?) };
-    let root = child.as_ref().map(Child::id);
+    // Our child is not reaped before try_wait reports it, so its pid names it until then.
+    let root = child.as_ref().map(|c| (c.id(), procfs::read_stat(c.id()).map_or(0, |st| st.start_time)));
     // The command from its first moments (its children from the tick they are found).
     let mut watched = crate::collect::site_watch::watched_by(&filter, &s.model);
-    watched.extend(root);
+    watched.extend(root.map(|r| r.0));
     s.watch_sites(&watched);
-    let followed: BTreeSet<u32> = root.into_iter().collect();
     let started_ns = counters::monotonic_ns();
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
@@ -152,8 +214,9 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         interval_ms: args.interval_ms,
         page_size: s.page_size,
         site_sample_every: s.site_sample_every,
-        command: args.command.clone(),
-        selection: selection_words(&filter, &args.command),
+        // The same masking as every command line the model holds.
+        command: redact::redact_args(&args.command),
+        selection: redact::redact(&selection_words(&filter, &args.command)).into_owned(),
         insights_open_after_s: Some(s.model.insights.cfg.open_after_s),
         insights_close_after_s: Some(s.model.insights.cfg.close_after_s),
     };
@@ -167,7 +230,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         filter,
         explicit_pids,
         root,
-        followed,
+        followed: Followed::default(),
         budget: ScanBudget { cpu_fraction: 0.05, min_interval_ns: interval.as_nanos() as u64, ..ScanBudget::default() },
         nodes: s.node_infos(),
         started_ns,
@@ -245,8 +308,8 @@ struct Recorder {
     filter: ProcessFilter,
     /// `--pid` as given; the followed command's tree is added to it each interval.
     explicit_pids: Vec<u32>,
-    root: Option<u32>,
-    followed: BTreeSet<u32>,
+    root: Option<(u32, u64)>,
+    followed: Followed,
     budget: ScanBudget,
     nodes: Vec<snapshot::NodeInfo>,
     started_ns: u64,
@@ -270,8 +333,8 @@ fn write_interval(
     capture: &mut Capture,
     filter: &mut ProcessFilter,
     explicit_pids: &[u32],
-    root: Option<u32>,
-    followed: &mut BTreeSet<u32>,
+    root: Option<(u32, u64)>,
+    followed: &mut Followed,
     budget: &ScanBudget,
     nodes: &[snapshot::NodeInfo],
     started_ns: u64,
@@ -279,9 +342,10 @@ fn write_interval(
 ) -> Result<()> {
     s.read_counters();
     if let Some(root) = root {
-        // Children started since the last tick; exited ones stay selected until pruned.
-        followed.extend(descendants(root, &process_tree()));
-        filter.pids = explicit_pids.iter().copied().chain(followed.iter().copied()).collect();
+        // Children started since the last tick; those that left stay selected while the model
+        // holds their final record.
+        followed.update(root, &process_tree(), |pid| s.model.processes.contains_key(&pid));
+        filter.pids = explicit_pids.iter().copied().chain(followed.pids()).collect();
     }
     if !filter.pids.is_empty() || filter.pattern.is_some() {
         s.discover(|pid, comm, cmdline| {
@@ -329,11 +393,47 @@ fn write_interval(
 mod tests {
     use super::*;
 
+    fn l(pid: u32, ppid: u32, start: u64) -> Live {
+        Live { pid, ppid, start }
+    }
+
     #[test]
     fn children_and_grandchildren_are_followed() {
-        let pairs = [(10, 1), (11, 10), (12, 11), (13, 1), (14, 12), (15, 13)];
-        assert_eq!(descendants(10, &pairs), BTreeSet::from([10, 11, 12, 14]));
-        assert_eq!(descendants(99, &pairs), BTreeSet::from([99]));
+        let live = [l(10, 1, 100), l(11, 10, 101), l(12, 11, 102), l(13, 1, 103), l(14, 12, 104), l(15, 13, 105)];
+        let got = follow(&BTreeMap::new(), (10, 100), &live);
+        assert_eq!(got, BTreeMap::from([(10, 100), (11, 101), (12, 102), (14, 104)]));
+        // A root that is gone follows nothing, even with its pid taken again.
+        assert!(follow(&BTreeMap::new(), (99, 1), &live).is_empty());
+        assert!(follow(&BTreeMap::new(), (10, 50), &live).is_empty());
+    }
+
+    #[test]
+    fn only_live_descendants_are_followed_and_a_reused_pid_is_not() {
+        let root = (10, 100);
+        let mut f = Followed::default();
+        f.update(root, &[l(10, 1, 100), l(11, 10, 110), l(12, 11, 120)], |_| true);
+        assert_eq!(f.pids().collect::<Vec<_>>(), [10, 11, 12]);
+        // 11 exits; its child 12 is re-parented to init and stays followed; 11 stays selected
+        // while the model holds its final record.
+        f.update(root, &[l(10, 1, 100), l(12, 1, 120)], |_| true);
+        assert_eq!(f.live, BTreeMap::from([(10, 100), (12, 120)]));
+        assert_eq!(f.pids().collect::<BTreeSet<_>>(), BTreeSet::from([10, 11, 12]));
+        // The model pruned 11: it is no longer selected.
+        f.update(root, &[l(10, 1, 100), l(12, 1, 120)], |p| p != 11);
+        assert_eq!(f.pids().collect::<BTreeSet<_>>(), BTreeSet::from([10, 12]));
+        // An unrelated process gets pid 11 (and one gets 13 under a stale parent id): neither
+        // is followed.
+        f.update(root, &[l(10, 1, 100), l(11, 1, 500), l(12, 1, 120), l(13, 11, 510)], |_| true);
+        assert_eq!(f.pids().collect::<BTreeSet<_>>(), BTreeSet::from([10, 12]));
+        // A new child of the command that got pid 11 again is followed, with its start time.
+        f.update(root, &[l(10, 1, 100), l(11, 10, 600), l(12, 1, 120)], |_| true);
+        assert_eq!(f.live, BTreeMap::from([(10, 100), (11, 600), (12, 120)]));
+        // A departed pid already someone else's is dropped at once, held or not.
+        f.update(root, &[l(10, 1, 100), l(11, 10, 600), l(12, 1, 700)], |_| true);
+        assert_eq!(f.live, BTreeMap::from([(10, 100), (11, 600)]));
+        assert!(f.departed.is_empty(), "{f:?}");
+        // A child that started before its parent is a stale parent id.
+        assert_eq!(follow(&BTreeMap::new(), root, &[l(10, 1, 100), l(20, 10, 90)]), BTreeMap::from([(10, 100)]));
     }
 
     #[test]

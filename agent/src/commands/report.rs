@@ -4,23 +4,40 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     cli::{DiffArgs, DiffFormat, ReportArgs, ReportFormat},
-    recording,
+    model::redact,
+    output_file, recording,
     report::{analysis, diff as compare, html, markdown},
 };
 
-/// Reads a session, printing its warnings (a truncated file, no end record) on stderr.
+/// Reads a session, printing its warnings (a truncated file, no end record) on stderr. The
+/// command lines in it are masked again ([`mask_secrets`]): a file written before the recorder
+/// masked its command, or by another tool, shows no secret in a report or an export either.
 pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
-    let rec = recording::read(path)?;
+    let mut rec = recording::read(path)?;
     for w in &rec.warnings {
         eprintln!("tierscope: warning: {w}");
     }
+    mask_secrets(&mut rec);
     Ok(rec)
 }
 
-/// Writes `text` to `out`, or standard output.
+/// The recorded command, the selection and every process's command line through the model's
+/// redaction (a no-op on what the recorder already masked).
+pub fn mask_secrets(rec: &mut recording::Recording) {
+    rec.meta.command = redact::redact_args(&rec.meta.command);
+    rec.meta.selection = redact::redact(&rec.meta.selection).into_owned();
+    for p in rec.processes.values_mut() {
+        if let std::borrow::Cow::Owned(masked) = redact::redact(&p.cmdline) {
+            p.cmdline = masked;
+        }
+    }
+}
+
+/// Writes `text` to `out` ([`crate::output_file`]: a new file or the user's own, never through
+/// a link), or standard output.
 pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
     match out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display())),
+        Some(p) => output_file::write(p, text.as_bytes()).context("the output file"),
         None => {
             use std::io::Write as _;
             let mut o = std::io::stdout().lock();

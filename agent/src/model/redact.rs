@@ -17,6 +17,15 @@ pub const MASK: &str = "***";
 /// Words that make a key's value secret: `HF_TOKEN`, `--api-key`, `db_password`, `Authorization`.
 const SECRET_WORDS: &str = r"token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth|credential|cookie|key";
 
+/// A key that names a secret, as one whole argument: `--api-key`, `-password`.
+fn secret_flag() -> &'static Regex {
+    static FLAG: OnceLock<Regex> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        Regex::new(&format!(r"(?i)^--?[A-Za-z0-9_.-]*(?:{SECRET_WORDS})[A-Za-z0-9_.-]*$"))
+            .expect("the built-in flag rule compiles")
+    })
+}
+
 /// The default rules: (pattern, replacement). `${k}` keeps the key, the value becomes the mask.
 fn default_rules() -> Vec<(String, String)> {
     let key = format!(r"[A-Za-z0-9_.-]*(?:{SECRET_WORDS})[A-Za-z0-9_.-]*");
@@ -93,6 +102,39 @@ impl Redaction {
     }
 }
 
+impl Redaction {
+    /// A command's arguments (`record -- CMD ARGS`) with every secret masked: each argument
+    /// alone, the argument after a secret flag (`--api-key VALUE`), and when a secret still shows
+    /// once the arguments are joined with spaces (a JSON blob the shell split), the joined text
+    /// redacted as one argument. The result joined with spaces is what [`Redaction::redact`] of
+    /// it gives back unchanged.
+    pub fn redact_args(&self, args: &[String]) -> Vec<String> {
+        let out: Vec<String> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let after_flag = i > 0 && secret_flag().is_match(&args[i - 1]) && !a.starts_with('-');
+                if after_flag {
+                    MASK.to_string()
+                } else {
+                    self.redact(a).into_owned()
+                }
+            })
+            .collect();
+        let joined = out.join(" ");
+        match self.redact(&joined) {
+            Cow::Owned(all) if all != joined => vec![all],
+            _ => out,
+        }
+    }
+}
+
+/// [`Redaction::redact_args`] with the default rules.
+pub fn redact_args(args: &[String]) -> Vec<String> {
+    static DEFAULT: OnceLock<Redaction> = OnceLock::new();
+    DEFAULT.get_or_init(Redaction::default).redact_args(args)
+}
+
 /// [`Redaction::redact`] with the default rules.
 pub fn redact(text: &str) -> Cow<'_, str> {
     static DEFAULT: OnceLock<Redaction> = OnceLock::new();
@@ -143,6 +185,32 @@ mod tests {
         let Err(e) = Redaction::with_extra(&["(".into()]) else { panic!("a bad pattern was accepted") };
         let e = e.to_string();
         assert!(e.starts_with("redaction pattern \"(\" is not a valid regular expression"), "{e}");
+    }
+
+    #[test]
+    fn a_commands_arguments_are_masked_one_by_one_and_across_a_secret_flag() {
+        let v = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        for (raw, want) in [
+            (v("python train.py --hf_token=hf_SECRETabc123 --lr 3e-4"), v("python train.py --hf_token=*** --lr 3e-4")),
+            (v("python train.py --hf_token hf_SECRETabc123 --lr 3e-4"), v("python train.py --hf_token *** --lr 3e-4")),
+            (v("python x.py -password hunter2"), v("python x.py -password ***")),
+            // A flag followed by another flag has no value to hide.
+            (v("x --api-key --verbose"), v("x --api-key --verbose")),
+            (v("env WANDB_API_KEY=abc123 torchrun x.py"), v("env WANDB_API_KEY=*** torchrun x.py")),
+            (v("deploy ghp_0123456789abcdefghijABCDEFGHIJ"), v("deploy ***")),
+            (
+                vec!["launcher".into(), r#"{"HF_TOKEN": "hf_x"}"#.into()],
+                vec!["launcher".into(), r#"{"HF_TOKEN": "***"}"#.into()],
+            ),
+            // The shell split a JSON blob: masked as one joined argument.
+            (v(r#"launcher {"HF_TOKEN": "abc"}"#), vec![r#"launcher {"HF_TOKEN": "***"}"#.to_string()]),
+            (v("torchrun --nproc_per_node 8 train.py"), v("torchrun --nproc_per_node 8 train.py")),
+            (vec![], vec![]),
+        ] {
+            let got = redact_args(&raw);
+            assert_eq!(got, want, "{raw:?}");
+            assert_eq!(redact(&got.join(" ")), got.join(" "), "{raw:?}");
+        }
     }
 
     #[test]

@@ -148,20 +148,14 @@ pub struct SessionWriter {
 }
 
 impl SessionWriter {
-    /// Creates (or truncates) `path` with mode 0600 and writes the header. Under sudo the file is
-    /// given to the invoking user (SUDO_UID/SUDO_GID), who can then read it without root.
-    pub fn create(path: &Path) -> std::io::Result<SessionWriter> {
-        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        // An existing file keeps its mode through open(): set it.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        if let (Some(uid), Some(gid)) = (sudo_id("SUDO_UID"), sudo_id("SUDO_GID")) {
-            if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
-                tracing::warn!("giving {} to uid {uid}: {e}", path.display());
-            }
-        }
+    /// Creates `path` (mode 0600), or rewrites the invoking user's own regular file there, and
+    /// writes the header; refuses a link or anyone else's file ([`crate::output_file`]). Under
+    /// sudo the file is created as the user who ran sudo, who can then read it without root.
+    pub fn create(path: &Path) -> Result<SessionWriter, crate::output_file::OutputError> {
+        let mut file = crate::output_file::create(path, &crate::output_file::Invoker::current())?;
         let header = format::header();
-        file.write_all(&header)?;
+        file.write_all(&header)
+            .map_err(|cause| crate::output_file::OutputError::Io { path: path.to_path_buf(), cause })?;
         Ok(SessionWriter { file, pending: Vec::new(), path: path.to_path_buf(), bytes_written: header.len() as u64 })
     }
 
@@ -189,11 +183,6 @@ impl SessionWriter {
         self.file.sync_all()?;
         Ok(self.bytes_written)
     }
-}
-
-/// SUDO_UID / SUDO_GID when running under sudo.
-pub fn sudo_id(var: &str) -> Option<u32> {
-    std::env::var(var).ok()?.parse().ok()
 }
 
 #[cfg(test)]
