@@ -1,6 +1,8 @@
 //! The Prometheus endpoint against Debian's real `prometheus` server: the agent serves on
 //! loopback, `promtool check metrics` accepts the scrape body, and a Prometheus started by the
 //! test scrapes the agent and answers queries for the workload's series.
+//! A second agent with a busy node's answer faces 16 slow clients (issue 25): the scrape is
+//! answered at once and the agent closes each slow client within its deadline.
 //! Needs root, TIERSCOPE_BIN, and the `prometheus` package (promtool included).
 mod export_support;
 
@@ -100,7 +102,8 @@ const REQUEST: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: tierscope\r\n\r\n";
 /// How a slow client's connection ended.
 #[derive(Debug)]
 struct Ended {
-    /// From connect until the agent's close (reset or end of stream) was seen; None: still open.
+    /// From connect until the agent's close (reset or end of stream) was seen; None: still open
+    /// a minute after (trickling), or at `REQUEST_DEADLINE + CLOSE_MARGIN` (not reading).
     after: Option<Duration>,
     /// Answer bytes received, and whether they were the whole answer (Content-Length).
     received: usize,
@@ -266,7 +269,10 @@ fn slow_clients_cannot_stop_the_scrape(bin: &std::path::PathBuf) {
     for (kind, client) in clients {
         let e = client.join().expect("slow client");
         let after = e.after.unwrap_or_else(|| panic!("a {kind} client is still open: {e:?}"));
-        assert!(after < REQUEST_DEADLINE + CLOSE_MARGIN, "a {kind} client was closed only after {after:?}");
+        // A client that does not read sees the close when it looks, at the deadline and margin.
+        if kind == "trickle" {
+            assert!(after < REQUEST_DEADLINE + CLOSE_MARGIN, "a {kind} client was closed only after {after:?}");
+        }
         assert!(!e.complete, "a {kind} client got the whole answer ({} bytes): it was not cut", e.received);
     }
     let (_, body) = http_get(&listen, "/metrics").expect("scrape");
@@ -292,7 +298,7 @@ fn main() {
     if child_mode() {
         return;
     }
-    let Some(bin) = agent_bin("export_prometheus") else { return summary(0, 1) };
+    let Some(bin) = agent_bin("export_prometheus") else { return summary(0, 2) };
     let promtool = need("promtool");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -356,5 +362,5 @@ fn main() {
     let (lat, bw) = periodic_probe(&bin, &promtool);
     println!("export_prometheus: faults {:?}; probe node 0: {:.0} ns, {:.1} GB/s", v, lat * 1e9, bw / 1e9);
     passed("export_prometheus");
-    summary(1, 0);
+    summary(2, 0);
 }
