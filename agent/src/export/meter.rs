@@ -57,6 +57,16 @@ pub struct ExportStats {
     pub prometheus_closed_evicted: AtomicU64,
 }
 
+impl ExportStats {
+    /// The Prometheus endpoint's closed clients by `tierscope.close.reason`.
+    pub fn prometheus_closed(&self) -> [(&'static str, u64); 2] {
+        [
+            ("deadline", self.prometheus_closed_deadline.load(Ordering::Relaxed)),
+            ("evicted", self.prometheus_closed_evicted.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
 /// A manual reader shared between the provider and the OTLP task.
 #[derive(Clone, Debug)]
 pub struct SharedReader(pub Arc<ManualReader>);
@@ -189,13 +199,8 @@ pub fn build(
                     .with_callback(move |o| match export_stat(&s, &d) {
                         Some(v) => o.observe(v, &[]),
                         None if d.name == instruments::agent::PROMETHEUS_CLOSED.name => {
-                            for (reason, a) in
-                                [("deadline", &s.prometheus_closed_deadline), ("evicted", &s.prometheus_closed_evicted)]
-                            {
-                                o.observe(
-                                    a.load(Ordering::Relaxed),
-                                    &[KeyValue::new(instruments::CLOSE_REASON, reason)],
-                                );
+                            for (reason, v) in s.prometheus_closed() {
+                                o.observe(v, &[KeyValue::new(instruments::CLOSE_REASON, reason)]);
                             }
                         }
                         None => observe_u64(&l, d.name, o),

@@ -90,20 +90,11 @@ pub fn to_evict<'a>(open: impl IntoIterator<Item = (u64, &'a Open)>) -> Option<u
 /// Why the endpoint closed a client before answering it in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Closed {
-    /// Its request and answer took longer than [`REQUEST_DEADLINE`].
+    /// Its request and answer took longer than [`REQUEST_DEADLINE`] (`tierscope.close.reason`
+    /// "deadline").
     Deadline,
-    /// Every slot was taken when another client came, and it had waited longest.
+    /// Every slot was taken when another client came, and it had waited longest ("evicted").
     Evicted,
-}
-
-impl Closed {
-    /// The `tierscope.close.reason` value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Closed::Deadline => "deadline",
-            Closed::Evicted => "evicted",
-        }
-    }
 }
 
 /// Paces the log of closed clients: one line at most per [`LOG_EVERY`], with the counts since
