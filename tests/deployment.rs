@@ -217,15 +217,25 @@ fn check_config(bin: &str, args: &[String], env: &[(String, String)]) -> String 
     out
 }
 
+/// The stand-in for the pod's address from the downward API.
+const POD_IP: &str = "192.0.2.7";
+
+/// `$(VAR)` in an argument replaced as the kubelet does, from the container's environment.
+fn expand(arg: &str, env: &[(String, String)]) -> String {
+    env.iter().fold(arg.to_string(), |a, (k, v)| a.replace(&format!("$({k})"), v))
+}
+
 /// A container's environment as the kubelet would give it: `fieldRef`s as stand-in values,
 /// `$(VAR)` expanded from the variables before it.
 fn container_env(c: &Value) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
     for e in c["env"].as_array().into_iter().flatten() {
         let name = e["name"].as_str().expect("present in the manifest").to_string();
-        let mut value = match e["value"].as_str() {
-            Some(v) => v.to_string(),
-            None => format!("{}-of-this-pod", name.to_lowercase()),
+        let mut value = match (e["value"].as_str(), e["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+            (Some(v), _) => v.to_string(),
+            // An address, as the kubelet gives it (TEST-NET-1: never this machine's).
+            (None, Some("status.podIP" | "status.hostIP")) => POD_IP.to_string(),
+            (None, _) => format!("{}-of-this-pod", name.to_lowercase()),
         };
         for (k, v) in &env {
             value = value.replace(&format!("$({k})"), v);
@@ -259,13 +269,19 @@ fn the_manifests_arguments_and_config_are_ones_the_agent_accepts() {
         for (file, text) in data.as_object().expect("present in the manifest") {
             std::fs::write(dir.join(file), text.as_str().expect("test files")).expect("test files");
         }
+        let env = container_env(c);
         let args: Vec<String> = strings(&c["args"])
             .into_iter()
-            .map(|a| a.replace("/etc/tierscope", dir.to_str().expect("present in the manifest")))
+            .map(|a| expand(&a, &env).replace("/etc/tierscope", dir.to_str().expect("present in the manifest")))
             .collect();
-        let said = check_config(&bin, &args, &container_env(c));
+        let said = check_config(&bin, &args, &env);
         println!("{name}: {said}");
-        assert!(said.contains("Prometheus on http://0.0.0.0:9464"), "{name}: the probe and scrape port: {said}");
+        // The pod's own address (the probe and scrape port), not every interface.
+        assert!(
+            said.contains(&format!("Prometheus on http://{POD_IP}:9464/metrics")),
+            "{name}: the probe and scrape port on the pod IP: {said}"
+        );
+        assert!(!said.contains("0.0.0.0"), "{name}: {said}");
         assert!(said.contains("per job and rank"), "{name}: fleet granularity: {said}");
         if name == "otlp" {
             assert!(said.contains("OTLP gRPC to http://otel-collector.tierscope.svc:4317"), "{name}: {said}");
@@ -323,7 +339,9 @@ fn the_systemd_unit_verifies_with_the_four_capabilities_only() {
         .iter()
         .map(|a| a.replace("/etc/tierscope/tierscope.toml", conf.to_str().expect("present in the manifest")))
         .collect();
-    check_config(&bin, &args, &[]);
+    // The node's own unit reads the Kubernetes config file: loopback only there.
+    let said = check_config(&bin, &args, &[]);
+    assert!(said.contains("Prometheus on http://127.0.0.1:9464/metrics"), "the unit's endpoint: {said}");
     std::fs::remove_dir_all(&dir).expect("test files");
 }
 

@@ -325,7 +325,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     }
     let mut prom_task = None;
     if let (Some(l), Some(registry)) = (listener, telemetry.prometheus.clone()) {
-        prom_task = Some(tokio::spawn(prometheus::serve(l, registry)));
+        prom_task = Some(tokio::spawn(prometheus::serve(l, registry, stats.clone())));
     }
 
     let attached = s.probes.programs.iter().filter(|p| p.status == Attach::Attached).count();

@@ -51,6 +51,20 @@ pub struct ExportStats {
     /// OTLP log records dropped (queue full, or rejected) and accepted.
     pub logs_dropped: AtomicU64,
     pub logs_sent: AtomicU64,
+    /// Prometheus endpoint clients closed before their answer was complete: past the request
+    /// deadline, and to make room for a newcomer when every connection was taken.
+    pub prometheus_closed_deadline: AtomicU64,
+    pub prometheus_closed_evicted: AtomicU64,
+}
+
+impl ExportStats {
+    /// The Prometheus endpoint's closed clients by `tierscope.close.reason`.
+    pub fn prometheus_closed(&self) -> [(&'static str, u64); 2] {
+        [
+            ("deadline", self.prometheus_closed_deadline.load(Ordering::Relaxed)),
+            ("evicted", self.prometheus_closed_evicted.load(Ordering::Relaxed)),
+        ]
+    }
 }
 
 /// A manual reader shared between the provider and the OTLP task.
@@ -184,6 +198,11 @@ pub fn build(
                     .with_description(def.description)
                     .with_callback(move |o| match export_stat(&s, &d) {
                         Some(v) => o.observe(v, &[]),
+                        None if d.name == instruments::agent::PROMETHEUS_CLOSED.name => {
+                            for (reason, v) in s.prometheus_closed() {
+                                o.observe(v, &[KeyValue::new(instruments::CLOSE_REASON, reason)]);
+                            }
+                        }
                         None => observe_u64(&l, d.name, o),
                     })
                     .build();
@@ -246,6 +265,7 @@ mod tests {
         let latest = Arc::new(Latest::default());
         let stats = Arc::new(ExportStats::default());
         stats.dropped.store(3, Ordering::Relaxed);
+        stats.prometheus_closed_evicted.store(4, Ordering::Relaxed);
         let mut p = Points::new();
         p.insert(
             instruments::process::PROCESS_RESIDENT.name,
@@ -274,6 +294,14 @@ mod tests {
             text.lines().any(|l| l.starts_with("tierscope_agent_export_dropped_total") && l.ends_with(" 3")),
             "{text}"
         );
+        for (reason, v) in [("deadline", " 0"), ("evicted", " 4")] {
+            assert!(
+                text.lines().any(|l| l.starts_with("tierscope_agent_prometheus_clients_closed_total{")
+                    && l.contains(&format!("tierscope_close_reason=\"{reason}\""))
+                    && l.ends_with(v)),
+                "{reason}: {text}"
+            );
+        }
     }
 
     /// The Prometheus names of the series that exist only with CXL or EDAC hardware (absent on a

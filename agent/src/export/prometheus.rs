@@ -1,19 +1,47 @@
 //! The Prometheus text endpoint: `GET /metrics` on a loopback address by default. A minimal
 //! HTTP/1.1 responder (one request per connection, bounded request size, bounded concurrency)
 //! is all a scraper needs; it collects through the Prometheus reader at scrape time.
-use std::{sync::Arc, time::Duration};
+//!
+//! Slow clients cannot stop the scrapes: every connection has one deadline for reading its
+//! request and writing its answer, and at most [`MAX_CONNECTIONS`] are open; a newcomer that
+//! finds them all taken closes the one that has waited longest on its peer ([`to_evict`]) rather
+//! than wait. Each client closed either way is counted
+//! (`tierscope.agent.prometheus.clients.closed`) and logged at most once a minute.
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::{atomic::Ordering, Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
-    sync::Semaphore,
+    sync::{oneshot, Notify},
 };
+
+use super::meter::ExportStats;
 
 /// Largest request head accepted.
 const MAX_REQUEST: usize = 8 * 1024;
-/// Scrapes served at once; more connections wait.
+/// Connections open at once. A node has a scraper or two (an HA pair of Prometheus servers) and
+/// the kubelet's probe; each open connection holds one encoded answer, so this bounds memory too.
 const MAX_CONNECTIONS: usize = 8;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The time one connection gets, from accept to the last byte of its answer handed to the kernel:
+/// reading the request, encoding, writing. A scraper sends its request in one segment and reads
+/// the answer (tens to hundreds of KiB) in milliseconds; only a client that trickles its request
+/// or does not read its answer gets near 5 s. It is the kubelet probe's `timeoutSeconds` in
+/// deploy/ and half Prometheus's default `scrape_timeout`, so a closed client is never a real
+/// scrape that would still have succeeded.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Each connection's kernel send buffer, fixed (no autotuning, which grows it to megabytes): a
+/// client that does not read then blocks the write, where [`REQUEST_DEADLINE`] holds, instead of
+/// leaving the answer in an orphaned socket that the agent no longer bounds. The kernel doubles
+/// it for its bookkeeping; about 64 KiB in flight still carries a scrape at tens of MB/s on a
+/// 1 ms path.
+const SEND_BUFFER: libc::c_int = 64 * 1024;
+/// Slow clients closed are logged at most this often (the counter has every one).
+const LOG_EVERY: Duration = Duration::from_secs(60);
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -30,10 +58,222 @@ pub fn route(head: &str) -> (u16, &'static str) {
     }
 }
 
-/// Serves until the task is dropped.
-pub async fn serve(listener: TcpListener, registry: prometheus::Registry) {
-    let registry = Arc::new(registry);
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+/// Where an open connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the peer's request.
+    Request,
+    /// The agent gathers and encodes the answer (its own work, milliseconds).
+    Encoding,
+    /// Waiting for the peer to take the answer.
+    Answer,
+}
+
+/// An open connection as the eviction sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Open {
+    pub accepted: Instant,
+    pub phase: Phase,
+}
+
+/// The connection a newcomer closes when every slot is taken: of those waiting on their peer
+/// (for the request or for the answer to be read), the one accepted first, which has waited
+/// longest; the lower id on a tie. None while every one is being encoded: the newcomer waits
+/// the milliseconds that takes.
+pub fn to_evict<'a>(open: impl IntoIterator<Item = (u64, &'a Open)>) -> Option<u64> {
+    open.into_iter()
+        .filter(|(_, o)| o.phase != Phase::Encoding)
+        .min_by_key(|(id, o)| (o.accepted, *id))
+        .map(|(id, _)| id)
+}
+
+/// Why the endpoint closed a client before answering it in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Its request and answer took longer than [`REQUEST_DEADLINE`] (`tierscope.close.reason`
+    /// "deadline").
+    Deadline,
+    /// Every slot was taken when another client came, and it had waited longest ("evicted").
+    Evicted,
+}
+
+/// Paces the log of closed clients: one line at most per [`LOG_EVERY`], with the counts since
+/// the previous line (closes after a line are told with the next close that is due).
+#[derive(Debug, Default)]
+pub struct ClosedLog {
+    last: Option<Instant>,
+    deadline: u64,
+    evicted: u64,
+}
+
+impl ClosedLog {
+    /// Notes one close at `now`; the (deadline, evicted) counts to log when a line is due.
+    pub fn note(&mut self, why: Closed, now: Instant) -> Option<(u64, u64)> {
+        match why {
+            Closed::Deadline => self.deadline += 1,
+            Closed::Evicted => self.evicted += 1,
+        }
+        if self.last.is_some_and(|t| now.saturating_duration_since(t) < LOG_EVERY) {
+            return None;
+        }
+        self.last = Some(now);
+        Some((std::mem::take(&mut self.deadline), std::mem::take(&mut self.evicted)))
+    }
+}
+
+struct Slot {
+    open: Open,
+    /// Closes the connection when a newcomer takes its slot.
+    evict: oneshot::Sender<()>,
+}
+
+#[derive(Default)]
+struct Slots {
+    next_id: u64,
+    open: BTreeMap<u64, Slot>,
+    log: ClosedLog,
+}
+
+struct Endpoint {
+    registry: prometheus::Registry,
+    stats: Arc<ExportStats>,
+    slots: Mutex<Slots>,
+    /// A slot was given back (the accept loop waits on it only while every slot is encoding).
+    freed: Notify,
+}
+
+impl Endpoint {
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        // Nothing under the lock can leave the table half-changed; a panic elsewhere must not
+        // stop the endpoint.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a connection accepted at `accepted`, closing the longest-waiting connection
+    /// when every slot is taken.
+    async fn admit(&self, accepted: Instant) -> (u64, oneshot::Receiver<()>) {
+        loop {
+            let freed = self.freed.notified();
+            {
+                let mut s = self.slots();
+                if s.open.len() >= MAX_CONNECTIONS {
+                    let victim = to_evict(s.open.iter().map(|(id, slot)| (*id, &slot.open)));
+                    if let Some(slot) = victim.and_then(|id| s.open.remove(&id)) {
+                        let _ = slot.evict.send(());
+                    }
+                }
+                if s.open.len() < MAX_CONNECTIONS {
+                    let (evict, evicted) = oneshot::channel();
+                    let id = s.next_id;
+                    s.next_id += 1;
+                    s.open.insert(id, Slot { open: Open { accepted, phase: Phase::Request }, evict });
+                    return (id, evicted);
+                }
+            }
+            freed.await;
+        }
+    }
+
+    fn set_phase(&self, id: u64, phase: Phase) {
+        if let Some(slot) = self.slots().open.get_mut(&id) {
+            slot.open.phase = phase;
+        }
+    }
+
+    fn release(&self, id: u64) {
+        self.slots().open.remove(&id);
+        self.freed.notify_one();
+    }
+
+    fn closed(&self, why: Closed, peer: SocketAddr) {
+        let counter = match why {
+            Closed::Deadline => &self.stats.prometheus_closed_deadline,
+            Closed::Evicted => &self.stats.prometheus_closed_evicted,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let due = self.slots().log.note(why, Instant::now());
+        if let Some((deadline, evicted)) = due {
+            tracing::warn!(
+                "Prometheus endpoint: closed {} slow clients ({deadline} past the {} s deadline, {evicted} to make room: \
+                 all {MAX_CONNECTIONS} connections taken), the last from {peer}; \
+                 tierscope_agent_prometheus_clients_closed_total counts every one",
+                deadline + evicted,
+                REQUEST_DEADLINE.as_secs(),
+            );
+        }
+    }
+
+    /// One connection, within its deadline and its slot.
+    async fn connection(
+        self: Arc<Self>,
+        id: u64,
+        mut conn: TcpStream,
+        peer: SocketAddr,
+        accepted: Instant,
+        mut evicted: oneshot::Receiver<()>,
+    ) {
+        let deadline = tokio::time::Instant::from_std(accepted + REQUEST_DEADLINE);
+        let outcome = tokio::select! {
+            r = tokio::time::timeout_at(deadline, self.answer(id, &mut conn)) => match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => {
+                    tracing::debug!("Prometheus endpoint: {peer}: {e}");
+                    None
+                }
+                Err(_) => Some(Closed::Deadline),
+            },
+            _ = &mut evicted => Some(Closed::Evicted),
+        };
+        if let Some(why) = outcome {
+            // A reset rather than a FIN behind the unsent answer, which the kernel would keep
+            // offering to a peer that does not read.
+            let _ = conn.set_zero_linger();
+            self.closed(why, peer);
+        }
+        drop(conn);
+        self.release(id);
+    }
+
+    async fn answer(&self, id: u64, conn: &mut TcpStream) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 1024];
+        let head = loop {
+            let n = conn.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break String::from_utf8_lossy(&buf[..end]).into_owned();
+            }
+            if buf.len() > MAX_REQUEST {
+                self.set_phase(id, Phase::Answer);
+                return write(conn, 431, "text/plain", b"request header too large\n", false).await;
+            }
+        };
+        let head_only = head.starts_with("HEAD ");
+        let (status, what) = route(&head);
+        if what == "metrics" {
+            self.set_phase(id, Phase::Encoding);
+            let encoded = super::meter::prometheus_text(&self.registry);
+            self.set_phase(id, Phase::Answer);
+            return match encoded {
+                Ok(body) => write(conn, 200, CONTENT_TYPE, body.as_bytes(), head_only).await,
+                Err(e) => {
+                    let body = format!("encoding metrics failed: {e}\n");
+                    write(conn, 500, "text/plain", body.as_bytes(), head_only).await
+                }
+            };
+        }
+        self.set_phase(id, Phase::Answer);
+        let body = if what == "index" { "tierscope: metrics at /metrics\n".to_string() } else { format!("{what}\n") };
+        write(conn, status, "text/plain", body.as_bytes(), head_only).await
+    }
+}
+
+/// Serves until the task is dropped; counts the clients it closes in `stats`.
+pub async fn serve(listener: TcpListener, registry: prometheus::Registry, stats: Arc<ExportStats>) {
+    let endpoint = Arc::new(Endpoint { registry, stats, slots: Mutex::default(), freed: Notify::new() });
     loop {
         let (conn, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -43,55 +283,33 @@ pub async fn serve(listener: TcpListener, registry: prometheus::Registry) {
                 continue;
             }
         };
-        let Ok(permit) = limit.clone().acquire_owned().await else { return };
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            if let Err(e) = answer(conn, &registry).await {
-                tracing::debug!("Prometheus endpoint: {peer}: {e}");
-            }
-            drop(permit);
-        });
+        let accepted = Instant::now();
+        if let Err(e) = set_send_buffer(&conn, SEND_BUFFER) {
+            tracing::debug!("Prometheus endpoint: {peer}: SO_SNDBUF: {e}");
+        }
+        let (id, evicted) = endpoint.admit(accepted).await;
+        tokio::spawn(endpoint.clone().connection(id, conn, peer, accepted, evicted));
     }
 }
 
-async fn answer(mut conn: TcpStream, registry: &prometheus::Registry) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let head = loop {
-        let n = tokio::time::timeout(READ_TIMEOUT, conn.read(&mut chunk))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request not complete in 5 s"))??;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break String::from_utf8_lossy(&buf[..end]).into_owned();
-        }
-        if buf.len() > MAX_REQUEST {
-            return write(&mut conn, 431, "text/plain", b"request header too large\n", false).await;
-        }
+fn set_send_buffer(conn: &TcpStream, bytes: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: the descriptor is the open socket `conn` owns; the option is an int, passed with
+    // its size.
+    let r = unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
     };
-    let head_only = head.starts_with("HEAD ");
-    let (status, what) = route(&head);
-    if what == "metrics" {
-        let body = match super::meter::prometheus_text(registry) {
-            Ok(t) => t,
-            Err(e) => {
-                return write(
-                    &mut conn,
-                    500,
-                    "text/plain",
-                    format!("encoding metrics failed: {e}\n").as_bytes(),
-                    head_only,
-                )
-                .await
-            }
-        };
-        return write(&mut conn, 200, CONTENT_TYPE, body.as_bytes(), head_only).await;
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    let body = if what == "index" { "tierscope: metrics at /metrics\n".to_string() } else { format!("{what}\n") };
-    write(&mut conn, status, "text/plain", body.as_bytes(), head_only).await
 }
 
 async fn write(
@@ -132,5 +350,36 @@ mod tests {
         assert_eq!(route("GET /metricsx HTTP/1.1").0, 404);
         assert_eq!(route("POST /metrics HTTP/1.1").0, 405);
         assert_eq!(route("").0, 405);
+    }
+
+    #[test]
+    fn the_longest_waiting_on_its_peer_is_evicted() {
+        let t0 = Instant::now();
+        let at = |s: u64, phase| Open { accepted: t0 + Duration::from_secs(s), phase };
+        let open = BTreeMap::from([
+            (1, at(1, Phase::Encoding)),
+            (2, at(3, Phase::Request)),
+            (3, at(2, Phase::Answer)),
+            (4, at(2, Phase::Request)),
+        ]);
+        // 1 is older but the agent is encoding its answer; 3 and 4 tie on age: the lower id.
+        assert_eq!(to_evict(open.iter().map(|(id, o)| (*id, o))), Some(3));
+        let encoding = BTreeMap::from([(5, at(0, Phase::Encoding)), (6, at(1, Phase::Encoding))]);
+        assert_eq!(to_evict(encoding.iter().map(|(id, o)| (*id, o))), None);
+        assert_eq!(to_evict(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn closed_clients_are_logged_once_a_minute_with_the_counts_since_the_last_line() {
+        let t0 = Instant::now();
+        let mut log = ClosedLog::default();
+        assert_eq!(log.note(Closed::Deadline, t0), Some((1, 0)));
+        for s in 1..=15 {
+            let why = if s % 2 == 0 { Closed::Deadline } else { Closed::Evicted };
+            assert_eq!(log.note(why, t0 + Duration::from_secs(s)), None, "second {s}");
+        }
+        // The minute is up: the 15 since the first line, and the one that makes it due.
+        assert_eq!(log.note(Closed::Evicted, t0 + LOG_EVERY), Some((7, 9)));
+        assert_eq!(log.note(Closed::Deadline, t0 + LOG_EVERY + Duration::from_secs(1)), None);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use opentelemetry::KeyValue;
 
-use super::{push, ExportInput, Points, Value, DROP_REASON, PROGRAM_STATUS, SITE_OUTCOME};
+use super::{push, ExportInput, Points, Value, CLOSE_REASON, DROP_REASON, PROGRAM_STATUS, SITE_OUTCOME};
 use tierscope_common::stats::Stat;
 
 use crate::model::agent::Attach;
@@ -128,6 +128,15 @@ def!(
     false,
     &[],
     "OTLP batches waiting in the export queue"
+);
+def!(
+    PROMETHEUS_CLOSED,
+    "tierscope.agent.prometheus.clients.closed",
+    "{connection}",
+    Counter,
+    false,
+    &[CLOSE_REASON],
+    "Prometheus endpoint clients closed before their answer was complete: past the request deadline, or evicted to make room"
 );
 
 pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {

@@ -57,6 +57,7 @@ pub const VMSTAT: &str = "tierscope.vmstat.counter";
 pub const DROP_REASON: &str = "tierscope.drop.reason";
 pub const PROGRAM_STATUS: &str = "tierscope.program.status";
 pub const SITE_OUTCOME: &str = "tierscope.site.outcome";
+pub const CLOSE_REASON: &str = "tierscope.close.reason";
 // Hardware semantic conventions (hw.*), and error.type.
 pub const HW_ID: &str = "hw.id";
 pub const HW_NAME: &str = "hw.name";
@@ -152,6 +153,7 @@ pub const CATALOG: &[MetricDef] = &[
     agent::EXPORT_QUEUED,
     agent::EXPORT_LOGS_DROPPED,
     agent::EXPORT_LOGS_SENT,
+    agent::PROMETHEUS_CLOSED,
 ];
 
 /// A value of one data point.
