@@ -10,13 +10,13 @@ use crate::{
 pub fn run(args: ExportArgs) -> Result<i32> {
     let rec = super::report::open(&args.file)?;
     if let Some(out) = &args.pprof {
-        let profile = pprof::profile(&rec);
+        let profile = pprof::profile(&rec)?;
         let bytes = pprof::encode_gzip(&profile).context("compressing the pprof profile")?;
         std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
     }
     if let Some(out) = &args.perfetto {
-        let trace = perfetto::trace(&rec);
+        let trace = perfetto::trace(&rec)?;
         std::fs::write(out, perfetto::encode(&trace)).with_context(|| format!("writing {}", out.display()))?;
         eprintln!("tierscope: wrote {} ({} trace packets)", out.display(), trace.packet.len());
     }

@@ -8,9 +8,14 @@ use crate::{
     report::{analysis, diff as compare, html, markdown},
 };
 
-/// Reads a session, printing its warnings (a truncated file, no end record) on stderr.
+/// Reads a session, printing its warnings (a truncated file, no end record) on stderr. Its
+/// frames stay in the file: a report reads them again one chunk at a time.
 pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
-    let rec = recording::read(path)?;
+    warn(recording::scan(path)?)
+}
+
+/// Prints a session's warnings (a truncated file, no end record) on stderr.
+pub fn warn(rec: recording::Recording) -> Result<recording::Recording> {
     for w in &rec.warnings {
         eprintln!("tierscope: warning: {w}");
     }
@@ -31,7 +36,7 @@ pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let rec = open(&args.file)?;
-    let a = analysis::analyze(&rec);
+    let a = analysis::analyze(&rec)?;
     let title = format!(
         "tierscope report: {}",
         args.file.file_name().map_or_else(|| args.file.display().to_string(), |n| n.to_string_lossy().into_owned())
@@ -53,7 +58,7 @@ fn name(p: &std::path::Path) -> String {
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
-    let (a, b) = (analysis::analyze(&open(&args.a)?), analysis::analyze(&open(&args.b)?));
+    let (a, b) = (analysis::analyze(&open(&args.a)?)?, analysis::analyze(&open(&args.b)?)?);
     let d = compare::compare(&a, &b, &name(&args.a), &name(&args.b));
     let text = match args.format {
         DiffFormat::Text => compare::text(&d),
