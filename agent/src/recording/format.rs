@@ -34,8 +34,8 @@ pub enum FormatError {
     ZeroVersion,
     #[error("corrupt chunk {chunk} at byte {offset}: {why}")]
     Corrupt { chunk: usize, offset: u64, why: String },
-    #[error("chunk {chunk} inflates past the bound for a file of {on_disk} bytes ({inflated} bytes, over {ratio}x its size on disk); the file is damaged or not a tierscope session")]
-    FileInflation { chunk: usize, inflated: u64, on_disk: u64, ratio: u64 },
+    #[error("chunk {chunk} inflates past the file's bound ({inflated} bytes from {on_disk} on disk: over {floor} bytes and over {ratio}x); the file is damaged or not a tierscope session")]
+    FileInflation { chunk: usize, inflated: u64, on_disk: u64, floor: u64, ratio: u64 },
     #[error("{0}")]
     Io(std::io::Error),
 }
@@ -215,6 +215,7 @@ impl<R: Read> ChunkReader<R> {
                 chunk: at.number,
                 inflated: self.inflated + u64::from(rlen),
                 on_disk: end,
+                floor: self.limits.file_floor,
                 ratio: self.limits.file_ratio,
             });
         }
@@ -391,7 +392,7 @@ mod tests {
         assert!(matches!(e, FormatError::FileInflation { chunk: 5, inflated, .. } if inflated == 5 << 18), "{e:?}");
         let text = e.to_string();
         assert!(
-            text.starts_with("chunk 5 inflates past the bound") && text.contains("not a tierscope session"),
+            text.starts_with("chunk 5 inflates past the file's bound") && text.contains("not a tierscope session"),
             "{text}"
         );
         // The same file at its real size on disk is far under the default floor: it reads.
