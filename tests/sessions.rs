@@ -320,3 +320,117 @@ fn the_html_report_renders_its_charts_in_headless_chromium() {
     }
     std::fs::remove_dir_all(d).expect("cleanup");
 }
+
+/// CRC-32 (IEEE), as the session format checks each chunk with.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// One chunk of `raw` as stored (uncompressed) DEFLATE blocks: a valid chunk without a deflate
+/// library in the tests.
+fn stored_chunk(raw: &[u8]) -> Vec<u8> {
+    let mut body = vec![];
+    let blocks: Vec<&[u8]> = raw.chunks(65_535).collect();
+    for (i, b) in blocks.iter().enumerate() {
+        body.push(u8::from(i + 1 == blocks.len()));
+        body.extend((b.len() as u16).to_le_bytes());
+        body.extend((!(b.len() as u16)).to_le_bytes());
+        body.extend(*b);
+    }
+    let mut out = vec![];
+    out.extend((body.len() as u32).to_le_bytes());
+    out.extend((raw.len() as u32).to_le_bytes());
+    out.extend(crc32(&body).to_le_bytes());
+    out.extend(body);
+    out
+}
+
+/// A session of `frames` one-second frames of `processes` processes each, one chunk a frame.
+fn long_session(path: &Path, frames: u64, processes: u32) {
+    use std::io::Write as _;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut header = b"TSCOPE\0S".to_vec();
+    header.extend(1u32.to_le_bytes());
+    header.extend([0; 4]);
+    f.write_all(&header).expect("write");
+    let meta = r#"{"meta":{"schema":"tierscope.session/v1","tool_version":"t","host":"h","kernel":"k","started_unix_ms":0,"interval_ms":1000,"page_size":4096,"site_sample_every":1,"command":[],"selection":"s"}}"#;
+    let topology = r#"{"topology":{"nodes":[{"id":0,"tier":"dram","tier_evidence":"e","cpus":[0],"mem_total_bytes":null},{"id":1,"tier":"cxl","tier_evidence":"e","cpus":[],"mem_total_bytes":null}]}}"#;
+    f.write_all(&stored_chunk(format!("{meta}\n{topology}\n").as_bytes())).expect("write");
+    for i in 0..frames {
+        let procs: Vec<String> = (0..processes)
+            .map(|p| {
+                let pid = 1000 + p;
+                format!(
+                    r#"{{"pid":{pid},"faults":{},"alloc_pages_by_node":{{"0":{},"1":{}}},"resident_bytes_by_tier":{{"dram":{},"cxl":{}}},"migrations":{{}},"exited":false}}"#,
+                    i * 10 + u64::from(p),
+                    i * 3,
+                    i * 5,
+                    (i + 1) * 4096 * u64::from(p + 1),
+                    i * 8192
+                )
+            })
+            .collect();
+        let frame = format!(
+            r#"{{"frame":{{"t_ms":{},"nodes":[{{"id":0,"alloc_pages":{},"freed_pages":0,"mem_free_bytes":null}}],"migrations":{{}},"processes":[{}]}}}}"#,
+            i * 1000,
+            i * 7,
+            procs.join(",")
+        );
+        f.write_all(&stored_chunk(format!("{frame}\n").as_bytes())).expect("write");
+    }
+    let end = format!(r#"{{"end":{{"t_ms":{},"reason":"duration","exit_code":null,"drops":{{}}}}}}"#, frames * 1000);
+    f.write_all(&stored_chunk(format!("{end}\n").as_bytes())).expect("write");
+    f.flush().expect("flush");
+}
+
+/// Runs `tierscope ARGS` and returns its peak resident memory (ru_maxrss of the child, bytes).
+fn peak_rss_of(bin: &str, args: &[&str]) -> u64 {
+    let child = Command::new(bin).args(args).stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: plain wait4 on our own child with valid out-pointers; std's Child is not waited on after.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "tierscope {args:?}: status {status:#x}");
+    ru.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn a_long_recording_reports_and_exports_in_the_memory_of_a_short_one() {
+    let Some(bin) = tierscope_bin() else {
+        eprintln!("skipped: TIERSCOPE_BIN is not set to the built agent");
+        return;
+    };
+    let d = dir("long");
+    let (short, long) = (d.join("short.tscope"), d.join("long.tscope"));
+    // 100 processes a frame: about 20 kB of records each; 2,000 frames are about 40 MB.
+    long_session(&short, 200, 100);
+    long_session(&long, 2000, 100);
+    let out = d.join("out");
+    let o = out.to_str().expect("path");
+    for (what, args) in [
+        ("report --format md", vec!["report", "--format", "md", "-o", o]),
+        ("report --format json", vec!["report", "--format", "json", "-o", o]),
+        ("export --pprof", vec!["export", "--pprof", o]),
+    ] {
+        let run = |file: &Path| {
+            let mut a = vec![args[0], file.to_str().expect("path")];
+            a.extend(&args[1..]);
+            peak_rss_of(&bin, &a)
+        };
+        let (s, l) = (run(&short), run(&long));
+        eprintln!("{what}: peak RSS {} KiB for 200 frames, {} KiB for 2,000", s / 1024, l / 1024);
+        // Today's charts keep a few points a frame (about 1 MB for 2,000 frames); the frames
+        // themselves (about 40 MB on disk, more parsed) must not stay.
+        assert!(l < s + (12 << 20), "{what}: 10x the frames took {} KiB more", (l - s.min(l)) / 1024);
+    }
+    std::fs::remove_dir_all(d).expect("cleanup");
+}

@@ -12,13 +12,13 @@ use crate::{
 pub fn run(args: ExportArgs) -> Result<i32> {
     let rec = super::report::open(&args.file)?;
     if let Some(out) = &args.pprof {
-        let profile = pprof::profile(&rec);
+        let profile = pprof::profile(&rec)?;
         let bytes = pprof::encode_gzip(&profile).context("compressing the pprof profile")?;
         output_file::write(out, &bytes).context("the pprof profile")?;
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
     }
     if let Some(out) = &args.perfetto {
-        let trace = perfetto::trace(&rec);
+        let trace = perfetto::trace(&rec)?;
         output_file::write(out, &perfetto::encode(&trace)).context("the Perfetto trace")?;
         eprintln!("tierscope: wrote {} ({} trace packets)", out.display(), trace.packet.len());
     }

@@ -95,7 +95,7 @@ pub fn run(file: &Path, fps: u32) -> Result<i32> {
         return Ok(2);
     }
     // Read before the screen is taken: a damaged file is one plain line.
-    let rec = super::report::open(file)?;
+    let rec = super::report::warn(crate::recording::read(file)?)?;
     if rec.frames.is_empty() {
         anyhow::bail!(
             "{}: the recording has no frames (it stopped before its first interval): nothing to replay",

@@ -9,11 +9,17 @@ use crate::{
     report::{analysis, diff as compare, html, markdown},
 };
 
-/// Reads a session, printing its warnings (a truncated file, no end record) on stderr. The
-/// command lines in it are masked again ([`mask_secrets`]): a file written before the recorder
-/// masked its command, or by another tool, shows no secret in a report or an export either.
+/// Reads a session, printing its warnings (a truncated file, no end record) on stderr. Its
+/// frames stay in the file: a report reads them again one chunk at a time. The command lines
+/// in it are masked again ([`mask_secrets`]): a file written before the recorder masked its
+/// command, or by another tool, shows no secret in a report or an export either.
 pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
-    let mut rec = recording::read(path)?;
+    warn(recording::scan(path)?)
+}
+
+/// Prints a session's warnings (a truncated file, no end record) on stderr and masks its
+/// command lines.
+pub fn warn(mut rec: recording::Recording) -> Result<recording::Recording> {
     for w in &rec.warnings {
         eprintln!("tierscope: warning: {w}");
     }
@@ -48,7 +54,7 @@ pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let rec = open(&args.file)?;
-    let a = analysis::analyze(&rec);
+    let a = analysis::analyze(&rec)?;
     let title = format!(
         "tierscope report: {}",
         args.file.file_name().map_or_else(|| args.file.display().to_string(), |n| n.to_string_lossy().into_owned())
@@ -70,7 +76,7 @@ fn name(p: &std::path::Path) -> String {
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
-    let (a, b) = (analysis::analyze(&open(&args.a)?), analysis::analyze(&open(&args.b)?));
+    let (a, b) = (analysis::analyze(&open(&args.a)?)?, analysis::analyze(&open(&args.b)?)?);
     let d = compare::compare(&a, &b, &name(&args.a), &name(&args.b));
     let text = match args.format {
         DiffFormat::Text => compare::text(&d),

@@ -9,7 +9,7 @@ pub mod replay;
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::Write as _,
+    io::{BufReader, Write as _},
     path::{Path, PathBuf},
 };
 
@@ -29,15 +29,20 @@ pub enum ReadError {
     NoMeta { path: PathBuf },
     #[error("{path}: schema {found} is not {expected}: update tierscope", expected = records::SCHEMA)]
     Schema { path: PathBuf, found: String },
+    #[error("{path}: the file changed while it was being read (its frames are not those of the first pass): read it again once it is complete")]
+    Changed { path: PathBuf },
 }
 
-/// A whole session, as read.
-#[derive(Clone, Debug)]
+/// A whole session, as read: every record in memory ([`read`], [`parse`]), or every record but
+/// the frames, which stay in the file and are read again, one chunk at a time, when asked
+/// ([`scan`], [`Recording::each_frame`]).
+#[derive(Clone, Debug, Default)]
 pub struct Recording {
     pub meta: Meta,
     pub topology: Option<TopologyRec>,
     /// The latest identity of every process seen.
     pub processes: BTreeMap<u32, ProcessInfo>,
+    /// Empty when the frames were left in the file (`on_disk`).
     pub frames: Vec<Frame>,
     pub events: Vec<EventRec>,
     /// The latest CXL allocation sites of every process that had some.
@@ -45,19 +50,83 @@ pub struct Recording {
     pub end: Option<EndRec>,
     /// What the reader had to skip (a partial last chunk) or could not find (no end record).
     pub warnings: Vec<String>,
+    /// Where the frames are when [`scan`] left them in the file.
+    pub on_disk: Option<OnDisk>,
+}
+
+/// The frames of a scanned session: its file, up to which byte they were read (a recorder may
+/// still be appending; a later pass stops where the first one did), how many, the last time.
+#[derive(Clone, Debug)]
+pub struct OnDisk {
+    pub path: PathBuf,
+    pub end: u64,
+    pub frames: usize,
+    pub last_t_ms: Option<u64>,
 }
 
 impl Recording {
     /// Seconds the recording covers (to its last frame).
     pub fn duration_s(&self) -> f64 {
-        self.frames.last().map_or(0.0, |f| f.t_ms as f64 / 1e3)
+        self.last_t_ms().map_or(0.0, |t| t as f64 / 1e3)
+    }
+
+    /// The time of the last frame (ms since the start).
+    pub fn last_t_ms(&self) -> Option<u64> {
+        match &self.on_disk {
+            Some(d) => d.last_t_ms,
+            None => self.frames.last().map(|f| f.t_ms),
+        }
+    }
+
+    /// How many frames the recording has.
+    pub fn frame_count(&self) -> usize {
+        self.on_disk.as_ref().map_or(self.frames.len(), |d| d.frames)
+    }
+
+    /// Calls `f` with every frame in order: from memory, or read again from the file with one
+    /// chunk in memory at a time. A file that no longer holds what [`scan`] found is an error.
+    pub fn each_frame(&self, mut f: impl FnMut(&Frame)) -> Result<(), ReadError> {
+        let Some(d) = &self.on_disk else {
+            self.frames.iter().for_each(f);
+            return Ok(());
+        };
+        let changed = || ReadError::Changed { path: d.path.clone() };
+        let mut chunks = open_chunks(&d.path)?;
+        let mut n = 0;
+        each_record(&mut chunks, &d.path, Some(d.end), |r| {
+            if let Record::Frame(fr) = r {
+                n += 1;
+                f(&fr);
+            }
+            Ok(())
+        })?;
+        if n != d.frames || chunks.offset != d.end {
+            return Err(changed());
+        }
+        Ok(())
     }
 }
 
-/// Reads a session file.
+/// Opens a session file for reading chunk by chunk.
+fn open_chunks(path: &Path) -> Result<format::ChunkReader<BufReader<File>>, ReadError> {
+    let file = File::open(path).map_err(|cause| ReadError::Io { path: path.to_path_buf(), cause })?;
+    format::ChunkReader::new(BufReader::new(file))
+        .map_err(|cause| ReadError::Format { path: path.to_path_buf(), cause })
+}
+
+/// Reads a session file with every record in memory (`top --replay` moves between its frames).
+/// The file is read one chunk at a time; what stays is the records.
 pub fn read(path: &Path) -> Result<Recording, ReadError> {
-    let bytes = std::fs::read(path).map_err(|cause| ReadError::Io { path: path.to_path_buf(), cause })?;
-    parse(&bytes, path)
+    let mut chunks = open_chunks(path)?;
+    collect(&mut chunks, path, Keep::Frames)
+}
+
+/// Reads a session file leaving its frames in the file: memory is one chunk and the records
+/// other than frames (the header, processes, events, sites), whatever the number of frames.
+/// [`Recording::each_frame`] reads them again when asked.
+pub fn scan(path: &Path) -> Result<Recording, ReadError> {
+    let mut chunks = open_chunks(path)?;
+    collect(&mut chunks, path, Keep::OnDisk)
 }
 
 /// Reads a session from bytes alone: the reader's single pure entry (no I/O), which the fuzz
@@ -68,60 +137,82 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Recording, ReadError> {
 
 /// Reads a session from its bytes (`path` names it in errors).
 pub fn parse(bytes: &[u8], path: &Path) -> Result<Recording, ReadError> {
-    let p = || path.to_path_buf();
-    let chunks = format::decode(bytes).map_err(|cause| ReadError::Format { path: p(), cause })?;
-    let mut meta = None;
-    let mut rec = Recording {
-        meta: Meta {
-            schema: String::new(),
-            tool_version: String::new(),
-            host: String::new(),
-            kernel: String::new(),
-            started_unix_ms: 0,
-            interval_ms: 0,
-            page_size: 0,
-            site_sample_every: 0,
-            command: vec![],
-            selection: String::new(),
-            ..Default::default()
-        },
-        topology: None,
-        processes: BTreeMap::new(),
-        frames: vec![],
-        events: vec![],
-        sites: BTreeMap::new(),
-        end: None,
-        warnings: vec![],
-    };
-    for (ci, chunk) in chunks.chunks.iter().enumerate() {
-        for (li, line) in chunk.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+    let mut chunks =
+        format::ChunkReader::new(bytes).map_err(|cause| ReadError::Format { path: path.to_path_buf(), cause })?;
+    collect(&mut chunks, path, Keep::Frames)
+}
+
+/// Whether the frames are kept in memory or left in the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Frames,
+    OnDisk,
+}
+
+/// Parses the records of every whole chunk (up to byte `end`), one chunk in memory at a time.
+fn each_record<R: std::io::Read>(
+    chunks: &mut format::ChunkReader<R>,
+    path: &Path,
+    end: Option<u64>,
+    mut on: impl FnMut(Record) -> Result<(), ReadError>,
+) -> Result<(), ReadError> {
+    let mut raw = Vec::new();
+    while end.is_none_or(|e| chunks.offset < e) {
+        let at = chunks.next_into(&mut raw).map_err(|cause| ReadError::Format { path: path.to_path_buf(), cause })?;
+        let Some(at) = at else { break };
+        for (li, line) in raw.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
             let r: Record = serde_json::from_slice(line).map_err(|e| ReadError::BadRecord {
-                path: p(),
-                chunk: ci + 1,
+                path: path.to_path_buf(),
+                chunk: at.number,
                 line: li + 1,
                 why: e.to_string(),
             })?;
-            match r {
-                Record::Meta(m) => {
-                    if m.schema != records::SCHEMA {
-                        return Err(ReadError::Schema { path: p(), found: m.schema });
-                    }
-                    meta = Some(m);
-                }
-                Record::Topology(t) => rec.topology = Some(t),
-                Record::Process(i) => {
-                    rec.processes.insert(i.pid, i);
-                }
-                Record::Frame(f) => rec.frames.push(f),
-                Record::Event(e) => rec.events.push(e),
-                Record::Sites(s) => {
-                    rec.sites.insert(s.pid, s);
-                }
-                Record::End(e) => rec.end = Some(e),
-            }
+            on(r)?;
         }
     }
+    Ok(())
+}
+
+fn collect<R: std::io::Read>(
+    chunks: &mut format::ChunkReader<R>,
+    path: &Path,
+    keep: Keep,
+) -> Result<Recording, ReadError> {
+    let p = || path.to_path_buf();
+    let mut meta = None;
+    let mut rec = Recording::default();
+    let (mut frames, mut last_t_ms) = (0usize, None);
+    each_record(chunks, path, None, |r| {
+        match r {
+            Record::Meta(m) => {
+                if m.schema != records::SCHEMA {
+                    return Err(ReadError::Schema { path: p(), found: m.schema });
+                }
+                meta = Some(m);
+            }
+            Record::Topology(t) => rec.topology = Some(t),
+            Record::Process(i) => {
+                rec.processes.insert(i.pid, i);
+            }
+            Record::Frame(f) => {
+                frames += 1;
+                last_t_ms = Some(f.t_ms);
+                if keep == Keep::Frames {
+                    rec.frames.push(f);
+                }
+            }
+            Record::Event(e) => rec.events.push(e),
+            Record::Sites(s) => {
+                rec.sites.insert(s.pid, s);
+            }
+            Record::End(e) => rec.end = Some(e),
+        }
+        Ok(())
+    })?;
     rec.meta = meta.ok_or_else(|| ReadError::NoMeta { path: p() })?;
+    if keep == Keep::OnDisk {
+        rec.on_disk = Some(OnDisk { path: p(), end: chunks.offset, frames, last_t_ms });
+    }
     if let Some((at, len)) = chunks.truncated {
         rec.warnings.push(format!(
             "{}: truncated: the last {len} bytes (a partial chunk at byte {at}) were ignored; read up to {:.1} s",

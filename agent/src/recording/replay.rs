@@ -238,6 +238,7 @@ mod tests {
             sites: BTreeMap::new(),
             end: None,
             warnings: vec![],
+            on_disk: None,
         }
     }
 

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     model::histogram::Log2Histogram,
     recording::{
-        records::{EventKind, Frame},
-        Recording,
+        records::{EventKind, Frame, ProcessFrame},
+        ReadError, Recording,
     },
 };
 
@@ -170,37 +170,52 @@ fn secs(f: &Frame) -> f64 {
     f.t_ms as f64 / 1e3
 }
 
-/// Per-second rates of a cumulative counter between consecutive frames (at the later frame).
-fn rates(frames: &[Frame], value: impl Fn(&Frame) -> Option<u64>) -> Vec<(f64, f64)> {
-    frames
-        .windows(2)
-        .filter_map(|w| {
-            let dt = secs(&w[1]) - secs(&w[0]);
-            let (a, b) = (value(&w[0]).unwrap_or(0), value(&w[1])?);
-            (dt > 0.0).then(|| (secs(&w[1]), b.saturating_sub(a) as f64 / dt))
-        })
-        .collect()
+/// Per-second rates of a cumulative counter between consecutive frames (at the later frame),
+/// fed one frame at a time: a frame without the counter has no point, and the frame after it
+/// counts from zero.
+#[derive(Default)]
+struct Rates {
+    prev: Option<(f64, Option<u64>)>,
+    points: Vec<(f64, f64)>,
+}
+
+impl Rates {
+    /// A counter first seen after the first frame: the frame before it had none.
+    fn after(prev_t: Option<f64>) -> Rates {
+        Rates { prev: prev_t.map(|t| (t, None)), points: vec![] }
+    }
+
+    fn push(&mut self, t: f64, v: Option<u64>) {
+        if let (Some((pt, pv)), Some(b)) = (self.prev, v) {
+            let dt = t - pt;
+            if dt > 0.0 {
+                self.points.push((t, b.saturating_sub(pv.unwrap_or(0)) as f64 / dt));
+            }
+        }
+        self.prev = Some((t, v));
+    }
 }
 
 /// Resident bytes per tier of each process at each frame, the last known value carried while
-/// numa_maps was not re-read, zero after the process exited.
-fn residency(frames: &[Frame]) -> Vec<BTreeMap<u32, BTreeMap<String, u64>>> {
-    let mut last: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
-    frames
-        .iter()
-        .map(|f| {
-            let mut now = BTreeMap::new();
-            for p in &f.processes {
-                if let Some(r) = &p.resident_bytes_by_tier {
-                    last.insert(p.pid, r.clone());
-                }
-                if !p.exited {
-                    now.insert(p.pid, last.get(&p.pid).cloned().unwrap_or_default());
-                }
+/// numa_maps was not re-read, absent after the process exited; fed one frame at a time.
+#[derive(Default)]
+struct Residency {
+    last: BTreeMap<u32, BTreeMap<String, u64>>,
+}
+
+impl Residency {
+    fn frame(&mut self, f: &Frame) -> BTreeMap<u32, BTreeMap<String, u64>> {
+        let mut now = BTreeMap::new();
+        for p in &f.processes {
+            if let Some(r) = &p.resident_bytes_by_tier {
+                self.last.insert(p.pid, r.clone());
             }
-            now
-        })
-        .collect()
+            if !p.exited {
+                now.insert(p.pid, self.last.get(&p.pid).cloned().unwrap_or_default());
+            }
+        }
+        now
+    }
 }
 
 /// The integral of samples over time, each value held until the next sample.
@@ -218,23 +233,133 @@ fn label(rec: &Recording, pid: u32) -> String {
     }
 }
 
-pub fn analyze(rec: &Recording) -> Analysis {
-    let frames = &rec.frames;
+fn tiering_sum(f: &Frame, prefix: &str) -> Option<u64> {
+    let v: Vec<u64> = f.tiering.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, &v)| v).collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
+/// What the first pass over the frames keeps: per frame only the few figures the charts draw
+/// (totals per tier, rates per node and reason); per process its last frame and peaks; the last
+/// frame whole. Nothing else of a frame outlives it.
+#[derive(Default)]
+struct FirstPass {
+    residency: Residency,
+    /// (seconds, bytes per tier of every selected process) of each frame.
+    tier_totals: Vec<(f64, BTreeMap<String, u64>)>,
+    peak: BTreeMap<u32, BTreeMap<String, u64>>,
+    last_of: BTreeMap<u32, ProcessFrame>,
+    first_seen: BTreeMap<u32, f64>,
+    nodes: BTreeMap<u32, Rates>,
+    promoted: Rates,
+    demoted: Rates,
+    reasons: BTreeMap<String, Rates>,
+    prev_t: Option<f64>,
+    first_tiering: Option<(Option<u64>, Option<u64>)>,
+    last: Option<Frame>,
+}
+
+impl FirstPass {
+    fn frame(&mut self, f: &Frame, node_ids: &[u32]) {
+        let t = secs(f);
+        let now = self.residency.frame(f);
+        let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+        for (pid, tiers) in &now {
+            let peak = self.peak.entry(*pid).or_default();
+            for (tier, &b) in tiers {
+                *totals.entry(tier.clone()).or_default() += b;
+                let e = peak.entry(tier.clone()).or_default();
+                *e = (*e).max(b);
+            }
+        }
+        self.tier_totals.push((t, totals));
+        for p in &f.processes {
+            self.first_seen.entry(p.pid).or_insert(t);
+            self.last_of.insert(p.pid, p.clone());
+        }
+        for &id in node_ids {
+            let v = f.nodes.iter().find(|n| n.id == id).map(|n| n.alloc_pages);
+            self.nodes.entry(id).or_default().push(t, v);
+        }
+        self.promoted.push(t, f.tiering.get("pgpromote_success").copied());
+        self.demoted.push(t, tiering_sum(f, "pgdemote_"));
+        for r in f.migrations.keys() {
+            self.reasons.entry(r.clone()).or_insert_with(|| Rates::after(self.prev_t));
+        }
+        for (r, rates) in &mut self.reasons {
+            rates.push(t, f.migrations.get(r).map(|m| m.succeeded));
+        }
+        self.first_tiering
+            .get_or_insert_with(|| (f.tiering.get("pgpromote_success").copied(), tiering_sum(f, "pgdemote_")));
+        self.prev_t = Some(t);
+        self.last = Some(f.clone());
+    }
+}
+
+/// The processes and ranks drawn one chart each, and their figures at each frame (the second
+/// pass: which they are is known only once every frame was seen).
+struct SecondPass<'a> {
+    residency: Residency,
+    charted: &'a [u32],
+    ranks: &'a BTreeMap<(Option<String>, u32), Vec<u32>>,
+    tiers: &'a [String],
+    /// Per charted process, per tier: points.
+    process_points: BTreeMap<u32, Vec<Vec<(f64, f64)>>>,
+    /// Per tier, per rank: points.
+    rank_points: Vec<Vec<Vec<(f64, f64)>>>,
+    faults: BTreeMap<u32, Rates>,
+}
+
+impl SecondPass<'_> {
+    fn frame(&mut self, f: &Frame) {
+        let t = secs(f);
+        let now = self.residency.frame(f);
+        let on = |pid: &u32, tier: &str| now.get(pid).and_then(|m| m.get(tier)).copied();
+        for pid in self.charted {
+            let series = self.process_points.entry(*pid).or_insert_with(|| vec![vec![]; self.tiers.len()]);
+            for (i, tier) in self.tiers.iter().enumerate() {
+                series[i].push((t, on(pid, tier).unwrap_or(0) as f64));
+            }
+        }
+        if self.ranks.len() > 1 {
+            if self.rank_points.is_empty() {
+                self.rank_points = vec![vec![vec![]; self.ranks.len()]; self.tiers.len()];
+            }
+            for (i, tier) in self.tiers.iter().enumerate() {
+                for (j, pids) in self.ranks.values().enumerate() {
+                    let sum: u64 = pids.iter().filter_map(|pid| on(pid, tier)).sum();
+                    self.rank_points[i][j].push((t, sum as f64));
+                }
+            }
+        }
+        for (pid, rates) in &mut self.faults {
+            rates.push(t, f.processes.iter().find(|q| q.pid == *pid).map(|q| q.faults));
+        }
+    }
+}
+
+/// The analysis of a recording. Its frames are read twice, one at a time (from memory or again
+/// from the file): memory holds the figures the report draws, never the frames.
+pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
     let duration = rec.duration_s();
-    let res = residency(frames);
-    let mut tiers: Vec<String> = res.iter().flat_map(|m| m.values().flat_map(|t| t.keys().cloned())).collect();
+    let node_ids: Vec<u32> = rec.topology.as_ref().map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
+    let mut first = FirstPass::default();
+    let mut insights = super::insights::Insights::new(duration);
+    rec.each_frame(|f| {
+        first.frame(f, &node_ids);
+        insights.frame(f);
+    })?;
+    let mut tiers: Vec<String> = first.tier_totals.iter().flat_map(|(_, m)| m.keys().cloned()).collect();
     if let Some(t) = &rec.topology {
         tiers.extend(t.nodes.iter().map(|n| n.tier.clone()));
     }
     tiers.sort();
     tiers.dedup();
-    let tier_total = |i: usize, tier: &str| -> u64 { res[i].values().filter_map(|m| m.get(tier)).sum() };
     let mut charts = vec![];
     let tier_series: Vec<Series> = tiers
         .iter()
         .map(|t| Series {
             name: t.clone(),
-            points: frames.iter().enumerate().map(|(i, f)| (secs(f), tier_total(i, t) as f64)).collect(),
+            points: first.tier_totals.iter().map(|(s, m)| (*s, m.get(t).copied().unwrap_or(0) as f64)).collect(),
         })
         .collect();
     let all_byte_s: f64 = tier_series.iter().map(|s| held_integral(&s.points)).sum();
@@ -260,28 +385,13 @@ pub fn analyze(rec: &Recording) -> Analysis {
     });
 
     // Processes, busiest first.
-    let last_frame = |pid: u32| frames.iter().rev().find_map(|f| f.processes.iter().find(|p| p.pid == pid));
-    let mut pids: Vec<u32> = frames.iter().flat_map(|f| f.processes.iter().map(|p| p.pid)).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let peak = |pid: u32| -> BTreeMap<String, u64> {
-        let mut m: BTreeMap<String, u64> = BTreeMap::new();
-        for r in &res {
-            for (t, &b) in r.get(&pid).into_iter().flatten() {
-                let e = m.entry(t.clone()).or_default();
-                *e = (*e).max(b);
-            }
-        }
-        m
-    };
-    let first_seen = |pid: u32| frames.iter().find(|f| f.processes.iter().any(|p| p.pid == pid)).map_or(0.0, secs);
-    let mut processes: Vec<ProcessUse> = pids
+    let mut processes: Vec<ProcessUse> = first
+        .last_of
         .iter()
-        .filter_map(|&pid| {
-            let p = last_frame(pid)?;
+        .map(|(&pid, p)| {
             let info = rec.processes.get(&pid);
-            let alive_s = (duration - first_seen(pid)).max(1e-3);
-            Some(ProcessUse {
+            let alive_s = (duration - first.first_seen.get(&pid).copied().unwrap_or(0.0)).max(1e-3);
+            ProcessUse {
                 pid,
                 comm: info.map(|i| i.comm.clone()).unwrap_or_default(),
                 cmdline: info.map(|i| i.cmdline.clone()).unwrap_or_default(),
@@ -290,34 +400,17 @@ pub fn analyze(rec: &Recording) -> Analysis {
                 faults: p.faults,
                 faults_per_s: p.faults as f64 / alive_s,
                 alloc_pages_by_node: p.alloc_pages_by_node.clone(),
-                peak_bytes_by_tier: peak(pid),
+                peak_bytes_by_tier: first.peak.get(&pid).cloned().unwrap_or_default(),
                 exited: p.exited,
-            })
+            }
         })
         .collect();
     let size = |p: &ProcessUse| p.peak_bytes_by_tier.values().sum::<u64>();
     processes.sort_by(|a, b| size(b).cmp(&size(a)).then(b.faults.cmp(&a.faults)).then(a.pid.cmp(&b.pid)));
     // One chart per big process (a shell or a sleep beside a trainer is not worth a chart).
     let biggest = processes.first().map_or(0, size);
-    for p in processes.iter().filter(|p| size(p) * 20 >= biggest).take(CHARTED_PROCESSES) {
-        let series = tiers
-            .iter()
-            .map(|t| Series {
-                name: t.clone(),
-                points: frames
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| (secs(f), res[i].get(&p.pid).and_then(|m| m.get(t)).copied().unwrap_or(0) as f64))
-                    .collect(),
-            })
-            .collect();
-        charts.push(Chart {
-            id: format!("residency-{}", p.pid),
-            title: format!("Resident memory per tier: {}", label(rec, p.pid)),
-            unit: "bytes".into(),
-            series,
-        });
-    }
+    let charted: Vec<u32> =
+        processes.iter().filter(|p| size(p) * 20 >= biggest).take(CHARTED_PROCESSES).map(|p| p.pid).collect();
     // Ranks of a job, one line each, per tier: a rank's data-loader workers and other children
     // carry its rank number and count with it.
     let mut ranks: BTreeMap<(Option<String>, u32), Vec<u32>> = BTreeMap::new();
@@ -326,20 +419,36 @@ pub fn analyze(rec: &Recording) -> Analysis {
             ranks.entry((p.job.clone(), r)).or_default().push(p.pid);
         }
     }
+    let fault_pids: Vec<u32> = processes.iter().take(CHARTED_PROCESSES).map(|p| p.pid).collect();
+    let mut second = SecondPass {
+        residency: Residency::default(),
+        charted: &charted,
+        ranks: &ranks,
+        tiers: &tiers,
+        process_points: BTreeMap::new(),
+        rank_points: vec![],
+        faults: fault_pids.iter().map(|&pid| (pid, Rates::default())).collect(),
+    };
+    rec.each_frame(|f| second.frame(f))?;
+    let SecondPass { mut process_points, rank_points, mut faults, .. } = second;
+    for &pid in &charted {
+        let points = process_points.remove(&pid).unwrap_or_else(|| vec![vec![]; tiers.len()]);
+        let series = tiers.iter().zip(points).map(|(t, points)| Series { name: t.clone(), points }).collect();
+        charts.push(Chart {
+            id: format!("residency-{pid}"),
+            title: format!("Resident memory per tier: {}", label(rec, pid)),
+            unit: "bytes".into(),
+            series,
+        });
+    }
     if ranks.len() > 1 {
-        for t in &tiers {
+        for (i, t) in tiers.iter().enumerate() {
             let series = ranks
-                .iter()
-                .map(|((_, rank), pids)| Series {
+                .keys()
+                .enumerate()
+                .map(|(j, (_, rank))| Series {
                     name: format!("rank {rank}"),
-                    points: frames
-                        .iter()
-                        .enumerate()
-                        .map(|(i, f)| {
-                            let on: u64 = pids.iter().filter_map(|pid| res[i].get(pid).and_then(|m| m.get(t))).sum();
-                            (secs(f), on as f64)
-                        })
-                        .collect(),
+                    points: rank_points.get(i).and_then(|r| r.get(j)).cloned().unwrap_or_default(),
                 })
                 .collect();
             charts.push(Chart {
@@ -351,12 +460,11 @@ pub fn analyze(rec: &Recording) -> Analysis {
         }
     }
 
-    let node_ids: Vec<u32> = rec.topology.as_ref().map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
     let node_series = node_ids
         .iter()
         .map(|&id| Series {
             name: format!("node {id}"),
-            points: rates(frames, |f| f.nodes.iter().find(|n| n.id == id).map(|n| n.alloc_pages)),
+            points: first.nodes.remove(&id).map(|r| r.points).unwrap_or_default(),
         })
         .collect();
     charts.push(Chart {
@@ -366,24 +474,16 @@ pub fn analyze(rec: &Recording) -> Analysis {
         series: node_series,
     });
 
-    let tiering_sum = |f: &Frame, prefix: &str| -> Option<u64> {
-        let v: Vec<u64> = f.tiering.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, &v)| v).collect();
-        (!v.is_empty()).then(|| v.iter().sum())
-    };
-    let mut reasons: Vec<String> = frames.iter().flat_map(|f| f.migrations.keys().cloned()).collect();
-    reasons.sort();
-    reasons.dedup();
+    let reasons: Vec<String> = first.reasons.keys().cloned().collect();
     let mut moves = vec![
-        Series {
-            name: "promoted (pgpromote_success)".into(),
-            points: rates(frames, |f| f.tiering.get("pgpromote_success").copied()),
-        },
-        Series { name: "demoted (pgdemote_*)".into(), points: rates(frames, |f| tiering_sum(f, "pgdemote_")) },
+        Series { name: "promoted (pgpromote_success)".into(), points: std::mem::take(&mut first.promoted.points) },
+        Series { name: "demoted (pgdemote_*)".into(), points: std::mem::take(&mut first.demoted.points) },
     ];
-    moves.extend(reasons.iter().map(|r| Series {
-        name: format!("migrated: {r}"),
-        points: rates(frames, |f| f.migrations.get(r).map(|m| m.succeeded)),
-    }));
+    moves.extend(
+        std::mem::take(&mut first.reasons)
+            .into_iter()
+            .map(|(r, rates)| Series { name: format!("migrated: {r}"), points: rates.points }),
+    );
     charts.push(Chart {
         id: "migrations".into(),
         title: "Promotions, demotions and migrations".into(),
@@ -391,13 +491,9 @@ pub fn analyze(rec: &Recording) -> Analysis {
         series: moves,
     });
 
-    let mut fault_series: Vec<Series> = processes
+    let mut fault_series: Vec<Series> = fault_pids
         .iter()
-        .take(CHARTED_PROCESSES)
-        .map(|p| Series {
-            name: label(rec, p.pid),
-            points: rates(frames, |f| f.processes.iter().find(|q| q.pid == p.pid).map(|q| q.faults)),
-        })
+        .map(|pid| Series { name: label(rec, *pid), points: faults.remove(pid).map(|r| r.points).unwrap_or_default() })
         .collect();
     fault_series.retain(|s| s.points.iter().any(|p| p.1 > 0.0));
     charts.push(Chart {
@@ -407,7 +503,7 @@ pub fn analyze(rec: &Recording) -> Analysis {
         series: fault_series,
     });
 
-    let last = frames.last();
+    let last = first.last.as_ref();
     let migrations = reasons
         .iter()
         .map(|r| {
@@ -429,7 +525,7 @@ pub fn analyze(rec: &Recording) -> Analysis {
         })
         .unwrap_or_default();
     for p in processes.iter().take(CHARTED_PROCESSES) {
-        if let Some(b) = last_frame(p.pid).map(|f| &f.fault_latency).filter(|b| !b.is_empty()) {
+        if let Some(b) = first.last_of.get(&p.pid).map(|f| &f.fault_latency).filter(|b| !b.is_empty()) {
             histograms.push(Histogram {
                 name: format!("fault latency: {}", label(rec, p.pid)),
                 buckets: b.clone(),
@@ -483,12 +579,13 @@ pub fn analyze(rec: &Recording) -> Analysis {
         }
     }
     let faults: u64 = processes.iter().map(|p| p.faults).sum();
-    let delta = |key: &dyn Fn(&Frame) -> Option<u64>| match (frames.first().and_then(key), last.and_then(key)) {
+    let (first_promoted, first_demoted) = first.first_tiering.unwrap_or_default();
+    let delta = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) => b.saturating_sub(a),
         (None, Some(b)) => b,
         _ => 0,
     };
-    Analysis {
+    Ok(Analysis {
         schema: SCHEMA.into(),
         summary: Summary {
             host: rec.meta.host.clone(),
@@ -520,8 +617,8 @@ pub fn analyze(rec: &Recording) -> Analysis {
             })
             .collect(),
         tiers: tier_use,
-        promoted_pages: delta(&|f: &Frame| f.tiering.get("pgpromote_success").copied()),
-        demoted_pages: delta(&|f: &Frame| tiering_sum(f, "pgdemote_")),
+        promoted_pages: delta(first_promoted, last.and_then(|f| f.tiering.get("pgpromote_success").copied())),
+        demoted_pages: delta(first_demoted, last.and_then(|f| tiering_sum(f, "pgdemote_"))),
         migrations,
         faults,
         faults_per_s: if duration > 0.0 { faults as f64 / duration } else { 0.0 },
@@ -531,6 +628,6 @@ pub fn analyze(rec: &Recording) -> Analysis {
         health,
         events,
         charts,
-        insights: super::insights::insights(rec),
-    }
+        insights: insights.finish(),
+    })
 }

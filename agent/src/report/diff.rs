@@ -283,8 +283,8 @@ mod tests {
     #[test]
     fn a_run_that_moved_its_memory_differs_from_one_that_did_not() {
         let d = tmp("diff");
-        let stayed = analyze(&parse(&moving_session(&d, false), Path::new("a")).unwrap());
-        let moved = analyze(&parse(&moving_session(&d, true), Path::new("b")).unwrap());
+        let stayed = analyze(&parse(&moving_session(&d, false), Path::new("a")).unwrap()).unwrap();
+        let moved = analyze(&parse(&moving_session(&d, true), Path::new("b")).unwrap()).unwrap();
         let diff = compare(&stayed, &moved, "stayed", "moved");
         let get = |s: &str, m: &str| diff.rows.iter().find(|r| r.section == s && r.metric == m).unwrap().clone();
         let cxl = get("tier cxl", "time × bytes");

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::escape::escape;
 use crate::{
     model::insights::{InsightId, Severity, Subject},
-    recording::{records::InsightRec, Recording},
+    recording::{
+        records::{Frame, InsightRec},
+        ReadError, Recording,
+    },
 };
 
 /// One insight of a session, from its opening to its closing (or the end of the recording).
@@ -54,16 +57,31 @@ fn badness(r: &InsightRec) -> (Severity, f64) {
 }
 
 /// Every insight that was open during the recording, in the order they opened.
-pub fn insights(rec: &Recording) -> Vec<InsightUse> {
-    let end_s = rec.duration_s();
-    // One insight: its id, subject and opening time.
-    let mut seen: BTreeMap<(InsightId, String, u64), InsightUse> = BTreeMap::new();
-    for f in &rec.frames {
+pub fn insights(rec: &Recording) -> Result<Vec<InsightUse>, ReadError> {
+    let mut acc = Insights::new(rec.duration_s());
+    rec.each_frame(|f| acc.frame(f))?;
+    Ok(acc.finish())
+}
+
+/// The insights of a recording, gathered one frame at a time (memory: one entry per insight).
+pub struct Insights {
+    end_s: f64,
+    /// One insight: its id, subject and opening time.
+    seen: BTreeMap<(InsightId, String, u64), InsightUse>,
+}
+
+impl Insights {
+    /// `end_s`: the recording's duration (an insight still open at the end is open until then).
+    pub fn new(end_s: f64) -> Self {
+        Insights { end_s, seen: BTreeMap::new() }
+    }
+
+    pub fn frame(&mut self, f: &Frame) {
         let t_s = f.t_ms as f64 / 1e3;
         for r in &f.insights {
             let key = (r.id, r.subject.key(), r.opened_t_ms);
             let closed_s = r.closed_t_ms.map(|c| c as f64 / 1e3);
-            let u = seen.entry(key).or_insert_with(|| InsightUse {
+            let u = self.seen.entry(key).or_insert_with(|| InsightUse {
                 id: r.id,
                 severity: r.severity,
                 subject: r.subject.clone(),
@@ -86,12 +104,15 @@ pub fn insights(rec: &Recording) -> Vec<InsightUse> {
                 u.details = r.details.clone();
             }
             u.closed_s = u.closed_s.or(closed_s);
-            u.open_s = (u.closed_s.unwrap_or(end_s) - u.opened_s).max(0.0);
+            u.open_s = (u.closed_s.unwrap_or(self.end_s) - u.opened_s).max(0.0);
         }
     }
-    let mut v: Vec<InsightUse> = seen.into_values().collect();
-    v.sort_by(|a, b| a.opened_s.total_cmp(&b.opened_s).then(a.id.cmp(&b.id)).then(a.about.cmp(&b.about)));
-    v
+
+    pub fn finish(self) -> Vec<InsightUse> {
+        let mut v: Vec<InsightUse> = self.seen.into_values().collect();
+        v.sort_by(|a, b| a.opened_s.total_cmp(&b.opened_s).then(a.id.cmp(&b.id)).then(a.about.cmp(&b.about)));
+        v
+    }
 }
 
 /// What an insight is about, in terms that hold across runs (pids and job ids differ from one
@@ -311,6 +332,7 @@ mod tests {
             sites: BTreeMap::new(),
             end: None,
             warnings: vec![],
+            on_disk: None,
         }
     }
 
@@ -327,7 +349,7 @@ mod tests {
             // The same process opens it again: a second insight.
             vec![rec(8, "load", 3000.0, w, 2000, None), rec(7, "train", 8000.0, w, 6000, None)],
         ]);
-        let v = insights(&r);
+        let v = insights(&r).unwrap();
         let row = |pid: u32, opened: f64| {
             v.iter()
                 .find(|u| matches!(u.subject, Subject::Process { pid: p, .. } if p == pid) && u.opened_s == opened)
@@ -357,7 +379,7 @@ mod tests {
             vec![rec(7, "t", 9000.0, Severity::Warning, 0, None)],
             vec![rec(7, "t", 100.0, Severity::Critical, 0, None)],
         ]);
-        let v = insights(&r);
+        let v = insights(&r).unwrap();
         assert_eq!((v[0].severity, v[0].worst_s, v[0].evidence["alloc_pages_per_s"]), (Severity::Critical, 1.0, 100.0));
     }
 
@@ -365,9 +387,10 @@ mod tests {
     fn a_diff_lists_insights_of_one_run_only_and_of_both() {
         let w = Severity::Warning;
         let a =
-            insights(&recording(vec![vec![rec(7, "train", 5000.0, w, 0, None), rec(8, "load", 5000.0, w, 0, None)]]));
+            insights(&recording(vec![vec![rec(7, "train", 5000.0, w, 0, None), rec(8, "load", 5000.0, w, 0, None)]]))
+                .unwrap();
         // Other pids in run B: the command is what is compared.
-        let b = insights(&recording(vec![vec![rec(70, "train", 5000.0, w, 0, None)], vec![]]));
+        let b = insights(&recording(vec![vec![rec(70, "train", 5000.0, w, 0, None)], vec![]])).unwrap();
         let c = compare(&a, &b);
         let got: Vec<(&str, &str)> = c.iter().map(|c| (c.change.as_str(), c.about.as_str())).collect();
         assert_eq!(got, vec![("only in A", "process load"), ("in both", "process train")]);

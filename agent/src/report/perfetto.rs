@@ -18,7 +18,7 @@ use crate::{
     model::insights::Subject,
     recording::{
         records::{EventKind, Frame},
-        Recording,
+        ReadError, Recording,
     },
 };
 
@@ -335,17 +335,19 @@ fn node_name(rec: &Recording, id: u32) -> String {
 }
 
 /// The trace of the recording.
-pub fn trace(rec: &Recording) -> Trace {
+pub fn trace(rec: &Recording) -> Result<Trace, ReadError> {
     let mut w =
         Writer { trace: Trace::default(), tracks: BTreeMap::new(), started_ns: rec.meta.started_unix_ms * 1_000_000 };
     let page = rec.meta.page_size;
     let mut resident: BTreeMap<u32, Resident> = BTreeMap::new();
     let mut events = rec.events.iter().peekable();
-    let uses = insights(rec);
-    let end_ms = rec.frames.last().map_or(0, |f| f.t_ms);
+    let uses = insights(rec)?;
+    let end_ms = rec.last_t_ms().unwrap_or(0);
     let mut marks = marks(&uses, end_ms).into_iter().peekable();
-    let mut prev: Option<&Frame> = None;
-    for f in &rec.frames {
+    // The frames are read one at a time; the one before is kept for the rates.
+    let mut prev_frame: Option<Frame> = None;
+    rec.each_frame(|f| {
+        let prev = prev_frame.as_ref();
         while let Some(e) = events.next_if(|e| e.t_ms <= f.t_ms) {
             w.instant(e.t_ms, describe(&e.kind));
         }
@@ -420,15 +422,15 @@ pub fn trace(rec: &Recording) -> Trace {
         for (tier, bytes) in by_tier {
             w.counter(t, None, format!("tier {tier} resident bytes"), Unit::Bytes, bytes as f64);
         }
-        prev = Some(f);
-    }
+        prev_frame = Some(f.clone());
+    })?;
     for e in events {
         w.instant(e.t_ms, describe(&e.kind));
     }
     for m in marks {
         w.insight_mark(rec, &m, &uses[m.insight]);
     }
-    w.trace
+    Ok(w.trace)
 }
 
 /// An event in words, as its instant is named.
@@ -480,7 +482,7 @@ mod tests {
     #[test]
     fn residency_moves_from_the_cxl_to_the_dram_track_when_memory_moves() {
         let rec = recording_with_sites();
-        let t = Trace::decode(&encode(&trace(&rec))[..]).expect("decodes");
+        let t = Trace::decode(&encode(&trace(&rec).unwrap())[..]).expect("decodes");
         let cxl = values(&t, "tier cxl resident bytes");
         let dram = values(&t, "tier dram resident bytes");
         assert_eq!(cxl.len(), rec.frames.len());
@@ -584,7 +586,7 @@ mod tests {
         for f in &mut rec.frames[8..] {
             f.insights.push(node.clone());
         }
-        let t = Trace::decode(&encode(&trace(&rec))[..]).expect("decodes");
+        let t = Trace::decode(&encode(&trace(&rec).unwrap())[..]).expect("decodes");
         let started = rec.meta.started_unix_ms * 1_000_000;
         let ns = |ms: u64| started + ms * 1_000_000;
         let process = t
@@ -627,7 +629,7 @@ mod tests {
 
     #[test]
     fn a_recording_without_insights_has_no_insight_tracks() {
-        let t = trace(&recording_with_sites());
+        let t = trace(&recording_with_sites()).unwrap();
         let names: Vec<&str> = t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.name.as_deref()).collect();
         assert!(!names.iter().any(|n| n.contains("insight")), "{names:?}");
     }

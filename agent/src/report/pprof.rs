@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 
 use super::insights::{insights, InsightUse};
-use crate::recording::Recording;
+use crate::recording::{ReadError, Recording};
 
 /// The messages of profile.proto that a profile of sites uses, field numbers as there.
 mod proto {
@@ -172,7 +172,7 @@ fn cxl_nodes(rec: &Recording) -> String {
 }
 
 /// The profile of the recording's CXL allocation sites (the latest totals of each process).
-pub fn profile(rec: &Recording) -> Profile {
+pub fn profile(rec: &Recording) -> Result<Profile, ReadError> {
     let mut strings = Strings::new();
     let page_size = rec.meta.page_size.max(1) as i64;
     let sample_type = vec![
@@ -253,11 +253,11 @@ pub fn profile(rec: &Recording) -> Profile {
         comments.push(format!("command: {}", rec.meta.command.join(" ")));
     }
     comments.push(format!("selection: {}", rec.meta.selection));
-    comments.extend(insights(rec).iter().map(insight_comment));
+    comments.extend(insights(rec)?.iter().map(insight_comment));
     out.comment = comments.iter().map(|c| strings.id(c)).collect();
     out.default_sample_type = strings.id("cxl_bytes");
     out.string_table = strings.table;
-    out
+    Ok(out)
 }
 
 /// An insight as one comment line: `insight allocation_churn warning on train 7, open 2.0 s to
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn every_site_is_a_sample_with_its_pages_bytes_labels_and_frames() {
         let rec = recording_with_sites();
-        let p = profile(&rec);
+        let p = profile(&rec).unwrap();
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(s(0), "");
         let types: Vec<(&str, &str)> = p.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
@@ -357,7 +357,7 @@ mod tests {
         let node =
             InsightRec { id: InsightId::UnhealthyDeviceUnderJob, subject: Subject::Node { node: 1 }, ..churn(None) };
         rec.frames[9].insights = vec![InsightRec { since_t_ms: 8000, opened_t_ms: 9000, ..node }];
-        let p = profile(&rec);
+        let p = profile(&rec).unwrap();
         let lines: Vec<&str> = p.comment.iter().map(|&c| p.string_table[c as usize].as_str()).collect();
         let insights: Vec<&str> = lines.iter().copied().filter(|l| l.starts_with("insight ")).collect();
         assert_eq!(

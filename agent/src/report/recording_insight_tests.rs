@@ -86,7 +86,7 @@ fn the_recorder_writes_open_insights_and_each_closing_once_and_they_read_back() 
     let rec = read(&path).expect("reads");
     std::fs::remove_dir_all(&dir).unwrap();
 
-    let a = analyze(&rec);
+    let a = analyze(&rec).unwrap();
     assert_eq!(a.insights.len(), 1, "{:?}", a.insights);
     let u = &a.insights[0];
     assert_eq!((u.id, u.opened_s, u.closed_s, u.open_s), (InsightId::AllocationChurn, 2.0, Some(4.0), 2.0));
@@ -109,7 +109,7 @@ fn a_recording_from_before_insights_reads_reports_and_replays() {
     assert!(rec.frames.len() >= 3 && rec.end.is_some(), "{} frames", rec.frames.len());
     assert!(rec.frames.iter().all(|f| f.insights.is_empty()));
     assert_eq!(rec.meta.insights_open_after_s, None);
-    let a = analyze(&rec);
+    let a = analyze(&rec).unwrap();
     assert!(a.insights.is_empty() && a.faults > 0);
     assert!(markdown::render(&a, "t").contains("## Insights\n\nNone opened during the session."));
     let e = model_at(&rec, rec.frames.len() - 1).insights;

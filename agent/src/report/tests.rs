@@ -138,7 +138,7 @@ pub(crate) fn recording_with_sites() -> crate::recording::Recording {
 fn the_analysis_sees_memory_move_from_cxl_to_dram() {
     let d = tmp("moved");
     let rec = parse(&moving_session(&d, true), Path::new("m")).unwrap();
-    let a = analyze(&rec);
+    let a = analyze(&rec).unwrap();
     let tier = |t: &str| a.tiers.iter().find(|x| x.tier == t).unwrap().clone();
     assert_eq!(tier("cxl").peak_bytes, 64 * MIB);
     assert_eq!(tier("dram").final_bytes, 0, "the process exited at the last frame");
@@ -166,7 +166,7 @@ fn the_analysis_sees_memory_move_from_cxl_to_dram() {
 fn html_is_self_contained_with_charts_and_markdown_has_the_tables() {
     let d = tmp("html");
     let rec = parse(&moving_session(&d, true), Path::new("m")).unwrap();
-    let a = analyze(&rec);
+    let a = analyze(&rec).unwrap();
     let page = html::render(&a, "report <x>");
     assert!(page.starts_with("<!DOCTYPE html>"));
     for forbidden in ["<script", "http://", "https://", "<link", "@import", "url("] {
@@ -205,7 +205,7 @@ fn an_empty_recording_reports_without_dividing_by_zero() {
     .unwrap();
     w.finish().unwrap();
     let rec = crate::recording::read(&d.join("e")).unwrap();
-    let a = analyze(&rec);
+    let a = analyze(&rec).unwrap();
     assert_eq!(a.faults_per_s, 0.0);
     let page = html::render(&a, "e");
     assert!(page.contains("nothing recorded") && !page.contains("NaN"));
@@ -262,9 +262,30 @@ fn a_ranks_data_loader_workers_count_with_the_rank() {
         .expect("record");
     }
     w.finish().expect("finish");
-    let a = analyze(&crate::recording::read(&path).expect("read back"));
+    let a = analyze(&crate::recording::read(&path).expect("read back")).unwrap();
     let chart = a.charts.iter().find(|c| c.id == "ranks-dram").expect("a per-rank chart");
     let last: Vec<(String, f64)> = chart.series.iter().map(|s| (s.name.clone(), s.points[2].1)).collect();
     assert_eq!(last, vec![("rank 0".to_string(), (160 * MIB) as f64), ("rank 1".to_string(), (160 * MIB) as f64)]);
     std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+#[test]
+fn a_scanned_recording_reports_as_one_read_whole_and_a_file_changed_under_it_is_one_line() {
+    let d = tmp("scan");
+    let path = d.join("m.tscope");
+    std::fs::write(&path, moving_session(&d, true)).unwrap();
+    let whole = crate::recording::read(&path).unwrap();
+    let scanned = crate::recording::scan(&path).unwrap();
+    assert!(scanned.frames.is_empty() && !whole.frames.is_empty(), "scan leaves the frames in the file");
+    assert_eq!(scanned.frame_count(), whole.frames.len());
+    assert_eq!(scanned.duration_s(), whole.duration_s());
+    assert_eq!(analyze(&scanned).unwrap(), analyze(&whole).unwrap());
+    assert_eq!(crate::report::pprof::profile(&scanned).unwrap(), crate::report::pprof::profile(&whole).unwrap());
+    assert_eq!(crate::report::perfetto::trace(&scanned).unwrap(), crate::report::perfetto::trace(&whole).unwrap());
+    // Cut after the scan: the second read finds fewer frames and says so.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = analyze(&scanned).unwrap_err().to_string();
+    assert!(e.contains("m.tscope: the file changed while it was being read") && e.lines().count() == 1, "{e}");
+    std::fs::remove_dir_all(d).unwrap();
 }
