@@ -108,7 +108,7 @@ impl Select {
 }
 
 /// Tier and sampling settings shared by the watching commands.
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct TierFlags {
     /// Treat node N as the CXL tier whatever sysfs says (repeatable; like config `[tiers] cxl`).
     #[arg(long = "cxl-node")]
@@ -133,6 +133,20 @@ pub struct TierFlags {
     /// A TOML file of insight thresholds (the keys of `[insights]`; see the README).
     #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
     pub insights_config: Option<crate::model::insights::InsightConfig>,
+}
+
+/// The flags' own defaults (what clap gives when none is passed: bare `tierscope` is `top`).
+impl Default for TierFlags {
+    fn default() -> Self {
+        TierFlags {
+            cxl_nodes: vec![],
+            site_sample_every: crate::model::site::DEFAULT_SAMPLE_EVERY,
+            exited_grace: None,
+            site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
+            event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
+            insights_config: None,
+        }
+    }
 }
 
 /// Parses `--event-ring-kib`: a power of two, 4 to 262144.
@@ -174,9 +188,9 @@ pub struct TopArgs {
     pub fps: u32,
     #[command(flatten)]
     pub hotness: HotnessFlags,
-    /// A TOML file of insight thresholds (the keys of `[insights]`; see the README).
-    #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
-    pub insights_config: Option<crate::model::insights::InsightConfig>,
+    /// `--cxl-node N` (a one-node machine can try the CXL views), sampling, ring and insights.
+    #[command(flatten)]
+    pub tiers: TierFlags,
 }
 
 /// `--hotness` and `--hotness-config` of the watching commands.
@@ -214,7 +228,7 @@ impl Default for TopArgs {
             tick_ms: 1000,
             fps: 30,
             hotness: HotnessFlags::default(),
-            insights_config: None,
+            tiers: TierFlags::default(),
         }
     }
 }
@@ -367,6 +381,22 @@ mod tests {
 
     use super::*;
 
+    /// Bare `tierscope` is `top` with these defaults: the same as `tierscope top` parsed (a
+    /// derived default would sample nothing and ask for a ring of 0 KiB).
+    #[test]
+    fn bare_top_has_the_flags_defaults_and_takes_cxl_node() {
+        let Some(Command::Top(parsed)) = Cli::try_parse_from(["tierscope", "top"]).expect("parses").command else {
+            panic!("not top")
+        };
+        assert_eq!(format!("{parsed:?}"), format!("{:?}", TopArgs::default()));
+        let Some(Command::Top(a)) =
+            Cli::try_parse_from(["tierscope", "top", "--cxl-node", "0"]).expect("parses").command
+        else {
+            panic!("not top")
+        };
+        assert_eq!(a.tiers.cxl_nodes, vec![0]);
+    }
+
     /// `--insights-config` on every watching command; a malformed file is refused while parsing
     /// with one line naming the file, the key and what to give.
     #[test]
@@ -387,7 +417,7 @@ mod tests {
         for cmd in ["top", "snapshot", "record"] {
             let c = parse(cmd, &good).unwrap_or_else(|e| panic!("{cmd}: {e}"));
             let cfg = match c.command {
-                Some(Command::Top(a)) => a.insights_config,
+                Some(Command::Top(a)) => a.tiers.insights_config,
                 Some(Command::Snapshot { tiers, .. }) => tiers.insights_config,
                 Some(Command::Record(a)) => a.tiers.insights_config,
                 _ => unreachable!(),

@@ -92,6 +92,29 @@ fn main() {
 fn run(args: Vec<String>) -> Result<()> {
     setup::run()?;
     let bin = build::agent_release()?;
-    let args = if args.is_empty() { vec!["top".into(), "--demo".into()] } else { args };
+    let args = if args.is_empty() { first_screen(std::path::Path::new("/sys")) } else { args };
+    println!("xtask: opening `{} {}`", bin.display(), args.join(" "));
     cmd::exec(&bin, &args)
+}
+
+/// What `cargo xtask run` opens: the live UI with its demo workload; on a machine whose memory is
+/// all one node (no slower tier to show), node 0 declared the CXL tier so the CXL views (the
+/// slow tier's share, CXL allocation sites, insights) have something to show, and says so.
+fn first_screen(sysfs: &std::path::Path) -> Vec<String> {
+    let mut args: Vec<String> = vec!["top".into(), "--demo".into()];
+    let with_memory = std::fs::read_to_string(sysfs.join("devices/system/node/has_memory")).unwrap_or_default();
+    if matches!(with_memory.trim(), "0" | "") {
+        println!(
+            "xtask: this machine has one memory node (DRAM only): node 0 is declared the CXL tier \
+             (--cxl-node 0) so the demo's memory shows on a slow tier; for the machine as it is, \
+             run `target/release/tierscope top --demo`"
+        );
+        args.extend(["--cxl-node".into(), "0".into()]);
+    } else {
+        println!(
+            "xtask: memory nodes {}: the live machine as it is (add --cxl-node N after `cargo xtask run top --demo` to declare one)",
+            with_memory.trim()
+        );
+    }
+    args
 }

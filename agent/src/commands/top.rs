@@ -19,7 +19,7 @@ use crate::{
     collect::{
         counters,
         damon::{self, HotnessConfig, HotnessWorker},
-        session::{Session, SessionOptions},
+        session::Session,
     },
     demo::DemoWorkload,
     latency::{self, ProbeOptions},
@@ -196,11 +196,7 @@ struct Frozen {
 
 async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
-    let mut session = Session::start_with(SessionOptions {
-        pattern: filter.pattern.clone(),
-        insights: args.insights_config.clone(),
-        ..SessionOptions::default()
-    })?;
+    let mut session = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),
         regions: session.topology.cxl_regions.clone(),

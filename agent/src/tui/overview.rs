@@ -30,7 +30,8 @@ pub fn draw(
     app: &App,
     rows: &[ProcessRow],
 ) -> (Option<RowArea>, Vec<(Rect, SortKey)>) {
-    let node_h = (scene.nodes.len() as u16 + 2).min(area.height / 3).max(3);
+    let single_tier = one_tier_only(scene);
+    let node_h = (scene.nodes.len() as u16 + 2 + u16::from(single_tier)).min(area.height / 3).max(3);
     let spark_h = if area.height >= 30 { 8 } else { 5 };
     let tier_of = |n: u32| scene.tier_of(n);
     let hot_line = super::hotness::overview_line(&scene.model.hotness, &tier_of, area.width as usize);
@@ -44,7 +45,7 @@ pub fn draw(
         Constraint::Min(0),
     ])
     .areas(area);
-    f.render_widget(node_table(scene, nodes), nodes);
+    f.render_widget(node_table(scene, single_tier, nodes), nodes);
     let [left, _, right] =
         Layout::horizontal([Constraint::Fill(1), Constraint::Length(2), Constraint::Fill(1)]).areas(sparks);
     draw_rate(f, left, scene, "Promotions", PROMOTION, &scene.history.promotions, theme::promotion());
@@ -100,7 +101,17 @@ fn busiest_regions(app: &App, rows: &[ProcessRow], area: Rect) -> (Option<RowAre
     (rows, headings)
 }
 
-fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
+/// Nodes there are, and none of them a slower tier (one DRAM node, as on most laptops and CI
+/// machines): tiers, promotions and CXL sites have nothing to show, and the screen says so.
+fn one_tier_only(scene: &Scene<'_>) -> bool {
+    !scene.nodes.is_empty() && scene.nodes.iter().all(|n| n.tier == crate::topology::Tier::Dram)
+}
+
+/// What the Overview says on a machine without a slow tier.
+pub const ONE_TIER: &str =
+    "No slower memory tier here (DRAM only): nothing to promote or demote. Try the CXL views with `tierscope top --cxl-node 0`.";
+
+fn node_table(scene: &Scene<'_>, single_tier: bool, area: Rect) -> Paragraph<'static> {
     let w = area.width as usize;
     let wide = w >= 120;
     // NODE TIER CPUS CAPACITY USED-bar % ALLOC/s FREE/s [evidence]
@@ -147,6 +158,9 @@ fn node_table(scene: &Scene<'_>, area: Rect) -> Paragraph<'static> {
             spans.push(Span::styled(format!("  {}", format::truncate(&n.tier_evidence, evidence_w)), theme::dim()));
         }
         lines.push(Line::from(spans));
+    }
+    if single_tier {
+        lines.push(Line::from(Span::styled(format::truncate(ONE_TIER, w), theme::warn())));
     }
     Paragraph::new(lines)
 }

@@ -327,3 +327,18 @@ fn insights_view_and_overview_with_open_insights() {
     let overview = render(&f, &app(View::Overview), 120, 30);
     assert!(overview.contains("Insights 2 open: 1 critical 1 warning"), "{overview}");
 }
+
+/// On a machine with DRAM only (one node, as most laptops and CI machines), the Overview says in
+/// one line that there is no slower tier and how to try the CXL views; with a CXL node it does not.
+#[test]
+fn a_machine_without_a_slow_tier_says_so_on_the_overview() {
+    let mut f = Fixture::training();
+    let with_cxl = render(&f, &app(View::Overview), 160, 48);
+    assert!(!with_cxl.contains("No slower memory tier"), "{with_cxl}");
+    f.nodes.retain(|n| n.tier == crate::topology::Tier::Dram);
+    assert!(!f.nodes.is_empty(), "the fixture has a DRAM node");
+    let dram_only = render(&f, &app(View::Overview), 160, 48);
+    let lines: Vec<&str> = dram_only.lines().filter(|l| l.contains("No slower memory tier here (DRAM only)")).collect();
+    assert_eq!(lines.len(), 1, "{dram_only}");
+    assert!(lines[0].contains("tierscope top --cxl-node 0"), "{dram_only}");
+}
