@@ -15,7 +15,7 @@ use std::{
 use serde_json::Value;
 use tierscope_tests::{require_root_and_agent, tierscope_bin};
 
-/// The capabilities `tierscope run` needs (README, "What the agent needs and guarantees").
+/// The capabilities `tierscope run` needs (docs/security.md, "What the agent needs and guarantees").
 const CAPABILITIES: [&str; 4] = ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"];
 
 fn root() -> PathBuf {

@@ -16,7 +16,7 @@ use std::{
 
 use export_support::*;
 
-/// The capabilities the agent needs (README "What the agent needs"; deploy/ grants these).
+/// The capabilities the agent needs (docs/security.md; deploy/ grants these).
 const NEEDED: &[&str] = &["bpf", "perfmon", "sys_ptrace", "dac_read_search"];
 const PAGES: usize = 4096;
 

@@ -130,7 +130,7 @@ pub struct TierFlags {
     /// bigger than it is counted as `ringbuf_full` losses.
     #[arg(long, value_name = "KIB", default_value_t = crate::model::agent::DEFAULT_EVENT_RING_KIB, value_parser = ring_kib)]
     pub event_ring_kib: u32,
-    /// A TOML file of insight thresholds (the keys of `[insights]`; see the README).
+    /// A TOML file of insight thresholds (the keys of `[insights]`; see docs/insights.md).
     #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
     pub insights_config: Option<crate::model::insights::InsightConfig>,
 }
@@ -374,6 +374,9 @@ pub struct ExportArgs {
     #[arg(long, value_name = "OUT.pftrace")]
     pub perfetto: Option<PathBuf>,
 }
+
+#[cfg(test)]
+mod docs_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! What the agent needs from the node (capabilities, mounts) and what the absence of each costs.
 //! Pure: `tierscope check` passes in the capability mask, where tracefs stands and the kernel
-//! version; the README's "What the agent needs" says the same.
+//! version; docs/security.md says the same.
 use serde::Serialize;
 
 /// Capability bits (linux/capability.h).

@@ -90,7 +90,7 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
     out.push(Line::from(""));
     if open.is_empty() {
         out.push(Line::from(Span::styled(
-            "  none open: no training process shows a placement problem the rules know (see the README's Insights)",
+            "  none open: no training process shows a placement problem the rules know (see docs/insights.md)",
             theme::good(),
         )));
         out.push(Line::from(""));

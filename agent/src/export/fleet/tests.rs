@@ -1,5 +1,5 @@
 //! Fleet granularity: the series count of a training node in both granularities (the figures in
-//! the README's "Series at fleet scale"), and counters that survive restarts without counting
+//! docs/export.md, "Series at fleet scale"), and counters that survive restarts without counting
 //! anything twice.
 use std::collections::BTreeMap;
 

@@ -71,7 +71,7 @@ impl Default for InsightConfig {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfigError {
-    #[error("`{key} = {value}` is out of range: give {want} (see the README's Insights section)")]
+    #[error("`{key} = {value}` is out of range: give {want} (see docs/insights.md)")]
     OutOfRange { key: &'static str, value: f64, want: &'static str },
     #[error("[insights] in {path}: {message}")]
     Parse { path: String, message: String },
@@ -153,7 +153,7 @@ mod tests {
         assert_eq!(
             e,
             "[insights] in /etc/t.toml: `hold_ratio = 2` is out of range: give a fraction above 0, at most 1 \
-             (see the README's Insights section)"
+             (see docs/insights.md)"
         );
         let e = InsightConfig::from_toml("\nno_such_key = 1", "/etc/t.toml").expect_err("unknown key").to_string();
         assert!(
