@@ -38,8 +38,8 @@ const _: () = assert!(std::mem::size_of::<InfoAttr>() == 16);
 
 /// Each attached program's counters, `None` for one the kernel would not describe.
 pub fn read(ebpf: &Ebpf, programs: &[ProgramStatus]) -> ProgramCounterReading {
-    ProgramCounterReading::of_attached(programs, |name| {
-        let fd = ebpf.program(name)?.fd().ok()?.as_fd().as_raw_fd();
+    ProgramCounterReading::of_attached(programs, |status| {
+        let fd = ebpf.program(super::page_path::object_program(status))?.fd().ok()?.as_fd().as_raw_fd();
         let mut info = InfoPrefix([0; INFO_PREFIX]);
         let mut attr = InfoAttr {
             bpf_fd: u32::try_from(fd).ok()?,

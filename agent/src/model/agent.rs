@@ -63,10 +63,9 @@ impl ProgramCounterReading {
     /// not attached never runs, so it has nothing to miss and is left out.
     pub fn of_attached(
         programs: &[ProgramStatus],
-        mut read: impl FnMut(&'static str) -> Option<ProgramCounters>,
+        mut read: impl FnMut(&ProgramStatus) -> Option<ProgramCounters>,
     ) -> ProgramCounterReading {
-        let by_program =
-            programs.iter().filter(|p| p.status == Attach::Attached).map(|p| (p.name, read(p.name))).collect();
+        let by_program = programs.iter().filter(|p| p.status == Attach::Attached).map(|p| (p.name, read(p))).collect();
         ProgramCounterReading { by_program }
     }
 
@@ -120,9 +119,9 @@ mod tests {
             status("sys_enter_mbind", Attach::Attached),
         ];
         let mut asked = Vec::new();
-        let r = ProgramCounterReading::of_attached(&programs, |name| {
-            asked.push(name);
-            match name {
+        let r = ProgramCounterReading::of_attached(&programs, |p| {
+            asked.push(p.name);
+            match p.name {
                 "page_fault_user" => misses(3),
                 "mm_page_alloc" => misses(40),
                 _ => misses(0),
@@ -141,7 +140,7 @@ mod tests {
     #[test]
     fn an_unreadable_program_is_unknown_not_zero() {
         let programs = [status("a", Attach::Attached), status("b", Attach::Attached)];
-        let m = ProgramCounterReading::of_attached(&programs, |n| if n == "a" { misses(5) } else { None })
+        let m = ProgramCounterReading::of_attached(&programs, |p| if p.name == "a" { misses(5) } else { None })
             .recursion_misses();
         assert_eq!((m.total, m.by_program.len(), m.unknown), (5, 1, vec!["b"]));
     }

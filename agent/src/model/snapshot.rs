@@ -651,8 +651,8 @@ pub(crate) mod tests {
         let programs = [("page_fault_user", Attach::Attached), ("mm_page_alloc", Attach::Attached)]
             .map(|(name, status)| ProgramStatus { name, hook: String::new(), feature: "", status, reason: None });
         let n = |name: &str| if name == "mm_page_alloc" { 12 } else { 0 };
-        let read = ProgramCounterReading::of_attached(&programs, |name| {
-            Some(ProgramCounters { recursion_misses: n(name), runs: 100, run_ns: 5_000 })
+        let read = ProgramCounterReading::of_attached(&programs, |p| {
+            Some(ProgramCounters { recursion_misses: n(p.name), runs: 100, run_ns: 5_000 })
         });
         let kernel_stats = [("ringbuf_full", 7)].into();
         m.apply_reading(&CounterReading { at_ns: 1, program_counters: read, kernel_stats, ..Default::default() });

@@ -382,7 +382,7 @@ fn recursion_misses_are_exported_per_attached_program_and_in_total() {
         status("handle_mm_fault_exit", Attach::Unsupported),
     ];
     let mut m = Model::default();
-    let program_counters = ProgramCounterReading::of_attached(&programs, |name| match name {
+    let program_counters = ProgramCounterReading::of_attached(&programs, |p| match p.name {
         "page_fault_user" => Some(ProgramCounters { recursion_misses: 2, runs: 0, run_ns: 0 }),
         "mm_page_alloc" => Some(ProgramCounters { recursion_misses: 30, runs: 0, run_ns: 0 }),
         _ => None,
