@@ -270,3 +270,23 @@ pub fn site_sampling(snap: &serde_json::Value, name: &str) -> u64 {
 pub fn sum_nodes(v: &serde_json::Value) -> u64 {
     v.as_object().map(|m| m.values().filter_map(serde_json::Value::as_u64).sum()).unwrap_or(0)
 }
+
+/// The kernel's fault counters of `pid` (`minflt + majflt` of `/proc/PID/stat`).
+pub fn kernel_faults(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    let f: Vec<u64> =
+        s.rsplit_once(')').map_or("", |(_, r)| r).split_ascii_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+    // After the comm: state is field 0, minflt 7, majflt 9.
+    f[7] + f[9]
+}
+
+/// Waits (up to 30 s) until `pid` sleeps in a pipe read, its stdin: from then until it is
+/// written to, its counters do not move. Panics with what it is doing otherwise.
+pub fn wait_blocked_on_pipe(pid: u32) {
+    let wchan = || std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    let t0 = std::time::Instant::now();
+    while !wchan().contains("pipe_read") {
+        assert!(t0.elapsed().as_secs() < 30, "pid {pid} never blocked on its stdin; wchan {:?}", wchan());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

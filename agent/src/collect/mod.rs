@@ -10,6 +10,7 @@ pub mod map_batch;
 pub mod page_path;
 pub mod probes;
 pub mod procfs;
+pub mod prog_stats;
 pub mod programs;
 pub mod python;
 pub mod python_layout;

@@ -87,6 +87,16 @@ pub fn elect_base(votes: &HashMap<u64, u64>) -> Result<u64, String> {
 /// Attaches the page programs: tp_btf with a calibrated base, or the classic ones. Returns the
 /// status of `mm_page_alloc` and `mm_page_free` as `check` lists them (under those names,
 /// whichever hook counts).
+/// The object's program behind a status: the page events are listed under their classic
+/// names whichever way they attached, so a tp_btf one is its `_btf` program.
+pub fn object_program(status: &ProgramStatus) -> &'static str {
+    BTF_PROGRAMS
+        .iter()
+        .zip(CLASSIC_PROGRAMS)
+        .find(|(b, c)| c.name == status.name && status.hook == b.hook.describe())
+        .map_or(status.name, |(b, _)| b.name)
+}
+
 pub fn attach_page_path(
     ebpf: &mut Ebpf,
     btf: Result<&Btf, &String>,
@@ -208,6 +218,24 @@ fn allocate_some_pages() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_program_shown_by_its_classic_name_is_found_by_its_hook() {
+        let status = |name, hook: &str| ProgramStatus {
+            name,
+            hook: hook.into(),
+            feature: ALLOC_FEATURE,
+            status: Attach::Attached,
+            reason: None,
+        };
+        assert_eq!(object_program(&status("mm_page_alloc", "tp_btf kmem:mm_page_alloc")), "mm_page_alloc_btf");
+        assert_eq!(object_program(&status("mm_page_free", "tp_btf kmem:mm_page_free")), "mm_page_free_btf");
+        assert_eq!(object_program(&status("mm_page_alloc", "tracepoint kmem:mm_page_alloc")), "mm_page_alloc");
+        assert_eq!(
+            object_program(&status("sys_enter_mbind", "tracepoint syscalls:sys_enter_mbind")),
+            "sys_enter_mbind"
+        );
+    }
 
     #[test]
     fn the_base_needs_enough_votes_that_agree() {

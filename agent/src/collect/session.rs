@@ -232,6 +232,8 @@ impl Session {
         // Sites after the reading: every sampled process is in it (it allocated).
         let sites = self.site_reader.take();
         let mut r = counters::read(&self.probes.ebpf);
+        // After the maps: a run the counters show was counted by the kernel before this read.
+        r.program_counters = super::prog_stats::read(&self.probes.ebpf, &self.probes.programs);
         self.read_live_faults(&mut r);
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);

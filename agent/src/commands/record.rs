@@ -287,6 +287,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
     drops.insert("agent.event_channel_full".into(), s.channel_dropped());
+    drops.insert("kernel.recursion_misses".into(), s.model.program_counters.recursion_misses().total);
     let t_ms = (counters::monotonic_ns() - started_ns) / 1_000_000;
     out.push(&Record::End(EndRec { t_ms, reason: reason.into(), exit_code: code, drops }))?;
     let path = out.path.clone();

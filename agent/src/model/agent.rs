@@ -1,4 +1,6 @@
 //! The agent's own state: which programs run, what was dropped.
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 /// Whether a kernel program is running.
@@ -24,6 +26,65 @@ pub struct ProgramStatus {
     pub reason: Option<String>,
 }
 
+/// One attached program's counters as the kernel keeps them (`bpf_prog_info`), cumulative since
+/// it was loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramCounters {
+    /// Runs the kernel skipped because a BPF program was already running on that CPU (a
+    /// tracepoint hit from inside a program, or from an interrupt while it ran): lost events.
+    pub recursion_misses: u64,
+    /// Runs and the time they took; counted only while BPF statistics are on
+    /// (`kernel.bpf_stats_enabled=1`, or a `BPF_ENABLE_STATS` descriptor held), 0 otherwise.
+    pub runs: u64,
+    pub run_ns: u64,
+}
+
+/// The attached programs' kernel counters, as one reading found them: `None` where the kernel
+/// does not report them (before 5.12: no `recursion_misses` in `bpf_prog_info`) or the
+/// program's descriptor could not be asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramCounterReading {
+    pub by_program: BTreeMap<&'static str, Option<ProgramCounters>>,
+}
+
+/// The snapshot's `agent.drops.recursion_misses`: per attached program and in total.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecursionMisses {
+    pub total: u64,
+    pub by_program: BTreeMap<&'static str, u64>,
+    /// Attached programs whose counters the kernel did not give (an old kernel, a failed query):
+    /// their misses are unknown, not 0.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<&'static str>,
+}
+
+impl ProgramCounterReading {
+    /// Of the programs that are attached (`status`): what was read for each. A program that is
+    /// not attached never runs, so it has nothing to miss and is left out.
+    pub fn of_attached(
+        programs: &[ProgramStatus],
+        mut read: impl FnMut(&ProgramStatus) -> Option<ProgramCounters>,
+    ) -> ProgramCounterReading {
+        let by_program = programs.iter().filter(|p| p.status == Attach::Attached).map(|p| (p.name, read(p))).collect();
+        ProgramCounterReading { by_program }
+    }
+
+    /// Per program and in total; the total saturates (it never wraps to a small number).
+    pub fn recursion_misses(&self) -> RecursionMisses {
+        let mut m = RecursionMisses::default();
+        for (&name, c) in &self.by_program {
+            match c {
+                Some(c) => {
+                    m.total = m.total.saturating_add(c.recursion_misses);
+                    m.by_program.insert(name, c.recursion_misses);
+                }
+                None => m.unknown.push(name),
+            }
+        }
+        m
+    }
+}
+
 /// The kernel's event ring buffer, by default (1 MiB).
 pub const DEFAULT_EVENT_RING_KIB: u32 = 1024;
 
@@ -38,6 +99,59 @@ pub fn check_ring_kib(v: u32) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn status(name: &'static str, status: Attach) -> ProgramStatus {
+        ProgramStatus { name, hook: String::new(), feature: "", status, reason: None }
+    }
+
+    fn misses(n: u64) -> Option<ProgramCounters> {
+        Some(ProgramCounters { recursion_misses: n, runs: 0, run_ns: 0 })
+    }
+
+    #[test]
+    fn recursion_misses_of_the_attached_programs_add_up() {
+        let programs = [
+            status("page_fault_user", Attach::Attached),
+            status("handle_mm_fault_exit", Attach::Unsupported),
+            status("mm_page_alloc", Attach::Attached),
+            status("cxl_poison", Attach::Failed),
+            status("sys_enter_mbind", Attach::Attached),
+        ];
+        let mut asked = Vec::new();
+        let r = ProgramCounterReading::of_attached(&programs, |p| {
+            asked.push(p.name);
+            match p.name {
+                "page_fault_user" => misses(3),
+                "mm_page_alloc" => misses(40),
+                _ => misses(0),
+            }
+        });
+        assert_eq!(asked, ["page_fault_user", "mm_page_alloc", "sys_enter_mbind"], "only attached ones are asked");
+        let m = r.recursion_misses();
+        assert_eq!(m.total, 43);
+        assert_eq!(
+            m.by_program.into_iter().collect::<Vec<_>>(),
+            [("mm_page_alloc", 40), ("page_fault_user", 3), ("sys_enter_mbind", 0)]
+        );
+        assert!(m.unknown.is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_program_is_unknown_not_zero() {
+        let programs = [status("a", Attach::Attached), status("b", Attach::Attached)];
+        let m = ProgramCounterReading::of_attached(&programs, |p| if p.name == "a" { misses(5) } else { None })
+            .recursion_misses();
+        assert_eq!((m.total, m.by_program.len(), m.unknown), (5, 1, vec!["b"]));
+    }
+
+    #[test]
+    fn the_total_saturates() {
+        let programs = [status("a", Attach::Attached), status("b", Attach::Attached)];
+        let m = ProgramCounterReading::of_attached(&programs, |_| misses(u64::MAX)).recursion_misses();
+        assert_eq!(m.total, u64::MAX);
+    }
+
     #[test]
     fn ring_sizes() {
         assert_eq!(super::check_ring_kib(4), Ok(4));

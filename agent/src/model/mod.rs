@@ -48,6 +48,8 @@ pub struct Model {
     /// CXL devices and memory errors (the `health` module's pure model).
     pub health: crate::health::HealthModel,
     pub kernel_stats: BTreeMap<&'static str, u64>,
+    /// The attached programs' kernel counters (recursion misses, runs) at the last reading.
+    pub program_counters: agent::ProgramCounterReading,
     /// Totals of processes pruned after they exited (their kernel map entries are deleted):
     /// kept so node, reason and `other` totals never go backwards.
     pub retired_allocs_by_node: BTreeMap<u32, u64>,
@@ -166,6 +168,7 @@ impl Model {
             self.process(tgid).fault_latency = Log2Histogram::from_buckets(b);
         }
         self.kernel_stats = r.kernel_stats.clone();
+        self.program_counters = r.program_counters.clone();
         // Processes first seen after their exit event was read.
         let exits = std::mem::take(&mut self.recent_exits);
         for (tgid, (at, comm)) in exits {
@@ -711,6 +714,7 @@ mod tests {
         assert_eq!(p.comm, "python3", "the exec's comm wins over the exit's");
         assert_eq!(p.policy_events.len(), process::POLICY_HISTORY);
         assert_eq!(p.policy_events.front().map(|d| d.ts_ns), Some(3));
+        assert_eq!(p.policy_calls, process::POLICY_HISTORY as u64 + 3, "every call is counted, not only the kept ones");
         assert_eq!(p.exited_at_ns, Some(99));
         assert!(!m.processes.contains_key(&6), "an exit alone does not create a process");
         assert_eq!(m.events_seen, 1 + process::POLICY_HISTORY as u64 + 3 + 2);

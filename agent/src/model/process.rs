@@ -28,6 +28,8 @@ pub struct Process {
     /// reason name -> totals of migrations run in this process's context.
     pub migrations: BTreeMap<String, MigrationTotals>,
     pub policy_events: VecDeque<PolicyDecision>,
+    /// Placement syscalls received for it, all of them (the history above keeps the last few).
+    pub policy_calls: u64,
     pub numa_moves: u64,
     pub fault_latency: Log2Histogram,
     /// Last numa_maps scan and when it was taken (monotonic ns).
@@ -78,6 +80,7 @@ impl Process {
     }
 
     pub fn push_policy(&mut self, d: PolicyDecision) {
+        self.policy_calls += 1;
         if self.policy_events.len() == POLICY_HISTORY {
             self.policy_events.pop_front();
         }

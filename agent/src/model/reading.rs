@@ -35,6 +35,8 @@ pub struct CounterReading {
     pub held_by_slots: BTreeSet<u32>,
     /// Kernel-side drop and error counters by name.
     pub kernel_stats: BTreeMap<&'static str, u64>,
+    /// The attached programs' own kernel counters (`bpf_prog_info`), read after the maps.
+    pub program_counters: super::agent::ProgramCounterReading,
 }
 
 #[cfg(test)]

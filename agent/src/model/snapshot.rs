@@ -5,7 +5,7 @@ use regex::Regex;
 use serde::Serialize;
 
 use super::{
-    agent::ProgramStatus,
+    agent::{ProgramCounters, ProgramStatus, RecursionMisses},
     event::{NumaMove, PolicyDecision},
     histogram::LatencySummary,
     migration::MigrationTotals,
@@ -82,6 +82,8 @@ pub struct ProcessSnapshot {
     pub residency_age_ms: Option<u64>,
     pub migrations: BTreeMap<String, MigrationTotals>,
     pub policy_events: Vec<PolicyDecision>,
+    /// Placement syscalls received in the window, all of them (`policy_events` keeps the last few).
+    pub policy_calls: u64,
     pub numa_moves: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_latency: Option<LatencySummary>,
@@ -207,11 +209,25 @@ impl SiteSampling {
 /// Sites listed per process.
 pub const TOP_SITES: usize = 10;
 
+/// Everything lost, by where it was lost.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Drops {
+    /// Kernel-side counters (`kernel.*`) and the agent's own (`agent.*`), by name.
+    #[serde(flatten)]
+    pub counts: BTreeMap<String, u64>,
+    /// Program runs the kernel skipped because a BPF program was already running on that CPU.
+    pub recursion_misses: RecursionMisses,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSnapshot {
     pub programs: Vec<ProgramStatus>,
-    /// Everything lost, by where it was lost: kernel-side counters and the agent's channel.
-    pub drops: BTreeMap<String, u64>,
+    /// Everything lost, by where it was lost: kernel-side counters, the agent's channel and the
+    /// runs the kernel skipped.
+    pub drops: Drops,
+    /// Each attached program's own kernel counters (`bpf_prog_info`); null where the kernel
+    /// gave none. `runs` and `run_ns` count only while BPF statistics are on.
+    pub program_counters: BTreeMap<&'static str, Option<ProgramCounters>>,
     pub events_received: u64,
     /// The CXL allocation-site sampler: attempts and how each ended.
     pub site_sampling: SiteSampling,
@@ -389,6 +405,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 residency_age_ms: age,
                 migrations: p.migrations.clone(),
                 policy_events: p.policy_events.iter().cloned().collect(),
+                policy_calls: p.policy_calls,
                 numa_moves: p.numa_moves,
                 fault_latency: (p.fault_latency.count() > 0).then(|| p.fault_latency.summary()),
                 exited: p.exited_at_ns.is_some(),
@@ -445,7 +462,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         insights: super::insights::view::snapshot(&model.insights, ctx.window_start_ns),
         agent: AgentSnapshot {
             programs: ctx.programs,
-            drops,
+            drops: Drops { counts: drops, recursion_misses: model.program_counters.recursion_misses() },
+            program_counters: model.program_counters.by_program.clone(),
             events_received: model.events_seen,
             site_sampling: SiteSampling::of(
                 model,
@@ -563,7 +581,7 @@ pub(crate) mod tests {
         assert_eq!(p.top_cxl_alloc_sites[1].frames.len(), 0, "unnamed sites are still listed");
         assert_eq!(p.alloc_pages_by_node["2"], 8192);
         assert_eq!(s.nodes[1].alloc_pages, 8192);
-        assert_eq!(s.agent.drops["agent.event_channel_full"], 2);
+        assert_eq!(s.agent.drops.counts["agent.event_channel_full"], 2);
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["schema"], SCHEMA);
         assert_eq!(json["nodes"][1]["tier"], "cxl");
@@ -617,12 +635,34 @@ pub(crate) mod tests {
         m.kernel_stats.insert("site_attempts", 113);
         assert_eq!(SiteSampling::of(&m, 1, 200, 0, Default::default()).unaccounted, 3, "a lost attempt shows");
         let snap = build(&m, &ProcessFilter::default(), ctx(&[]));
-        assert_eq!(snap.agent.drops.get("kernel.site_ring_full"), Some(&4));
-        assert!(!snap.agent.drops.contains_key("kernel.site_attempts"), "attempts are not losses");
+        assert_eq!(snap.agent.drops.counts.get("kernel.site_ring_full"), Some(&4));
+        assert!(!snap.agent.drops.counts.contains_key("kernel.site_attempts"), "attempts are not losses");
         assert!(
-            !snap.agent.drops.contains_key("kernel.site_not_watched"),
+            !snap.agent.drops.counts.contains_key("kernel.site_not_watched"),
             "unwatched processes are skipped on purpose"
         );
         assert_eq!(snap.agent.site_sampling.samples_per_sec, 100);
+    }
+
+    #[test]
+    fn recursion_misses_show_under_drops_per_program_and_in_total() {
+        use crate::model::agent::{Attach, ProgramCounterReading};
+        let mut m = Model::default();
+        let programs = [("page_fault_user", Attach::Attached), ("mm_page_alloc", Attach::Attached)]
+            .map(|(name, status)| ProgramStatus { name, hook: String::new(), feature: "", status, reason: None });
+        let n = |name: &str| if name == "mm_page_alloc" { 12 } else { 0 };
+        let read = ProgramCounterReading::of_attached(&programs, |p| {
+            Some(ProgramCounters { recursion_misses: n(p.name), runs: 100, run_ns: 5_000 })
+        });
+        let kernel_stats = [("ringbuf_full", 7)].into();
+        m.apply_reading(&CounterReading { at_ns: 1, program_counters: read, kernel_stats, ..Default::default() });
+        let json = serde_json::to_value(build(&m, &ProcessFilter::default(), ctx(&[]))).expect("snapshot JSON");
+        let drops = &json["agent"]["drops"];
+        assert_eq!(drops["kernel.ringbuf_full"], 7, "the named counters stay where they were: {drops}");
+        assert_eq!(
+            drops["recursion_misses"],
+            serde_json::json!({"total": 12, "by_program": {"mm_page_alloc": 12, "page_fault_user": 0}})
+        );
+        assert_eq!(json["agent"]["program_counters"]["page_fault_user"]["runs"], 100);
     }
 }

@@ -118,6 +118,10 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
         let style = if super::LOSS_STATS.contains(name) { theme::bad() } else { theme::dim() };
         out.push(Line::from(Span::styled(format!("    {name}: {v}"), style)));
     }
+    let misses = scene.model.program_counters.recursion_misses();
+    for (name, v) in misses.by_program.iter().filter(|(_, v)| **v > 0) {
+        out.push(Line::from(Span::styled(format!("    recursion_misses {name}: {v}"), theme::bad())));
+    }
     let reason_w = width.saturating_sub(2 + 23 + 19 + 12 + 2).max(10);
     for p in scene.programs {
         let (word, style) = match p.status {

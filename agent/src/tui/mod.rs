@@ -96,10 +96,11 @@ pub const LOSS_STATS: [&str; 7] =
     ["ringbuf_full", "map_full", "read_failed", "pfn_unmapped", "slot_missing", "site_ring_full", "site_stack_error"];
 
 impl Scene<'_> {
-    /// Events and counts lost on the way: kernel-side losses plus the agent's channel.
+    /// Events and counts lost on the way: kernel-side losses (program runs the kernel skipped
+    /// among them) plus the agent's channel.
     pub fn lost(&self) -> u64 {
         let kernel: u64 = LOSS_STATS.iter().filter_map(|k| self.model.kernel_stats.get(k)).sum();
-        kernel + self.channel_dropped
+        kernel + self.model.program_counters.recursion_misses().total + self.channel_dropped
     }
 
     pub fn tier_of(&self, node: u32) -> Tier {

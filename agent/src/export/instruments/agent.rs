@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use opentelemetry::KeyValue;
 
-use super::{push, ExportInput, Points, Value, CLOSE_REASON, DROP_REASON, PROGRAM_STATUS, SITE_OUTCOME};
+use super::{push, ExportInput, Points, Value, CLOSE_REASON, DROP_REASON, PROGRAM, PROGRAM_STATUS, SITE_OUTCOME};
 use tierscope_common::stats::Stat;
 
 use crate::model::agent::Attach;
@@ -18,6 +18,15 @@ def!(
     false,
     &[DROP_REASON],
     "Events the kernel programs could not count (map full, read failed, unmapped pfn...)"
+);
+def!(
+    RECURSION_MISSES,
+    "tierscope.agent.program.recursion_misses",
+    "{run}",
+    Counter,
+    false,
+    &[PROGRAM],
+    "Runs of each attached program the kernel skipped because a BPF program was already running on that CPU (bpf_prog_info)"
 );
 def!(
     SITE_SAMPLES,
@@ -159,6 +168,15 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
             other => push(out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
         }
     }
+    // Runs the kernel skipped: per attached program (0 before the first reading; a program
+    // whose counters the kernel would not give has no series rather than a made-up 0), and
+    // their total among the kernel's drops.
+    let misses = m.program_counters.recursion_misses();
+    for p in h.programs.iter().filter(|p| p.status == Attach::Attached && !misses.unknown.contains(&p.name)) {
+        let n = misses.by_program.get(p.name).copied().unwrap_or(0);
+        push(out, &RECURSION_MISSES, vec![KeyValue::new(PROGRAM, p.name)], Value::U64(n));
+    }
+    push(out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, "recursion_misses")], Value::U64(misses.total));
     push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "channel_full")], Value::U64(h.channel_full));
     push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "undecodable")], Value::U64(h.undecodable));
     push(out, &EVENTS_RECEIVED, vec![], Value::U64(m.events_seen));

@@ -56,6 +56,7 @@ pub const QUANTILE: &str = "tierscope.quantile";
 pub const VMSTAT: &str = "tierscope.vmstat.counter";
 pub const DROP_REASON: &str = "tierscope.drop.reason";
 pub const PROGRAM_STATUS: &str = "tierscope.program.status";
+pub const PROGRAM: &str = "tierscope.program";
 pub const SITE_OUTCOME: &str = "tierscope.site.outcome";
 pub const CLOSE_REASON: &str = "tierscope.close.reason";
 // Hardware semantic conventions (hw.*), and error.type.
@@ -139,6 +140,7 @@ pub const CATALOG: &[MetricDef] = &[
     migrations::MIGRATION_DURATION,
     insights::INSIGHTS_OPEN,
     agent::KERNEL_DROPPED,
+    agent::RECURSION_MISSES,
     agent::SITE_SAMPLES,
     agent::RINGBUF_LOST,
     agent::EVENTS_RECEIVED,

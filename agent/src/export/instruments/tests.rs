@@ -370,3 +370,40 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
     // Every node the topology knows, with its tier.
     assert_eq!(one(&p, "tierscope.node.page.allocations", &[(NODE, "2"), (TIER, "cxl")]), Value::U64(0));
 }
+
+#[test]
+fn recursion_misses_are_exported_per_attached_program_and_in_total() {
+    use crate::model::agent::{ProgramCounterReading, ProgramCounters};
+    let status = |name, status| ProgramStatus { name, hook: "h".into(), feature: "f", status, reason: None };
+    let programs = vec![
+        status("page_fault_user", Attach::Attached),
+        status("mm_page_alloc", Attach::Attached),
+        status("sys_enter_mbind", Attach::Attached),
+        status("handle_mm_fault_exit", Attach::Unsupported),
+    ];
+    let mut m = Model::default();
+    let program_counters = ProgramCounterReading::of_attached(&programs, |p| match p.name {
+        "page_fault_user" => Some(ProgramCounters { recursion_misses: 2, runs: 0, run_ns: 0 }),
+        "mm_page_alloc" => Some(ProgramCounters { recursion_misses: 30, runs: 0, run_ns: 0 }),
+        _ => None,
+    });
+    m.apply_reading(&CounterReading { at_ns: 1, program_counters, ..Default::default() });
+    let h = AgentHealth { programs, channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0 };
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    let p = points(&ExportInput {
+        model: &m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+    });
+    let name = "tierscope.agent.program.recursion_misses";
+    assert_eq!(one(&p, name, &[(PROGRAM, "page_fault_user")]), Value::U64(2));
+    assert_eq!(one(&p, name, &[(PROGRAM, "mm_page_alloc")]), Value::U64(30));
+    assert_eq!(p[name].len(), 2, "no series for the unknown nor the unattached: {:?}", p[name]);
+    let total = one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "recursion_misses")]);
+    assert_eq!(total, Value::U64(32));
+}
