@@ -7,6 +7,7 @@ pub mod counters;
 pub mod damon;
 pub mod events;
 pub mod map_batch;
+pub mod module_file;
 pub mod page_path;
 pub mod probes;
 pub mod procfs;

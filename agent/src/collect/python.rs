@@ -2,12 +2,12 @@
 //! interpreter's layout (`python_layout`) written into `PY_PROCS` so the kernel program reads
 //! each sample's frame chain, and the code objects it records named from process memory (file,
 //! function, line from the line table), cached per process.
-use std::{collections::HashMap, fs::File, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
-use object::{Object as _, ObjectSymbol as _};
 use tierscope_common::stack::PyProcess;
 
 use super::{
+    module_file::{Elf, ModuleFileError},
     python_layout::{from_debug_offsets, table_for, DebugOffsetsError, PyLayout, DEBUG_OFFSETS_LEN},
     python_lines::{line_of, line_of_310},
     unwind::{exec_bias, Mapping},
@@ -28,6 +28,8 @@ pub enum PyError {
     DebugOffsets(PathBuf, DebugOffsetsError),
     #[error("the debug offsets of process {0} could not be read from its memory")]
     Unreadable(u32),
+    #[error("the interpreter's file: {0}")]
+    ModuleUnreadable(String),
 }
 
 /// A recognised CPython process.
@@ -60,16 +62,17 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
         return Err(PyError::Unsupported(minor));
     }
     let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-    let file = File::open(&through).or_else(|_| File::open(&m.path)).map_err(|_| PyError::NoRuntime(m.path.clone()))?;
-    // SAFETY: a read-only private map of the interpreter's file.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|_| PyError::NoRuntime(m.path.clone()))?;
-    let elf = object::File::parse(&*map).map_err(|_| PyError::NoRuntime(m.path.clone()))?;
-    let runtime = elf
-        .dynamic_symbols()
-        .chain(elf.symbols())
-        .find(|s| s.name() == Ok("_PyRuntime"))
-        .map(|s| s.address())
-        .ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
+    let elf = match Elf::open(&through) {
+        Err(ModuleFileError::Open(..)) => Elf::open(&m.path),
+        r => r,
+    };
+    let unreadable = |e: ModuleFileError| match e.is_unreadable() {
+        true => PyError::ModuleUnreadable(e.to_string()),
+        false => PyError::NoRuntime(m.path.clone()),
+    };
+    let elf = elf.map_err(unreadable)?;
+    let runtime =
+        elf.symbol_address("_PyRuntime").map_err(unreadable)?.ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
     let bias = exec_bias(&elf, m).ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
     let runtime = bias.wrapping_add(runtime);
     let layout = match table_for(minor) {

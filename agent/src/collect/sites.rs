@@ -53,6 +53,7 @@ pub struct SiteReaderStats {
     python_no_runtime: AtomicU64,
     python_bad_debug_offsets: AtomicU64,
     python_frames_unresolved: AtomicU64,
+    module_unreadable: AtomicU64,
 }
 
 impl SiteReaderStats {
@@ -78,6 +79,7 @@ impl SiteReaderStats {
             python_no_runtime: l(&self.python_no_runtime),
             python_bad_debug_offsets: l(&self.python_bad_debug_offsets),
             python_frames_unresolved: l(&self.python_frames_unresolved),
+            module_unreadable: l(&self.module_unreadable),
         }
     }
 }
@@ -221,6 +223,7 @@ impl Stacks {
         }
         let t = std::time::Instant::now();
         let r = self.unwinders.unwind(s.tgid, s.regs, s.stack_start, &s.stack, MAX_FRAMES);
+        st.module_unreadable.fetch_add(std::mem::take(&mut self.unwinders.unreadable), Ordering::Relaxed);
         match r {
             Ok(u) => {
                 st.unwind_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -274,6 +277,7 @@ fn adopt_python(
                 python::PyError::Unsupported(_) => &st.python_unsupported_version,
                 python::PyError::NoRuntime(_) => &st.python_no_runtime,
                 python::PyError::DebugOffsets(..) | python::PyError::Unreadable(_) => &st.python_bad_debug_offsets,
+                python::PyError::ModuleUnreadable(_) => &st.module_unreadable,
             });
             false
         }
@@ -364,7 +368,7 @@ pub fn spawn(
     wake.set_nonblocking(true)?;
     woken.set_nonblocking(true)?;
     let (name_tx, name_rx) = std_mpsc::sync_channel::<NameJob>(1024);
-    let named = tally.clone();
+    let (named, namer_st) = (tally.clone(), stats.clone());
     std::thread::Builder::new().name("site-namer".into()).spawn(move || {
         let mut namer = FrameNamer::default();
         loop {
@@ -377,6 +381,7 @@ pub fn spawn(
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
             };
             let frames = splice_python(namer.name(job.tgid, &job.frames), job.python);
+            namer_st.module_unreadable.fetch_add(std::mem::take(&mut namer.unreadable), Ordering::Relaxed);
             named.lock().unwrap_or_else(|e| e.into_inner()).named.push((job.tgid, job.site, frames));
         }
     })?;
@@ -483,7 +488,9 @@ fn site_of(
             return site;
         }
     }
-    let frames = normalizer.normalize(s.tgid, &native).unwrap_or_else(|| {
+    let frames = normalizer.normalize(s.tgid, &native);
+    st.module_unreadable.fetch_add(std::mem::take(&mut normalizer.unreadable), Ordering::Relaxed);
+    let frames = frames.unwrap_or_else(|| {
         st.unnormalized.fetch_add(1, Ordering::Relaxed);
         native.iter().map(|&addr| NormalFrame::Unknown { addr }).collect()
     });

@@ -1,7 +1,10 @@
-//! The frames of CXL allocation sites: normalised while the process lives (module path, file
-//! offset, build id, with blazesym's normalizer), then named from the module's ELF file by file
-//! offset, so the site of a process that has exited is still named. A frame no symbol names
-//! prints as `module+0xoffset`; names are cached per (module, offset).
+//! The frames of CXL allocation sites: normalised while the process lives (module path and file
+//! offset with blazesym's normalizer, the build id read here), then named from the module's ELF
+//! symbols by file offset, so the site of a process that has exited is still named. A frame no
+//! symbol names prints as `module+0xoffset`; names are cached per (module, offset). Module files
+//! are read into owned buffers (`module_file`), never mapped: blazesym maps every ELF file it
+//! reads, and a user who truncates a mapped library would kill the agent (SIGBUS), so its
+//! build-id reading is off and its symbolizer is not used.
 use std::{
     collections::{hash_map::DefaultHasher, HashMap},
     hash::{Hash as _, Hasher as _},
@@ -11,10 +14,10 @@ use std::{
 
 use blazesym::{
     normalize::{Normalizer, UserMeta},
-    symbolize::{source::Elf, source::Source, Input, Symbolizer},
     Pid,
 };
 
+use super::module_file::{Elf, Functions, ModuleFileError};
 use crate::model::site::SiteFrame;
 
 /// Frames kept per site (innermost first): enough to tell call paths apart, and a bound on
@@ -72,19 +75,23 @@ pub struct FrameNormalizer {
     normalizer: Normalizer,
     /// Modules seen, shared by the frames that name them.
     modules: HashMap<(PathBuf, Option<Vec<u8>>), Arc<Module>>,
+    /// Build ids by (process, path as it maps it), read from the file.
+    build_ids: HashMap<(u32, PathBuf), Option<Vec<u8>>>,
+    /// Module files that could not be read since the caller last took the count.
+    pub unreadable: u64,
 }
+
+/// Build ids kept before that cache starts over.
+const MAX_BUILD_IDS: usize = 4096;
 
 impl Default for FrameNormalizer {
     fn default() -> Self {
         // PROCMAP_QUERY (Linux 6.11+) finds each address's mapping with one ioctl instead of
-        // parsing /proc/PID/maps per stack; build ids are read once per file.
+        // parsing /proc/PID/maps per stack. Build ids are read here, from owned buffers:
+        // blazesym would map the file.
         let procmap = blazesym::helper::is_procmap_query_supported().unwrap_or(false);
-        let normalizer = Normalizer::builder()
-            .enable_build_ids(true)
-            .enable_build_id_caching(true)
-            .enable_procmap_query(procmap)
-            .build();
-        FrameNormalizer { normalizer, modules: HashMap::new() }
+        let normalizer = Normalizer::builder().enable_build_ids(false).enable_procmap_query(procmap).build();
+        FrameNormalizer { normalizer, modules: HashMap::new(), build_ids: HashMap::new(), unreadable: 0 }
     }
 }
 
@@ -98,13 +105,30 @@ impl FrameNormalizer {
                 return None;
             }
         };
+        if self.build_ids.len() > MAX_BUILD_IDS {
+            self.build_ids.clear();
+        }
         let frames = out
             .outputs
             .iter()
             .zip(addrs)
             .map(|(&(offset, idx), &addr)| match out.meta.get(idx) {
                 Some(UserMeta::Elf(elf)) => {
-                    let key = (elf.path.clone(), elf.build_id.as_ref().map(|b| b.to_vec()));
+                    let build_id = self
+                        .build_ids
+                        .entry((tgid, elf.path.clone()))
+                        .or_insert_with(|| match build_id_of(&elf.path, tgid) {
+                            Ok(id) => id,
+                            Err(e) => {
+                                if e.is_unreadable() {
+                                    tracing::debug!("the build id of a module of {tgid}: {e}");
+                                    self.unreadable += 1;
+                                }
+                                None
+                            }
+                        })
+                        .clone();
+                    let key = (elf.path.clone(), build_id);
                     let module = self
                         .modules
                         .entry(key)
@@ -126,15 +150,31 @@ impl FrameNormalizer {
     /// Drops modules no frame holds any more.
     pub fn trim(&mut self) {
         self.modules.retain(|_, m| Arc::strong_count(m) > 1);
+        self.build_ids.clear();
     }
+}
+
+/// The build id of module `path` of live process `tgid`: through its root (its mount
+/// namespace), else here.
+fn build_id_of(path: &Path, tgid: u32) -> Result<Option<Vec<u8>>, ModuleFileError> {
+    let inside = path.strip_prefix("/").map(|rel| Path::new("/proc").join(tgid.to_string()).join("root").join(rel));
+    let elf = match inside.map(|p| Elf::open(&p)) {
+        Ok(Err(ModuleFileError::Open(..))) | Err(_) => Elf::open(path),
+        Ok(r) => r,
+    }?;
+    elf.build_id()
 }
 
 /// Names normalised frames from their modules' ELF symbols.
 #[derive(Default)]
 pub struct FrameNamer {
-    symbolizer: Option<Symbolizer>,
+    /// The modules' function tables, read on first use and let go of by [`FrameNamer::release`].
+    tables: HashMap<Arc<Module>, Option<ModuleFunctions>>,
     /// (module, file offset) -> (function, offset in it), `None` when nothing names it.
     names: HashMap<(Arc<Module>, u64), Option<FunctionAt>>,
+    /// Module files that could not be read since the caller last took the count (their frames
+    /// stay `module+0xoffset`).
+    pub unreadable: u64,
 }
 
 /// A function's name and the frame's offset from its start.
@@ -143,6 +183,52 @@ type FunctionAt = (String, u64);
 /// Names kept before the cache starts over (a bound on memory; names are cheap to redo).
 const MAX_NAMES: usize = 200_000;
 
+/// What names the frames of one module: its file's load segments (file offset -> address) and
+/// its functions, from `.symtab` (the separate debug file's when the file has none) and
+/// `.dynsym`.
+struct ModuleFunctions {
+    /// (file offset range, p_vaddr) of each `PT_LOAD`.
+    loads: Vec<(std::ops::Range<u64>, u64)>,
+    symtab: Functions,
+    dynsym: Functions,
+}
+
+impl ModuleFunctions {
+    fn read(path: &Path) -> Result<ModuleFunctions, ModuleFileError> {
+        let elf = Elf::open(path)?;
+        let loads = elf
+            .segments
+            .iter()
+            .filter(|p| p.kind == 1)
+            .map(|p| (p.offset..p.offset.saturating_add(p.filesz), p.vaddr))
+            .collect();
+        let mut symtab = elf.functions(false)?;
+        if symtab.is_empty() {
+            // A debug file that cannot be read is as if there were none.
+            if let Some(debug) = super::unwind::debug_file_of(&elf, path)?.and_then(|p| Elf::open(&p).ok()) {
+                symtab = debug.functions(false).unwrap_or_default();
+            }
+        }
+        Ok(ModuleFunctions { loads, symtab, dynsym: elf.functions(true)? })
+    }
+
+    fn name(&self, offset: u64) -> Option<FunctionAt> {
+        let addr = self.loads.iter().find(|(r, _)| r.contains(&offset)).map(|(r, va)| offset - r.start + va)?;
+        let (name, at) = self.symtab.find(addr).or_else(|| self.dynsym.find(addr))?;
+        Some((demangle(&String::from_utf8_lossy(name)), at))
+    }
+}
+
+/// A Rust or C++ symbol's readable name (the symbol itself when it is neither).
+fn demangle(name: &str) -> String {
+    // As blazesym did: Rust's mangling first, then the Itanium C++ ABI's.
+    rustc_demangle::try_demangle(name)
+        .map(|d| format!("{d:#}"))
+        .ok()
+        .or_else(|| cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok()))
+        .unwrap_or_else(|| name.to_string())
+}
+
 impl FrameNamer {
     /// The frames as the model shows them. `tgid` finds a module of a container through
     /// `/proc/TGID/root` while the process lives.
@@ -150,40 +236,26 @@ impl FrameNamer {
         if self.names.len() > MAX_NAMES {
             self.names.clear();
         }
-        // Name every offset of one module in one call.
-        let mut wanted: HashMap<Arc<Module>, Vec<u64>> = HashMap::new();
         for f in frames {
-            if let NormalFrame::File { module, offset } = f {
-                if !self.names.contains_key(&(module.clone(), *offset)) {
-                    wanted.entry(module.clone()).or_default().push(*offset);
-                }
+            let NormalFrame::File { module, offset } = f else { continue };
+            if self.names.contains_key(&(module.clone(), *offset)) {
+                continue;
             }
-        }
-        // Function and offset only: no source lines or inlined functions (DWARF line programs
-        // of a libtorch-sized module cost tens of MiB to hold).
-        let symbolizer = self
-            .symbolizer
-            .get_or_insert_with(|| Symbolizer::builder().enable_code_info(false).enable_inlined_fns(false).build());
-        for (module, offsets) in wanted {
-            let names = match elf_file(&module.path, tgid) {
-                Some(path) => {
-                    let src = Source::Elf(Elf::new(path));
-                    match symbolizer.symbolize(&src, Input::FileOffset(&offsets)) {
-                        Ok(syms) => syms
-                            .iter()
-                            .map(|s| s.as_sym().map(|s| (s.name.to_string(), s.offset as u64)))
-                            .collect::<Vec<_>>(),
-                        Err(e) => {
-                            tracing::debug!("naming frames in {}: {e}", module.path.display());
-                            vec![None; offsets.len()]
+            let table = self.tables.entry(module.clone()).or_insert_with(|| {
+                let path = elf_file(&module.path, tgid)?;
+                match ModuleFunctions::read(&path) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        if e.is_unreadable() {
+                            self.unreadable += 1;
                         }
+                        tracing::debug!("naming frames in {}: {e}", module.path.display());
+                        None
                     }
                 }
-                None => vec![None; offsets.len()],
-            };
-            for (offset, name) in offsets.into_iter().zip(names) {
-                self.names.insert((module.clone(), offset), name);
-            }
+            });
+            let name = table.as_ref().and_then(|t| t.name(*offset));
+            self.names.insert((module.clone(), *offset), name);
         }
         frames
             .iter()
@@ -205,11 +277,16 @@ impl FrameNamer {
 }
 
 impl FrameNamer {
-    /// Lets go of the modules the symbolizer holds open and the symbol tables it built (called
-    /// when no new site came for a while: training settles on a few sites, and a symbol table
-    /// of a large library costs tens of MiB). The names found are kept.
+    /// Lets go of the modules' function tables (called when no new site came for a while:
+    /// training settles on a few sites, and the symbol table of a large library costs tens of
+    /// MiB). The names found are kept.
     pub fn release(&mut self) {
-        self.symbolizer = None;
+        self.tables = HashMap::new();
+    }
+
+    /// Bytes of function tables held.
+    pub fn table_bytes(&self) -> usize {
+        self.tables.values().flatten().map(|t| t.symtab.bytes() + t.dynsym.bytes()).sum()
     }
 }
 

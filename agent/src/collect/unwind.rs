@@ -7,7 +7,6 @@
 //! unwind sections once per file and keeps a per-process unwinder.
 use std::{
     collections::HashMap,
-    fs::File,
     ops::Range,
     path::{Path, PathBuf},
     sync::Arc,
@@ -18,7 +17,8 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     ExplicitModuleSectionInfo, Module, Unwinder as _,
 };
-use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+
+use super::module_file::{Elf, ModuleFileError};
 
 /// An executable mapping of a process: where a file's code lies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,19 +55,8 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 }
 
 /// The load bias of mapping `m` of ELF file `elf`: what is added to the file's addresses.
-pub fn exec_bias(elf: &object::File<'_>, m: &Mapping) -> Option<u64> {
-    bias_from(&exec_segments(elf), m)
-}
-
-/// `(file offset range, p_vaddr - p_offset)` of each executable `PT_LOAD`.
-fn exec_segments(elf: &object::File<'_>) -> Vec<(Range<u64>, u64)> {
-    elf.segments()
-        .filter(|seg| matches!(seg.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
-        .map(|seg| {
-            let (off, size) = seg.file_range();
-            (off..off + size, seg.address().wrapping_sub(off))
-        })
-        .collect()
+pub fn exec_bias(elf: &Elf, m: &Mapping) -> Option<u64> {
+    bias_from(&elf.exec_segments(), m)
 }
 
 fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
@@ -76,17 +65,15 @@ fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
     Some(m.range.start.wrapping_sub(m.offset.wrapping_add(delta)))
 }
 
-/// A section of a mapped file: the unwinder reads it in place (no copy of a large `.eh_frame`).
+/// A section read from a module's file into memory the agent owns (a file mapped instead
+/// could be truncated under the agent, and the next read of the map would kill it).
 #[derive(Clone, Debug)]
-pub struct SectionData {
-    map: Arc<memmap2::Mmap>,
-    range: Range<usize>,
-}
+pub struct SectionData(Arc<[u8]>);
 
 impl std::ops::Deref for SectionData {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.map[self.range.clone()]
+        &self.0
     }
 }
 
@@ -104,40 +91,38 @@ pub struct UnwindSections {
 }
 
 impl UnwindSections {
-    /// The sections of a mapped ELF file; `debug` is its separate debug file, used when the
-    /// file has no unwind tables of its own (its `.debug_frame`).
-    pub fn from_elf(map: &Arc<memmap2::Mmap>, debug: Option<&Arc<memmap2::Mmap>>) -> Option<Self> {
-        let elf = object::File::parse(&***map).ok()?;
-        let mut s = UnwindSections { exec_segments: exec_segments(&elf), ..Default::default() };
-        let range = |name: &str| elf.section_by_name(name).map(|sec| sec.address()..sec.address() + sec.size());
-        let data_of = |map: &Arc<memmap2::Mmap>, f: &object::File<'_>, name: &str| {
-            let (off, size) = f
-                .section_by_name(name)?
-                .compressed_file_range()
-                .ok()
-                .filter(|r| r.format == object::CompressionFormat::None)
-                .map(|r| (r.offset as usize, r.compressed_size as usize))?;
-            (size > 0 && off.checked_add(size)? <= map.len())
-                .then(|| SectionData { map: map.clone(), range: off..off + size })
+    /// The sections of an ELF file; `debug` is its separate debug file, used when the file has
+    /// no unwind tables of its own (its `.debug_frame`).
+    pub fn from_elf(elf: &Elf, debug: Option<&Elf>) -> Result<Self, ModuleFileError> {
+        let data_of = |f: &Elf, name: &str| -> Result<Option<SectionData>, ModuleFileError> {
+            Ok(f.data_of(name)?.map(|d| SectionData(d.into())))
         };
-        s.text = range(".text");
-        s.got = range(".got");
-        s.eh_frame = range(".eh_frame").zip(data_of(map, &elf, ".eh_frame"));
-        s.eh_frame_hdr = range(".eh_frame_hdr").zip(data_of(map, &elf, ".eh_frame_hdr"));
-        s.debug_frame = data_of(map, &elf, ".debug_frame");
+        let mut s = UnwindSections {
+            exec_segments: elf.exec_segments(),
+            text: elf.range_of(".text"),
+            got: elf.range_of(".got"),
+            ..Default::default()
+        };
+        s.eh_frame = elf.range_of(".eh_frame").zip(data_of(elf, ".eh_frame")?);
+        s.eh_frame_hdr = elf.range_of(".eh_frame_hdr").zip(data_of(elf, ".eh_frame_hdr")?);
+        s.debug_frame = data_of(elf, ".debug_frame")?;
         if s.eh_frame.is_none() && s.debug_frame.is_none() {
             if let Some(d) = debug {
-                if let Ok(dbg) = object::File::parse(&***d) {
-                    s.debug_frame = data_of(d, &dbg, ".debug_frame");
-                }
+                s.debug_frame = data_of(d, ".debug_frame")?;
             }
         }
-        Some(s)
+        Ok(s)
     }
 
     /// Whether the file has tables to unwind with.
     pub fn has_tables(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()
+    }
+
+    /// Bytes of unwind tables held.
+    pub fn bytes(&self) -> usize {
+        let len = |d: &Option<(Range<u64>, SectionData)>| d.as_ref().map_or(0, |(_, d)| d.len());
+        len(&self.eh_frame) + len(&self.eh_frame_hdr) + self.debug_frame.as_ref().map_or(0, |d| d.len())
     }
 
     fn module(&self, m: &Mapping) -> Option<Module<SectionData>> {
@@ -164,41 +149,31 @@ impl UnwindSections {
 
 /// The separate debug file of an ELF file: `/usr/lib/debug/.build-id/xx/rest.debug` by build
 /// id, else the `.gnu_debuglink` name beside the file or under `/usr/lib/debug`.
-pub fn debug_file_of(data: &[u8], path: &Path) -> Option<PathBuf> {
-    let elf = object::File::parse(data).ok()?;
-    if let Ok(Some(id)) = elf.build_id() {
+pub fn debug_file_of(elf: &Elf, path: &Path) -> Result<Option<PathBuf>, ModuleFileError> {
+    if let Some(id) = elf.build_id()? {
         if id.len() > 1 {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
             let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
             if p.is_file() {
-                return Some(p);
+                return Ok(Some(p));
             }
         }
     }
-    let (name, _crc) = elf.gnu_debuglink().ok().flatten()?;
-    let name = std::str::from_utf8(name).ok()?;
-    let dir = path.parent()?;
-    [
-        dir.join(name),
-        dir.join(".debug").join(name),
-        Path::new("/usr/lib/debug").join(dir.strip_prefix("/").ok()?).join(name),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
+    let Some(name) = elf.debuglink()? else { return Ok(None) };
+    let (Some(dir), false) = (path.parent(), name.contains('/')) else { return Ok(None) };
+    let Ok(rel) = dir.strip_prefix("/") else { return Ok(None) };
+    Ok([dir.join(&name), dir.join(".debug").join(&name), Path::new("/usr/lib/debug").join(rel).join(&name)]
+        .into_iter()
+        .find(|p| p.is_file()))
 }
 
-/// Reads a file's unwind sections through a memory map (the file may be gigabytes).
-fn read_sections(path: &Path) -> Option<UnwindSections> {
-    let file = File::open(path).ok()?;
-    // SAFETY: a read-only private map of a file; a file truncated under us could fault, which
-    // code files of live processes are not.
-    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.ok()?);
-    let debug = debug_file_of(&map, path).and_then(|p| {
-        let f = File::open(p).ok()?;
-        // SAFETY: as above.
-        unsafe { memmap2::Mmap::map(&f) }.ok().map(Arc::new)
-    });
-    UnwindSections::from_elf(&map, debug.as_ref())
+/// Reads a file's unwind sections into owned memory (only the headers and those sections: the
+/// file may be gigabytes).
+fn read_sections(path: &Path) -> Result<UnwindSections, ModuleFileError> {
+    let elf = Elf::open(path)?;
+    // A debug file that cannot be read is as if there were none: the file's own tables count.
+    let debug = debug_file_of(&elf, path)?.and_then(|p| Elf::open(&p).ok());
+    UnwindSections::from_elf(&elf, debug.as_ref())
 }
 
 /// How one stack unwound.
@@ -267,11 +242,14 @@ pub struct Unwinders {
     procs: HashMap<u32, ProcessModules>,
     files: HashMap<(u64, u64), Option<Arc<UnwindSections>>>,
     cache: CacheX86_64,
+    /// Module files that could not be read (truncated, not a regular file, a table past the
+    /// bound) since the caller last took the count.
+    pub unreadable: u64,
 }
 
 impl Default for Unwinders {
     fn default() -> Self {
-        Unwinders { procs: HashMap::new(), files: HashMap::new(), cache: CacheX86_64::new() }
+        Unwinders { procs: HashMap::new(), files: HashMap::new(), cache: CacheX86_64::new(), unreadable: 0 }
     }
 }
 
@@ -326,7 +304,20 @@ impl Unwinders {
                 .or_insert_with(|| {
                     let through =
                         PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-                    read_sections(&through).or_else(|| read_sections(&m.path)).map(Arc::new)
+                    let read = match read_sections(&through) {
+                        Err(ModuleFileError::Open(..)) => read_sections(&m.path),
+                        r => r,
+                    };
+                    match read {
+                        Ok(s) => Some(Arc::new(s)),
+                        Err(e) => {
+                            if e.is_unreadable() {
+                                tracing::debug!("process {tgid}: no unwind tables: {e}");
+                                self.unreadable += 1;
+                            }
+                            None
+                        }
+                    }
                 })
                 .clone();
             let Some(s) = sections.filter(|s| s.has_tables()) else { continue };
@@ -356,6 +347,8 @@ impl Unwinders {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+
     use super::*;
 
     #[test]

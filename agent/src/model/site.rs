@@ -296,6 +296,9 @@ pub struct StackFigures {
     pub python_bad_debug_offsets: u64,
     /// Python frames whose code object could not be read.
     pub python_frames_unresolved: u64,
+    /// Reads of module files that failed (truncated, not a regular file, a table past the
+    /// bound): their samples keep frame-pointer frames, their frames stay `module+0xoffset`.
+    pub module_unreadable: u64,
 }
 
 #[cfg(test)]
