@@ -1,6 +1,7 @@
 /* dlopens the library argv[1], then speaks the workload protocol twice (ready PID / go / done):
- * the first go allocates argv[2] MiB from this program's code, the second allocates as much
- * from a callback the library called, after the test truncated the library. It never returns
+ * the first go allocates argv[2] MiB from this program's code, then enters the library, which
+ * calls back (the first done line comes from the callback); the second go allocates as much
+ * from that callback, after the test truncated the library. It never returns
  * into the library: it waits for stdin to close and _exits from the callback. Built with
  * -O2 -fomit-frame-pointer: only the unwind tables walk its stacks. */
 #include <dlfcn.h>
@@ -32,13 +33,19 @@ __attribute__((noinline)) char *after_truncation(size_t n) {
     return p;
 }
 
+static char *first;
+
 static void inside_library(void) {
+    /* Only now, with the library's frame below this one and none of its code left to run, may
+     * the test truncate it. */
+    printf("done phase=1 bytes=%zu\n", bytes);
+    fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) _exit(1);
     char *p = after_truncation(bytes);
     printf("done phase=2 bytes=%zu\n", bytes);
     fflush(stdout);
     while (fgets(line, sizeof line, stdin)) {}
-    _exit(p && p[0] == 1 ? 0 : 2);
+    _exit(p && p[0] == 1 && first[0] == 1 ? 0 : 2);
 }
 
 int main(int argc, char **argv) {
@@ -53,9 +60,7 @@ int main(int argc, char **argv) {
     printf("ready %d\n", getpid());
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 1;
-    char *p = before_truncation(bytes);
-    printf("done phase=1 bytes=%zu\n", bytes);
-    fflush(stdout);
+    first = before_truncation(bytes);
     enter(inside_library);
-    return p[0] == 1 ? 3 : 4; /* never reached */
+    return 3; /* never reached */
 }

@@ -250,19 +250,26 @@ pub struct Functions {
 impl Functions {
     /// The defined functions (`STT_FUNC`, `STT_GNU_IFUNC`) of a symbol table. Pure.
     pub fn parse(symtab: &[u8], strings: Vec<u8>) -> Functions {
-        let mut syms: Vec<FunctionSymbol> = symtab
+        // Of the aliases at one address, the one shown: global before weak before local,
+        // then the longest, then the shortest name (`__libc_start_main`, not a local
+        // `__libc_start_main_alias_2`).
+        let mut ranked: Vec<((u8, std::cmp::Reverse<u64>, usize), FunctionSymbol)> = symtab
             .chunks_exact(SYM_LEN)
             .filter_map(|s| {
-                let kind = s[4] & 0xf;
+                let (kind, bind) = (s[4] & 0xf, s[4] >> 4);
                 let shndx = u16_at(s, 6)?;
-                ((kind == 2 || kind == 10) && shndx != 0).then_some(FunctionSymbol {
-                    addr: u64_at(s, 8)?,
-                    size: u64_at(s, 16)?,
-                    name: u32_at(s, 0)?,
-                })
+                let f = FunctionSymbol { addr: u64_at(s, 8)?, size: u64_at(s, 16)?, name: u32_at(s, 0)? };
+                let rank = match bind {
+                    1 => 0,
+                    2 => 1,
+                    _ => 2,
+                };
+                let len = c_str(&strings, f.name as usize).map_or(usize::MAX, <[u8]>::len);
+                ((kind == 2 || kind == 10) && shndx != 0).then_some(((rank, std::cmp::Reverse(f.size), len), f))
             })
             .collect();
-        syms.sort_by_key(|s| (s.addr, std::cmp::Reverse(s.size)));
+        ranked.sort_by_key(|(rank, f)| (f.addr, *rank));
+        let mut syms: Vec<FunctionSymbol> = ranked.into_iter().map(|(_, f)| f).collect();
         syms.dedup_by_key(|s| s.addr);
         syms.shrink_to_fit();
         Functions { syms, strings }
@@ -548,9 +555,10 @@ mod tests {
             b.extend(size.to_le_bytes());
             b
         };
-        let strings = b"\0alpha\0beta\0undef\0data\0".to_vec();
+        let strings = b"\0alpha\0beta\0undef\0data\0beta_alias_2\0".to_vec();
         let table = [
             sym(1, 0x12, 14, 0x1000, 0x20),
+            sym(23, 0x02, 14, 0x1040, 0x10),
             sym(7, 0x12, 14, 0x1040, 0x10),
             sym(12, 0x12, 0, 0x2000, 0x10),
             sym(18, 0x11, 20, 0x1020, 0x8),
@@ -560,7 +568,7 @@ mod tests {
         assert_eq!(f.find(0x1000), Some((&b"alpha"[..], 0)));
         assert_eq!(f.find(0x101f), Some((&b"alpha"[..], 0x1f)));
         assert_eq!(f.find(0x1020), None, "a gap (an object symbol is no function)");
-        assert_eq!(f.find(0x1045), Some((&b"beta"[..], 5)));
+        assert_eq!(f.find(0x1045), Some((&b"beta"[..], 5)), "the global alias, not the local one");
         assert_eq!(f.find(0x2004), None, "undefined symbols name nothing");
         assert_eq!(f.find(0x10), None);
         assert_eq!(Functions::address_of(&table, &strings, b"data"), Some(0x1020));

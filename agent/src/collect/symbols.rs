@@ -334,4 +334,20 @@ mod tests {
         assert_eq!(frames, vec![NormalFrame::Unknown { addr: 0x10 }]);
         assert_eq!(FrameNamer::default().name(1, &frames)[0].to_string(), "[unknown]+0x10");
     }
+
+    #[test]
+    fn a_library_costs_its_function_tables_not_its_size() {
+        // As the unwinder's test: Debian's libpython, and a 150 MB library where installed.
+        let measured = ["/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/lib/x86_64-linux-gnu/libLLVM.so.22.1"];
+        assert!(Path::new(measured[0]).is_file(), "{} missing: apt-get install python3", measured[0]);
+        for path in measured.iter().map(Path::new).filter(|p| p.is_file()) {
+            let t = std::time::Instant::now();
+            let f = ModuleFunctions::read(path).expect("readable");
+            let took = t.elapsed();
+            let held = f.symtab.bytes() + f.dynsym.bytes();
+            let len = std::fs::metadata(path).expect("stat").len();
+            eprintln!("{}: {len} bytes, {held} of function tables held, read in {took:?}", path.display());
+            assert!(!f.dynsym.is_empty() && (held as u64) < len / 4, "{}", path.display());
+        }
+    }
 }

@@ -429,4 +429,26 @@ mod tests {
             })
             .expect("registers taken");
     }
+
+    /// Libraries checked for what reading their tables costs: Debian's libpython (python3 is
+    /// a dependency of these tests) and, where installed, a 150 MB one.
+    const MEASURED: [&str; 2] =
+        ["/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/lib/x86_64-linux-gnu/libLLVM.so.22.1"];
+
+    #[test]
+    fn a_library_costs_its_unwind_tables_not_its_size() {
+        assert!(Path::new(MEASURED[0]).is_file(), "{} missing: apt-get install python3", MEASURED[0]);
+        for path in MEASURED.iter().map(Path::new).filter(|p| p.is_file()) {
+            let t = Instant::now();
+            let s = read_sections(path).expect("readable");
+            let took = t.elapsed();
+            let elf = Elf::open(path).expect("readable");
+            let size = |n: &str| elf.section(n).map_or(0, |s| s.size as usize);
+            let len = std::fs::metadata(path).expect("stat").len();
+            eprintln!("{}: {len} bytes, {} of unwind tables held, read in {took:?}", path.display(), s.bytes());
+            assert!(s.has_tables(), "{}", path.display());
+            assert_eq!(s.bytes(), size(".eh_frame") + size(".eh_frame_hdr"), "only the tables are held");
+            assert!((s.bytes() as u64) < len / 4, "{}", path.display());
+        }
+    }
 }
