@@ -479,6 +479,20 @@ mod tests {
             .collect()
     }
 
+    /// A recording read whole and one scanned (its frames read again from the file) give one
+    /// perfetto output.
+    #[test]
+    fn scanned_and_whole_give_one_perfetto() {
+        let d = crate::report::tests::tmp("scan-perfetto");
+        let path = d.join("m.tscope");
+        std::fs::write(&path, crate::report::tests::moving_session(&d, true)).unwrap();
+        let whole = crate::recording::read(&path).unwrap();
+        let scanned = crate::recording::scan(&path).unwrap();
+        assert!(scanned.frames.is_empty() && !whole.frames.is_empty());
+        assert_eq!(trace(&scanned).unwrap(), trace(&whole).unwrap());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
     #[test]
     fn residency_moves_from_the_cxl_to_the_dram_track_when_memory_moves() {
         let rec = recording_with_sites();

@@ -287,6 +287,20 @@ mod tests {
     use super::*;
     use crate::report::tests::recording_with_sites;
 
+    /// A recording read whole and one scanned (its frames read again from the file) give one
+    /// pprof output.
+    #[test]
+    fn scanned_and_whole_give_one_pprof() {
+        let d = crate::report::tests::tmp("scan-pprof");
+        let path = d.join("m.tscope");
+        std::fs::write(&path, crate::report::tests::moving_session(&d, true)).unwrap();
+        let whole = crate::recording::read(&path).unwrap();
+        let scanned = crate::recording::scan(&path).unwrap();
+        assert!(scanned.frames.is_empty() && !whole.frames.is_empty());
+        assert_eq!(profile(&scanned).unwrap(), profile(&whole).unwrap());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
     #[test]
     fn frames_split_into_function_module_and_offset() {
         assert_eq!(

@@ -280,8 +280,7 @@ fn a_scanned_recording_reports_as_one_read_whole_and_a_file_changed_under_it_is_
     assert_eq!(scanned.frame_count(), whole.frames.len());
     assert_eq!(scanned.duration_s(), whole.duration_s());
     assert_eq!(analyze(&scanned).unwrap(), analyze(&whole).unwrap());
-    assert_eq!(crate::report::pprof::profile(&scanned).unwrap(), crate::report::pprof::profile(&whole).unwrap());
-    assert_eq!(crate::report::perfetto::trace(&scanned).unwrap(), crate::report::perfetto::trace(&whole).unwrap());
+    // pprof and Perfetto from a scan: in their own tests (`scanned_and_whole_give_one_*`).
     // Cut after the scan: the second read finds fewer frames and says so.
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
