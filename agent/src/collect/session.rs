@@ -245,7 +245,11 @@ impl Session {
                         self.model.exit_found_late(*tgid, counters::monotonic_ns(), true);
                     }
                 }
-                self.identified.remove(tgid);
+                // Under an exited process's pid, the new one is named once it replaces that
+                // record (`Model::reused_pending`); the old record keeps its name.
+                if !self.model.processes.get(tgid).is_some_and(|p| p.exited_at_ns.is_some()) {
+                    self.identified.remove(tgid);
+                }
                 self.site_reader.forget(*tgid);
                 // A new program under the pid: the selection looks at it again.
                 self.unwanted.remove(tgid);
@@ -284,6 +288,29 @@ impl Session {
             self.refresh_memory_blocks();
         }
         self.model.tiering.apply(read_tiering_vmstat(&self.topology));
+        // Exited processes' entries are freed at the first reading that holds their final
+        // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
+        let free = self.model.entries_to_free();
+        if !free.is_empty() {
+            self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &free, &r) as u64;
+            self.model.entries_freed(&free);
+        }
+        let mut holding = r.tgids();
+        for t in &free {
+            holding.remove(t);
+        }
+        self.model.map_tgids = holding.len();
+        // Records that another process's took the pid of: the new one is named below.
+        for tgid in std::mem::take(&mut self.model.reused_pending) {
+            self.identified.remove(&tgid);
+            self.scan_marks.remove(&tgid);
+            self.insight_reads.remove(&tgid);
+            self.site_reader.forget(tgid);
+            // The new process's first counts were in the freed entries: its own counters stand.
+            if let Some(st) = procfs::read_stat(tgid) {
+                self.model.observe_live_faults(tgid, task_faults::counters_of(&st), r.at_ns);
+            }
+        }
         let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
         for tgid in new {
             self.identified.insert(tgid);
@@ -300,20 +327,7 @@ impl Session {
         }
         self.model.assign_jobs();
         self.update_insights(r.at_ns);
-        // Exited processes' entries are freed at the first reading that holds their final
-        // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
-        let free = self.model.entries_to_free();
-        if !free.is_empty() {
-            self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &free, &r) as u64;
-            self.model.entries_freed(&free);
-        }
-        let mut holding = r.tgids();
-        for t in &free {
-            holding.remove(t);
-        }
-        self.model.map_tgids = holding.len();
-        let mut gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
-        gone.append(&mut self.model.reused_pending);
+        let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         for tgid in gone {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);

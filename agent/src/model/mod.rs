@@ -102,6 +102,9 @@ pub struct Model {
     /// Pids whose kernel entries mix a process that left the model (its pid taken before they
     /// were freed) with the one that took it: readings skip them until the collector frees them.
     stale_entries: BTreeSet<u32>,
+    /// Execs under the pid of an exited process whose entries are not freed yet: the new
+    /// process's comm, waiting for them.
+    pending_execs: BTreeMap<u32, String>,
 }
 
 impl Model {
@@ -229,9 +232,16 @@ impl Model {
         match e {
             Event::Exec { tgid, comm, .. } => {
                 self.recent_exits.remove(&tgid);
-                // Only a live process execs: under an exited record's pid it is another one.
-                if self.processes.get(&tgid).is_some_and(|p| p.exited_at_ns.is_some()) {
-                    self.retire_reused(tgid);
+                // Only a live process execs: under an exited record's pid it is another one. Its
+                // kernel entries still hold the old one's last counts: the next reading is the
+                // old one's, and the new one comes in when they are freed (`entries_freed`).
+                match self.processes.get(&tgid) {
+                    Some(p) if p.exited_at_ns.is_some() && !p.kernel_entries_freed => {
+                        self.pending_execs.insert(tgid, comm);
+                        return;
+                    }
+                    Some(p) if p.exited_at_ns.is_some() => self.retire_reused(tgid),
+                    _ => {}
                 }
                 let p = self.process(tgid);
                 p.comm = comm;
@@ -364,6 +374,15 @@ impl Model {
         pid_reused
     }
 
+    /// The kernel's fault counters of a live process read now, outside a reading (a process that
+    /// just replaced a record under its pid: its first counts went with that record's entries).
+    pub fn observe_live_faults(&mut self, tgid: u32, k: faults::KernelFaults, at_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&tgid).filter(|p| p.exited_at_ns.is_none()) {
+            p.fault_account.observe_live(k, at_ns, 0);
+            p.settle_faults(at_ns);
+        }
+    }
+
     /// Another process took `tgid`'s pid: its record leaves the model now, whatever the grace.
     fn retire_reused(&mut self, tgid: u32) {
         self.pids_reused += 1;
@@ -399,6 +418,11 @@ impl Model {
             }
             if let Some(p) = self.processes.get_mut(t) {
                 p.kernel_entries_freed = true;
+            }
+            if let Some(comm) = self.pending_execs.remove(t) {
+                self.retire_reused(*t);
+                let p = self.process(*t);
+                p.comm = comm;
             }
         }
     }

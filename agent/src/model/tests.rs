@@ -318,9 +318,19 @@ fn an_exec_under_an_exited_pid_is_a_new_process_not_the_dead_one_alive_again() {
     m.apply_reading(&reading(10, &[(5, 100)], &[]));
     m.apply_event(Event::Exit { tgid: 5, comm: "old".into(), ts_ns: 12 });
     m.apply_event(Event::Exec { tgid: 5, comm: "new".into(), ts_ns: 14 });
+    // The entries still hold the old one's last counts: that reading is its.
+    assert_eq!(m.processes[&5].exited_at_ns, Some(12), "not alive again");
+    m.apply_reading(&reading(20, &[(5, 130)], &[]));
+    assert_eq!(m.entries_to_free(), vec![5]);
+    m.entries_freed(&[5]);
     let p = &m.processes[&5];
     assert_eq!((p.comm.as_str(), p.exited_at_ns, p.faults), ("new", None, 0));
-    assert_eq!(m.departed.iter().map(|p| (p.faults, p.exited_at_ns)).collect::<Vec<_>>(), vec![(100, Some(12))]);
+    assert_eq!(m.departed.iter().map(|p| (p.faults, p.exited_at_ns)).collect::<Vec<_>>(), vec![(130, Some(12))]);
+    // Entries freed already: an exec under the pid is a new process at once.
+    m.apply_event(Event::Exit { tgid: 5, comm: String::new(), ts_ns: 30 });
+    m.entries_freed(&m.entries_to_free());
+    m.apply_event(Event::Exec { tgid: 5, comm: "third".into(), ts_ns: 40 });
+    assert_eq!((m.processes[&5].comm.as_str(), m.processes[&5].exited_at_ns, m.departed.len()), ("third", None, 2));
 }
 
 #[test]
