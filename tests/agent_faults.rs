@@ -75,8 +75,9 @@ fn ring_burst_is_counted(bin: &PathBuf, dir: &Path) {
     ]);
     burst();
     let doc = snap.interrupt();
-    let lost = find_key(&doc, "kernel.ringbuf_full").and_then(serde_json::Value::as_u64).unwrap_or(0);
-    assert!(lost > 0, "no ringbuf_full losses in the snapshot after a burst of {BURST}: {}", doc["agent"]);
+    // Placement-syscall records have their own ring (exits and health records never queue behind them).
+    let lost = find_key(&doc, "kernel.policy_ring_full").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    assert!(lost > 0, "no policy_ring_full losses in the snapshot after a burst of {BURST}: {}", doc["agent"]);
     println!("ring_burst_is_counted: snapshot: {lost} of {BURST} policy records lost (ring of {SMALL_RING_KIB} KiB)");
 
     // Prometheus, with the size from the config file.
@@ -87,17 +88,19 @@ fn ring_burst_is_counted(bin: &PathBuf, dir: &Path) {
         &format!("[prometheus]\nlisten = \"{listen}\"\n[collect]\nevent_ring_kib = {SMALL_RING_KIB}\n"),
     );
     let mut agent = Agent::start(bin, &["--config", cfg.to_str().expect("utf-8")], &[]);
-    let full = [("tierscope_drop_reason", "ringbuf_full")];
+    let full = [("tierscope_drop_reason", "policy_ring_full")];
     let before =
-        metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).expect("ringbuf_full at 0 from the start");
+        metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).expect("policy_ring_full at 0 from the start");
     burst();
     let after = wait_for(Duration::from_secs(60), || {
         metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).filter(|&v| v > before)
     })
-    .unwrap_or_else(|| panic!("ringbuf_full never grew on /metrics; stderr:\n{}", agent.stderr.lock().unwrap()));
+    .unwrap_or_else(|| panic!("policy_ring_full never grew on /metrics; stderr:\n{}", agent.stderr.lock().unwrap()));
     agent.assert_alive();
     assert_eq!(agent.stop(), Some(0));
-    println!("ring_burst_is_counted: /metrics: tierscope_agent_ringbuf_lost_total{{ringbuf_full}} {before} -> {after}");
+    println!(
+        "ring_burst_is_counted: /metrics: tierscope_agent_ringbuf_lost_total{{policy_ring_full}} {before} -> {after}"
+    );
 
     // A bad size is one line, exit 1.
     let bad = write(dir, "bad-ring.toml", "[collect]\nevent_ring_kib = 1000\n");
