@@ -172,6 +172,9 @@ pub fn a_reused_pid_is_two_processes() {
     let agent = Snapshot::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", &tag]);
     let old = Workload::start(OLD_PAGES, &old_marker);
     let pid = old.pid();
+    // Named at a reading (every 0.5 s) while it lives: a process seen only by its exit has no
+    // command line to tell it by.
+    std::thread::sleep(Duration::from_secs(2));
     drop(old);
     flush_pending_slots();
     // Another process under the same pid: the next fork takes ns_last_pid + 1 when it is free;

@@ -117,6 +117,9 @@ pub struct Session {
     /// A look at /proc taken before the event rings were flushed (a window's end): the next
     /// reading judges exits on it at once (`model::liveness`).
     look_before_flush: Option<liveness::ProcLook>,
+    /// Model processes whose `/proc/PID/stat` said zombie with no thread left: gone, though
+    /// listed until reaped; the looks count them as missing (judged like any other miss).
+    zombies: HashSet<u32>,
 }
 
 impl Session {
@@ -213,6 +216,7 @@ impl Session {
             residency_skipped_unchanged: 0,
             health_poller: Default::default(),
             look_before_flush: None,
+            zombies: HashSet::new(),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
@@ -268,16 +272,24 @@ impl Session {
     pub fn read_counters(&mut self) {
         // /proc is listed before the events are drained: an exit reported by then is applied
         // before the look is judged.
-        let look = self.look_before_flush.take().or_else(|| look_at_proc(false));
+        let mut look = self.look_before_flush.take().or_else(|| look_at_proc(false));
         self.drain_events();
-        if let Some(look) = &look {
+        let model = &self.model;
+        self.zombies.retain(|t| model.processes.get(t).is_some_and(|p| p.exited_at_ns.is_none()));
+        if let Some(look) = &mut look {
+            look.pids.retain(|p| !self.zombies.contains(p));
             self.model.judge_liveness(look, std::process::id());
         }
         // Sites after the reading: every sampled process is in it (it allocated).
         let sites = self.site_reader.take();
         let mut r = counters::read(&self.probes.ebpf);
         for (tgid, pid_reused) in self.read_live_faults(&mut r) {
-            self.model.exit_found_late(tgid, r.at_ns, pid_reused);
+            if pid_reused {
+                self.model.exit_found_late(tgid, r.at_ns, true);
+            } else {
+                // Its exit record may be on its way: the next looks judge it.
+                self.zombies.insert(tgid);
+            }
         }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);
@@ -311,7 +323,14 @@ impl Session {
                 self.model.observe_live_faults(tgid, task_faults::counters_of(&st), r.at_ns);
             }
         }
-        let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
+        // Exited ones are not read: their pid in /proc, if any, is another process's.
+        let new: Vec<u32> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| !self.identified.contains(&p.tgid) && p.exited_at_ns.is_none())
+            .map(|p| p.tgid)
+            .collect();
         for tgid in new {
             self.identified.insert(tgid);
             if tgid == 0 {

@@ -231,7 +231,15 @@ impl Model {
         self.events_seen += 1;
         match e {
             Event::Exec { tgid, comm, .. } => {
-                self.recent_exits.remove(&tgid);
+                // The exit of a process the model never saw, then an exec under its pid: the
+                // kernel entries hold the dead one's counts; its record takes them.
+                if let Some((at, old_comm)) = self.recent_exits.remove(&tgid) {
+                    if !self.processes.contains_key(&tgid) {
+                        let p = self.process(tgid);
+                        p.exited_at_ns = Some(at);
+                        p.comm = old_comm;
+                    }
+                }
                 // Only a live process execs: under an exited record's pid it is another one. Its
                 // kernel entries still hold the old one's last counts: the next reading is the
                 // old one's, and the new one comes in when they are freed (`entries_freed`).

@@ -356,3 +356,17 @@ fn a_pid_taken_while_its_exit_was_lost_ends_the_old_record_at_once() {
     assert_eq!((m.exits_found_late, m.pids_reused, m.departed.len()), (2, 2, 2));
     assert_eq!(m.departed.iter().last().map(|p| (p.faults, p.exited_at_ns)), Some((3, Some(60))));
 }
+
+#[test]
+fn an_exec_after_the_exit_of_a_process_never_seen_keeps_the_dead_ones_counts_apart() {
+    let mut m = Model::default();
+    let _w = m.departed.open_window(0);
+    m.apply_event(Event::Exit { tgid: 8, comm: "old".into(), ts_ns: 5 });
+    m.apply_event(Event::Exec { tgid: 8, comm: "new".into(), ts_ns: 6 });
+    m.apply_reading(&reading(10, &[(8, 500)], &[]));
+    assert_eq!((m.processes[&8].comm.as_str(), m.processes[&8].faults), ("old", 500));
+    m.entries_freed(&m.entries_to_free());
+    let p = &m.processes[&8];
+    assert_eq!((p.comm.as_str(), p.faults, p.exited_at_ns), ("new", 0, None));
+    assert_eq!(m.departed.iter().map(|p| (p.comm.as_str(), p.faults)).collect::<Vec<_>>(), vec![("old", 500)]);
+}
