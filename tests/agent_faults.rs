@@ -63,12 +63,9 @@ impl BpfRunStats {
     }
 }
 
-/// The programs that write the event ring, each at most one record per run.
-fn writes_the_event_ring(program: &str) -> bool {
+/// The programs that write the placement-syscall ring (`POLICY_EVENTS`), each at most one record per run.
+fn writes_the_policy_ring(program: &str) -> bool {
     program.starts_with("sys_enter_")
-        || program.starts_with("cxl_")
-        || program.ends_with("_numa")
-        || matches!(program, "sched_process_exec" | "sched_process_exit")
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -99,25 +96,29 @@ fn ring_burst_is_counted(bin: &PathBuf, dir: &Path) {
     let doc = snap.interrupt();
     drop(stats);
     let agent = &doc["agent"];
-    let lost = agent["drops"]["kernel.ringbuf_full"].as_u64().unwrap_or_else(|| panic!("no ringbuf_full: {agent}"));
+    // Placement-syscall records have their own ring (exits and health records never queue
+    // behind them): the burst's losses are that ring's.
+    let lost =
+        agent["drops"]["kernel.policy_ring_full"].as_u64().unwrap_or_else(|| panic!("no policy_ring_full: {agent}"));
     let delivered = tierscope_tests::process(&doc, pid)["policy_calls"].as_u64().expect("the burst's policy_calls");
-    let delivered_all = agent["events_received"].as_u64().expect("events_received");
+    let delivered_all: u64 =
+        doc["processes"].as_array().expect("processes").iter().filter_map(|p| p["policy_calls"].as_u64()).sum();
     let counters = agent["program_counters"].as_object().expect("program_counters");
     let ring_runs: u64 = counters
         .iter()
-        .filter(|(name, _)| writes_the_event_ring(name))
+        .filter(|(name, _)| writes_the_policy_ring(name))
         .map(|(name, c)| c["runs"].as_u64().unwrap_or_else(|| panic!("no runs for {name}: {c}")))
         .sum();
     println!(
-        "ring_burst_is_counted: snapshot: {delivered} of {BURST} policy records delivered, {lost} lost on the ring \
-         (ring of {SMALL_RING_KIB} KiB); {delivered_all} events delivered in all, the ring's programs ran {ring_runs} times"
+        "ring_burst_is_counted: snapshot: {delivered} of {BURST} policy records delivered, {lost} lost on the policy ring \
+         (ring of {SMALL_RING_KIB} KiB); {delivered_all} policy records delivered in all, the ring's programs ran {ring_runs} times"
     );
     // Every record of the burst was delivered or counted lost. The loss counter is the ring's,
-    // not the burst's: a neighbour's record lost meanwhile (an exec, an exit) is in it too, so
-    // the burst's share cannot be told exactly; the kernel's own run counts bound it above: no
-    // more records were delivered or lost than the ring's programs ran. With no neighbour
-    // writing the ring, both sides are BURST. A record dropped unsaid fails the first, one
-    // delivered or counted twice the second (and `delivered <= BURST`).
+    // not the burst's: a neighbour's policy call lost meanwhile is in it too, so the burst's
+    // share cannot be told exactly; the kernel's own run counts bound it above: no more records
+    // were delivered or lost than the ring's programs ran. With no neighbour writing the ring,
+    // both sides are BURST. A record dropped unsaid fails the first, one delivered or counted
+    // twice the second (and `delivered <= BURST`).
     assert!(delivered <= BURST as u64, "{delivered} policy records delivered of {BURST} calls");
     assert!(
         delivered + lost >= BURST as u64,
@@ -126,9 +127,9 @@ fn ring_burst_is_counted(bin: &PathBuf, dir: &Path) {
     );
     assert!(
         delivered_all + lost <= ring_runs,
-        "{delivered_all} events delivered and {lost} lost, but the ring's programs ran {ring_runs} times: counted twice"
+        "{delivered_all} policy records delivered and {lost} lost, but the ring's programs ran {ring_runs} times: counted twice"
     );
-    assert!(lost > 0, "no ringbuf_full losses in the snapshot after a burst of {BURST}: {agent}");
+    assert!(lost > 0, "no policy_ring_full losses in the snapshot after a burst of {BURST}: {agent}");
 
     // Prometheus, with the size from the config file.
     let listen = format!("127.0.0.1:{}", free_port());
@@ -138,17 +139,19 @@ fn ring_burst_is_counted(bin: &PathBuf, dir: &Path) {
         &format!("[prometheus]\nlisten = \"{listen}\"\n[collect]\nevent_ring_kib = {SMALL_RING_KIB}\n"),
     );
     let mut agent = Agent::start(bin, &["--config", cfg.to_str().expect("utf-8")], &[]);
-    let full = [("tierscope_drop_reason", "ringbuf_full")];
+    let full = [("tierscope_drop_reason", "policy_ring_full")];
     let before =
-        metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).expect("ringbuf_full at 0 from the start");
+        metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).expect("policy_ring_full at 0 from the start");
     burst();
     let after = wait_for(Duration::from_secs(60), || {
         metric(&listen, "tierscope_agent_ringbuf_lost_total", &full).filter(|&v| v > before)
     })
-    .unwrap_or_else(|| panic!("ringbuf_full never grew on /metrics; stderr:\n{}", agent.stderr.lock().unwrap()));
+    .unwrap_or_else(|| panic!("policy_ring_full never grew on /metrics; stderr:\n{}", agent.stderr.lock().unwrap()));
     agent.assert_alive();
     assert_eq!(agent.stop(), Some(0));
-    println!("ring_burst_is_counted: /metrics: tierscope_agent_ringbuf_lost_total{{ringbuf_full}} {before} -> {after}");
+    println!(
+        "ring_burst_is_counted: /metrics: tierscope_agent_ringbuf_lost_total{{policy_ring_full}} {before} -> {after}"
+    );
 
     // A bad size is one line, exit 1.
     let bad = write(dir, "bad-ring.toml", "[collect]\nevent_ring_kib = 1000\n");

@@ -1,7 +1,9 @@
 //! The agent's life as an operator sees it: signals (SIGINT and SIGTERM stop it promptly even
 //! while it is busy; SIGHUP reloads the configuration, keeping the running one when the new one
-//! is broken). Needs root and TIERSCOPE_BIN; `harness = false` (the binary doubles as the
-//! workload child, see export_support).
+//! is broken), and processes' lives as it sees them (exits lost in a ring overflow found anyway,
+//! a reused pid told apart, a leader that calls `pthread_exit` kept until its threads end).
+//! Needs root and TIERSCOPE_BIN; `harness = false` (the binary doubles as the workload child,
+//! see export_support).
 mod export_support;
 
 use std::{
@@ -10,6 +12,9 @@ use std::{
 };
 
 use export_support::*;
+
+#[path = "process_lives.rs"]
+mod lives;
 
 /// Matched processes that keep the agent busy with numa_maps reads on every turn.
 const BUSY_CHILDREN: usize = 300;
@@ -147,10 +152,27 @@ fn secrets_never_leave_the_agent(bin: &std::path::PathBuf) {
 }
 
 fn main() {
-    if child_mode() {
+    if child_mode() || lives::child_mode() {
         return;
     }
-    let Some(bin) = agent_bin("agent_lifecycle") else { return summary(0, 3) };
+    let Some(bin) = agent_bin("agent_lifecycle") else { return summary(0, 6) };
+    // A name given on the command line runs only the tests whose names contain it.
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    let lives: [(&str, fn()); 3] = [
+        ("a_ring_overflow_leaves_no_ghost", lives::a_ring_overflow_leaves_no_ghost),
+        ("a_reused_pid_is_two_processes", lives::a_reused_pid_is_two_processes),
+        ("a_pthread_exit_leader_lives_until_its_threads_end", lives::a_pthread_exit_leader_lives_until_its_threads_end),
+    ];
+    let mut ran = 0;
+    for (name, test) in lives.into_iter().filter(|(n, _)| wanted(n)) {
+        test();
+        passed(&format!("agent_lifecycle::{name}"));
+        ran += 1;
+    }
+    if only.is_some() && !wanted("signals secrets") {
+        return summary(ran, 0);
+    }
     let dir = std::env::temp_dir().join(format!("tierscope-lifecycle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     secrets_never_leave_the_agent(&bin);
@@ -160,5 +182,5 @@ fn main() {
     sigint_stops_a_busy_agent(&bin, &dir);
     passed("agent_lifecycle::sigint_stops_a_busy_agent");
     let _ = std::fs::remove_dir_all(&dir);
-    summary(3, 0);
+    summary(ran + 3, 0);
 }

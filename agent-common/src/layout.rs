@@ -66,10 +66,15 @@ pub struct TaskLayout {
     /// Byte offset of `task_struct::mm` (0: unknown). A task without one (kswapd, kworkers) has
     /// no user stack to sample.
     pub mm: u32,
+    /// Byte offsets of `task_struct::signal` (a pointer) and `signal_struct::live` (its live
+    /// threads, an `atomic_t`): 0 when unknown. At `sched_process_exit` a `live` of 0 says the
+    /// whole thread group is gone, whichever thread exits last.
+    pub signal: u32,
+    pub signal_live: u32,
 }
-const _: () = assert!(core::mem::size_of::<TaskLayout>() == 16);
+const _: () = assert!(core::mem::size_of::<TaskLayout>() == 24);
 
 impl TaskLayout {
     /// Nothing known: the exit program reads nothing until the agent fills this in.
-    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, mm: 0 };
+    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, mm: 0, signal: 0, signal_live: 0 };
 }

@@ -16,6 +16,7 @@ pub mod map {
     pub const FAULT_START: &str = "FAULT_START";
     pub const FAULT_LATENCY: &str = "FAULT_LATENCY";
     pub const EVENTS: &str = "EVENTS";
+    pub const POLICY_EVENTS: &str = "POLICY_EVENTS";
     pub const STATS: &str = "STATS";
     pub const SITE_SAMPLES: &str = "SITE_SAMPLES";
     pub const SITE_BUDGET: &str = "SITE_BUDGET";
@@ -39,6 +40,7 @@ pub mod map {
         FAULT_START,
         FAULT_LATENCY,
         EVENTS,
+        POLICY_EVENTS,
         STATS,
         SITE_SAMPLES,
         SITE_BUDGET,

@@ -4,7 +4,8 @@
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stat {
-    /// A ring-buffer reservation failed: the event was lost.
+    /// An `EVENTS` ring-buffer reservation failed (exec, exit, NUMA move or health record): the
+    /// event was lost.
     RingbufFull = 0,
     /// A map insert failed (map full): counts were lost.
     MapFull = 1,
@@ -20,6 +21,9 @@ pub enum Stat {
     MigrateNoStart = 6,
     /// A fault-latency exit without a recorded entry.
     FaultNoStart = 7,
+    /// The `POLICY_EVENTS` ring buffer was full: a placement-syscall record was lost (that ring
+    /// is apart from `EVENTS`, so a storm of them never pushes out an exit or a health record).
+    PolicyRingFull = 8,
     /// CXL-tier allocations chosen for a site sample (one in `site_sample_every`). Every attempt
     /// ends as exactly one of the `Site*` outcomes below, so attempts = delivered + the causes.
     SiteAttempts = 16,
@@ -46,7 +50,7 @@ pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 15] = [
+    pub const ALL: [(Stat, &'static str); 16] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -55,6 +59,7 @@ impl Stat {
         (Stat::AgentFiltered, "agent_filtered"),
         (Stat::MigrateNoStart, "migrate_no_start"),
         (Stat::FaultNoStart, "fault_no_start"),
+        (Stat::PolicyRingFull, "policy_ring_full"),
         (Stat::SiteAttempts, "site_attempts"),
         (Stat::SiteDelivered, "site_delivered"),
         (Stat::SiteNoUserStack, "site_no_user_stack"),

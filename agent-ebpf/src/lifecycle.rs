@@ -1,5 +1,12 @@
-//! Process lifecycle: `sched:sched_process_exec` and `sched:sched_process_exit` (leader only).
-use aya_ebpf::{helpers::bpf_get_current_comm, macros::tracepoint, programs::TracePointContext};
+//! Process lifecycle: `sched_process_exec` and `sched_process_exit` as BTF tracepoints (no
+//! tracefs: they attach without the right to read it). An exit is the thread group's: reported
+//! by whichever thread leaves last (`signal->live` at 0), so a leader that calls `pthread_exit`
+//! while its threads work is not reported gone.
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
 use tierscope_common::{
     event::{EventKind, LifecycleEvent},
     maps::{FaultKey, FAULT_PATH_KERNEL, FAULT_PATH_USER},
@@ -7,30 +14,53 @@ use tierscope_common::{
 };
 
 use crate::{
-    common::{add_to, count, current_unless_agent, header},
-    maps::{ALLOCS, ALLOC_CACHE, EVENTS, FAULTS, FAULT_CACHE},
+    common::{add_to, count, current_unless_agent, global, header},
+    maps::{ALLOCS, ALLOC_CACHE, EVENTS, FAULTS, FAULT_CACHE, TASK_LAYOUT},
 };
 
-#[tracepoint(category = "sched", name = "sched_process_exec")]
-pub fn sched_process_exec(_ctx: TracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
     emit(EventKind::Exec)
 }
 
-#[tracepoint(category = "sched", name = "sched_process_exit")]
-pub fn sched_process_exit(_ctx: TracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let Some((tgid, pid)) = current_unless_agent() else { return 0 };
+    if !group_gone(&ctx, tgid, pid) {
+        return 0;
+    }
+    flush_slots_of(tgid);
     emit(EventKind::Exit)
+}
+
+/// Whether the exiting task is the last of its thread group. `do_exit` has taken it off
+/// `signal->live` before this tracepoint, so 0 there means no thread is left (two threads that
+/// exit at once may both see 0: the agent keeps the first report). Without the offsets, the
+/// leader's exit stands for the group's, as the classic tracepoint did.
+#[inline(always)]
+fn group_gone(ctx: &BtfTracePointContext, tgid: u32, pid: u32) -> bool {
+    let layout = global(&TASK_LAYOUT);
+    if layout.signal == 0 || layout.signal_live == 0 {
+        return tgid == pid;
+    }
+    let task: *const u8 = ctx.arg(0);
+    // SAFETY: bounds-checked kernel reads at offsets this kernel's BTF gave.
+    let live = unsafe {
+        bpf_probe_read_kernel(task.wrapping_add(layout.signal as usize) as *const *const u8)
+            .and_then(|signal| bpf_probe_read_kernel(signal.wrapping_add(layout.signal_live as usize) as *const i32))
+    };
+    match live {
+        Ok(live) => live == 0,
+        Err(_) => {
+            count(Stat::ReadFailed);
+            tgid == pid
+        }
+    }
 }
 
 #[inline(always)]
 fn emit(kind: EventKind) -> i32 {
     let Some((tgid, pid)) = current_unless_agent() else { return 0 };
-    // A thread's exit is not the process's.
-    if kind == EventKind::Exit && tgid != pid {
-        return 0;
-    }
-    if kind == EventKind::Exit {
-        flush_slots_of(tgid);
-    }
     let ev = LifecycleEvent { header: header(kind as u32, tgid, pid), comm: bpf_get_current_comm().unwrap_or([0; 16]) };
     if EVENTS.output::<LifecycleEvent>(&ev, 0).is_err() {
         count(Stat::RingbufFull);

@@ -69,8 +69,13 @@ pub static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX
 pub static FAULT_START: HashMap<u64, u64> = HashMap::with_max_entries(16384, 0);
 #[map]
 pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max_entries(4096, 0);
+/// Exec, exit, NUMA-move and CXL/RAS records: rare or bounded by the process churn.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+/// Placement-syscall records, apart from `EVENTS`: a program can issue them in a tight loop, and a
+/// storm of them must not push an exit or a health record out (each ring counts its own losses).
+#[map]
+pub static POLICY_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_SLOTS, 0);
 /// Sampled CXL-tier allocations with their user stacks ([`SiteSampleEvent`] records, about

@@ -9,7 +9,7 @@ use tierscope_common::{
 
 use crate::{
     common::{count, current_unless_agent, header},
-    maps::EVENTS,
+    maps::POLICY_EVENTS,
 };
 
 /// Offset of the first syscall argument in a `sys_enter_*` record.
@@ -77,8 +77,8 @@ fn emit(ctx: &TracePointContext, syscall: PolicySyscall, nargs: usize, mask_arg:
         args,
         nodemask,
     };
-    if EVENTS.output::<PolicyEvent>(&ev, 0).is_err() {
-        count(Stat::RingbufFull);
+    if POLICY_EVENTS.output::<PolicyEvent>(&ev, 0).is_err() {
+        count(Stat::PolicyRingFull);
     }
     aya_log_ebpf::debug!(ctx, "policy syscall {} by tgid {}", syscall as u32, tgid);
     0

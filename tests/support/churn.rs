@@ -70,8 +70,20 @@ fn main() {
             let _ = writeln!(out, "exit faults={faults}");
             let _ = out.flush();
         }
+        // N `set_mempolicy(MPOL_DEFAULT)` calls in a tight loop: one policy record each, far more
+        // than a small event ring holds (the soak overflows the agent's rings with it).
+        "storm" => {
+            let n: usize = arg(1).parse().expect("storm N");
+            for _ in 0..n {
+                // SAFETY: MPOL_DEFAULT with no node mask changes nothing.
+                unsafe { libc::syscall(libc::SYS_set_mempolicy, 0, std::ptr::null::<u64>(), 0u64) };
+            }
+            println!("done calls={n}");
+        }
         other => {
-            eprintln!("tierscope-churn: unknown action `{other}` (fork N PIDFILE | exit-after SECS MIB [TAG])");
+            eprintln!(
+                "tierscope-churn: unknown action `{other}` (fork N PIDFILE | exit-after SECS MIB [TAG] | storm N)"
+            );
             std::process::exit(2);
         }
     }

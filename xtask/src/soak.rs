@@ -1,8 +1,11 @@
 //! `cargo xtask soak [--minutes N]`: the agent under churn. 10,000 short-lived processes in a
-//! burst (tierscope-churn `fork`), then steady churn (a batch of forks every half second) for
-//! `--minutes`; every few seconds: the agent's RSS, the tracked-process gauge and the entries
-//! of its per-process kernel maps. It fails when the burst's children keep kernel entries, when
-//! the registry or the maps grow without bound, or when RSS keeps growing (slope printed).
+//! burst (tierscope-churn `fork`) while a `set_mempolicy` storm (tierscope-churn `storm`) floods
+//! event rings of 4 KiB, then steady churn (a batch of forks every half second) for `--minutes`;
+//! every few seconds: the agent's RSS, the tracked-process gauge and the entries of its
+//! per-process kernel maps. It fails when the burst's children keep kernel entries (the agent
+//! still holds them alive: an exit the overflow lost and nothing found), when exit records were
+//! lost and no exit was found late, when the registry or the maps grow without bound, or when
+//! RSS grows (its slope over the steady phase above [`RSS_SLOPE_BOUND_KIB_PER_MIN`]).
 use std::{
     collections::BTreeSet,
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -26,6 +29,12 @@ pub struct SoakArgs {
 const BURST: usize = 10_000;
 /// Children forked every half second during the steady phase.
 const STEADY_BATCH: usize = 50;
+/// `set_mempolicy` calls of the storm during the burst (one policy record each).
+const STORM: usize = 200_000;
+/// The most the agent's RSS may grow per minute over the steady phase (a least-squares slope):
+/// well above allocator noise over a 40 s pass (here 0.5 MiB/min), well below a per-process leak
+/// at 100 processes a second.
+const RSS_SLOPE_BOUND_KIB_PER_MIN: f64 = 2048.0;
 /// Per-process maps whose entries must go once a process has exited and been pruned.
 const PER_PROCESS_MAPS: &[&str] = &["FAULTS", "ALLOCS", "EXITED_FAULTS"];
 
@@ -55,7 +64,7 @@ pub fn soak(bin: &Path, length: Duration) -> Result<()> {
     std::fs::write(
         &config,
         format!(
-            "[prometheus]\nlisten = \"{listen}\"\n[collect]\nread_interval_ms = 500\nmax_tracked = 64\n\
+            "[prometheus]\nlisten = \"{listen}\"\n[collect]\nread_interval_ms = 500\nmax_tracked = 64\nevent_ring_kib = 4\n\
              [track]\nmatch = \"^tierscope-chur\"\n"
         ),
     )?;
@@ -68,6 +77,11 @@ pub fn soak(bin: &Path, length: Duration) -> Result<()> {
     let start = Instant::now();
     let mut samples = Vec::new();
     let pidfile = std::env::temp_dir().join(format!("tierscope-soak-{}.pids", std::process::id()));
+    let storm = Command::new(&churn)
+        .args(["storm", &STORM.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("running {} storm", churn.display()))?;
     let out = Command::new(&churn).args(["fork", &BURST.to_string()]).arg(&pidfile).output().with_context(|| {
         format!("running {} (built with the agent: cargo build --release -p tierscope-tests --bins)", churn.display())
     })?;
@@ -76,6 +90,10 @@ pub fn soak(bin: &Path, length: Duration) -> Result<()> {
     }
     let burst: BTreeSet<u32> = std::fs::read_to_string(&pidfile)?.lines().filter_map(|l| l.parse().ok()).collect();
     let _ = std::fs::remove_file(&pidfile);
+    let storm = storm.wait_with_output()?;
+    if !storm.status.success() {
+        bail!("tierscope-churn storm failed: {}", storm.status);
+    }
     let burst_secs = start.elapsed().as_secs_f64();
     println!("soak: {} children forked, ran and exited in {burst_secs:.1} s", burst.len());
     if burst_secs > 60.0 {
@@ -115,14 +133,25 @@ pub fn soak(bin: &Path, length: Duration) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let lost = metric(&listen, "tierscope_agent_ringbuf_lost_total").unwrap_or(0.0);
+    let lost = Losses {
+        exits: series(&listen, "tierscope_agent_ringbuf_lost_total", "ringbuf_full").unwrap_or(0.0),
+        policy: series(&listen, "tierscope_agent_ringbuf_lost_total", "policy_ring_full").unwrap_or(0.0),
+        found_late: metric(&listen, "tierscope_agent_exits_found_late_total").unwrap_or(0.0),
+    };
     agent.stop();
     let _ = std::fs::remove_file(&config);
-    verdict(&samples, burst_left, lost)
+    verdict(&samples, burst_left, &lost)
+}
+
+/// What the rings lost, and the exits found without their record.
+struct Losses {
+    exits: f64,
+    policy: f64,
+    found_late: f64,
 }
 
 /// Pass or fail, with the figures.
-fn verdict(samples: &[Sample], burst_left: Option<usize>, lost: f64) -> Result<()> {
+fn verdict(samples: &[Sample], burst_left: Option<usize>, lost: &Losses) -> Result<()> {
     if samples.len() < 4 {
         bail!("only {} samples: run the soak for longer", samples.len());
     }
@@ -135,10 +164,26 @@ fn verdict(samples: &[Sample], burst_left: Option<usize>, lost: f64) -> Result<(
     let peak_tracked = samples.iter().map(|s| s.tracked).fold(0.0, f64::max);
     println!(
         "soak: RSS slope {:.1} KiB/min over the steady phase; peak RSS {first} KiB (first half) -> {last} KiB (second half); \
-         peak per-process map entries {peak_entries}; peak tracked {peak_tracked}; ring-buffer losses {lost}",
-        slope * 60.0
+         peak per-process map entries {peak_entries}; peak tracked {peak_tracked}; lost {} exit-ring and {} \
+         policy-ring records; {} exits found late",
+        slope * 60.0,
+        lost.exits,
+        lost.policy,
+        lost.found_late
     );
     let mut failed = Vec::new();
+    if lost.policy == 0.0 {
+        failed.push("the storm never overflowed the policy ring: the overflow was not tested".into());
+    }
+    if lost.exits > 0.0 && lost.found_late == 0.0 {
+        failed.push(format!("{} exit-ring records lost and no exit found late", lost.exits));
+    }
+    if slope * 60.0 > RSS_SLOPE_BOUND_KIB_PER_MIN {
+        failed.push(format!(
+            "agent RSS grew {:.0} KiB/min over the steady phase (bound {RSS_SLOPE_BOUND_KIB_PER_MIN} KiB/min)",
+            slope * 60.0
+        ));
+    }
     match burst_left {
         Some(0) => println!("soak: every child of the burst is gone from the kernel maps"),
         Some(n) => failed.push(format!("{n} children of the burst still have kernel map entries")),
@@ -224,6 +269,20 @@ fn metric(listen: &str, name: &str) -> Option<f64> {
         })
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// One series of a metric, by its `tierscope_drop_reason` label.
+fn series(listen: &str, name: &str, reason: &str) -> Option<f64> {
+    let mut s = std::net::TcpStream::connect(listen).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {listen}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let label = format!("tierscope_drop_reason=\"{reason}\"");
+    body.lines().find_map(|l| {
+        let (series, v) = l.rsplit_once(' ')?;
+        (series.split('{').next()? == name && series.contains(&label)).then(|| v.parse().ok())?
+    })
 }
 
 /// `tierscope run` with its stderr kept.

@@ -248,7 +248,13 @@ pub fn task_layout(btf: &[u8]) -> Result<TaskLayout, BtfError> {
     };
     // `mm` is only a filter for site sampling: without it, every task counts as having one.
     let mm = field("mm").unwrap_or(0);
-    Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, mm })
+    // `signal` and its `live` count tell a group's exit from its leader's `pthread_exit`;
+    // without them the exit program goes by the leader alone.
+    let (signal, signal_live) = match (field("signal"), btf.field("signal_struct", "live")) {
+        (Ok(signal), Ok(live)) if live.size == Some(4) => (signal, live.offset),
+        _ => (0, 0),
+    };
+    Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, mm, signal, signal_live })
 }
 
 /// Where `task_struct` keeps the thread pointer (`thread.fsbase`, x86-64), from BTF bytes.
@@ -366,7 +372,10 @@ mod tests {
         assert_eq!(btf.field("task_struct", "flags"), Err(BtfError::Bitfield("task_struct".into(), "flags".into())));
         assert_eq!(btf.field("task_struct", "nope"), Err(BtfError::NoField("task_struct".into(), "nope".into())));
         assert_eq!(btf.field("mm_struct", "x"), Err(BtfError::NoStruct("mm_struct".into())));
-        assert_eq!(task_layout(&data), Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, mm: 2304 }));
+        assert_eq!(
+            task_layout(&data),
+            Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, mm: 2304, signal: 0, signal_live: 0 })
+        );
         assert_eq!(btf.struct_size("task_struct"), Ok(4096));
         assert_eq!(btf.struct_size("page"), Err(BtfError::NoStruct("page".into())));
     }

@@ -50,7 +50,8 @@ pub struct LoadOptions {
     pub site_sample_every: u32,
     /// Site samples a process may deliver per second (0: no budget).
     pub site_samples_per_sec: u32,
-    /// Bytes of the `EVENTS` ring buffer (a power of two, a multiple of the page size).
+    /// Bytes of each of the `EVENTS` and `POLICY_EVENTS` ring buffers (a power of two, a multiple
+    /// of the page size).
     pub event_ring_bytes: u32,
     /// Pages of user stack each site sample copies for unwinding (0: frame pointers only).
     pub user_stack_pages: u32,
@@ -161,6 +162,7 @@ impl Probes {
             .override_global(global::TASK_FSBASE, &task_fsbase, true)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
+            .map_max_entries(map::POLICY_EVENTS, opts.event_ring_bytes)
             .map_max_entries(map::SITE_SAMPLES, site_ring_bytes)
             .load(OBJECT)
             .map_err(|e| {

@@ -67,8 +67,17 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     tp(p::SYS_ENTER_SET_MEMPOLICY_HOME_NODE, "syscalls", "sys_enter_set_mempolicy_home_node", "placement policy"),
     tp(p::SYS_ENTER_MOVE_PAGES, "syscalls", "sys_enter_move_pages", "placement policy"),
     tp(p::SYS_ENTER_MIGRATE_PAGES, "syscalls", "sys_enter_migrate_pages", "placement policy"),
-    tp(p::SCHED_PROCESS_EXEC, "sched", "sched_process_exec", "process lifecycle"),
-    tp(p::SCHED_PROCESS_EXIT, "sched", "sched_process_exit", "process lifecycle"),
+    // BTF tracepoints: no tracefs read to attach, so exits are seen without the right to read it.
+    ProgramSpec {
+        name: p::SCHED_PROCESS_EXEC,
+        hook: Hook::TpBtf { group: "sched", name: "sched_process_exec" },
+        feature: "process lifecycle",
+    },
+    ProgramSpec {
+        name: p::SCHED_PROCESS_EXIT,
+        hook: Hook::TpBtf { group: "sched", name: "sched_process_exit" },
+        feature: "process lifecycle",
+    },
     ProgramSpec {
         name: p::TASK_EXIT_FAULTS,
         hook: Hook::TpBtf { group: "sched", name: "sched_process_exit" },

@@ -21,7 +21,7 @@ use crate::{
     model::{
         cgroup,
         event::Event,
-        job,
+        job, liveness,
         redact::Redaction,
         scan_plan::{ScanBudget, ScanMark, ScanState},
         snapshot::NodeInfo,
@@ -78,6 +78,10 @@ pub struct Session {
     pub events: mpsc::Receiver<Event>,
     pub reader: Arc<ringbuf::ReaderStats>,
     reader_flush: ringbuf::Flusher,
+    /// Placement-syscall events, from their own ring (`POLICY_EVENTS`).
+    pub policy_events: mpsc::Receiver<Event>,
+    pub policy_reader: Arc<ringbuf::ReaderStats>,
+    policy_flush: ringbuf::Flusher,
     pub topology: Topology,
     pub page_size: u64,
     pub started_ns: u64,
@@ -114,6 +118,12 @@ pub struct Session {
     /// Scans skipped because nothing that moves a process's pages changed.
     pub residency_skipped_unchanged: u64,
     health_poller: crate::health::poller::HealthPoller,
+    /// A look at /proc taken before the event rings were flushed (a window's end): the next
+    /// reading judges exits on it at once (`model::liveness`).
+    look_before_flush: Option<liveness::ProcLook>,
+    /// Model processes whose `/proc/PID/stat` said zombie with no thread left: gone, though
+    /// listed until reaped; the looks count them as missing (judged like any other miss).
+    zombies: HashSet<u32>,
 }
 
 impl Session {
@@ -152,7 +162,18 @@ impl Session {
         let health_formats = probes.tracefs.as_deref().map(crate::health::read_formats).unwrap_or_default();
         let decoder = Decoder { raw_formats: probes.raw_formats.clone(), health_formats };
         let (tx, events) = mpsc::channel(ringbuf::EVENT_QUEUE);
-        let (reader, reader_flush) = ringbuf::spawn(ring, decoder, tx).context("polling the ring buffer")?;
+        let (reader, reader_flush) = ringbuf::spawn(ring, decoder.clone(), tx).context("polling the ring buffer")?;
+        // Placement syscalls through their own ring and channel: a storm of them fills those,
+        // never the exits' or the health events'.
+        let policy_ring = probes
+            .ebpf
+            .take_map(map::POLICY_EVENTS)
+            .context("the POLICY_EVENTS ring buffer is missing from the object (build bug)")?;
+        let policy_ring =
+            aya::maps::RingBuf::try_from(policy_ring).context("POLICY_EVENTS is not a ring buffer (build bug)")?;
+        let (policy_tx, policy_events) = mpsc::channel(ringbuf::EVENT_QUEUE);
+        let (policy_reader, policy_flush) =
+            ringbuf::spawn(policy_ring, decoder, policy_tx).context("polling the policy ring buffer")?;
         let site_ring = probes
             .ebpf
             .take_map(map::SITE_SAMPLES)
@@ -172,6 +193,9 @@ impl Session {
             events,
             reader,
             reader_flush,
+            policy_events,
+            policy_reader,
+            policy_flush,
             topology,
             page_size: procfs::page_size(),
             started_ns: counters::monotonic_ns(),
@@ -195,6 +219,8 @@ impl Session {
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
             health_poller: Default::default(),
+            look_before_flush: None,
+            zombies: HashSet::new(),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
@@ -204,8 +230,13 @@ impl Session {
 
     /// Has the event reader deliver what the kernel wrote up to now (the end of a window):
     /// the next reading then holds every event of the window. Waits at most a second.
-    pub async fn flush_events(&self) {
-        if !self.reader_flush.flush(std::time::Duration::from_secs(1)).await {
+    pub async fn flush_events(&mut self) {
+        // Listed first: every exit record of a process gone now is in the ring and comes out
+        // with the flush, so a process this look misses and no event reported has exited.
+        self.look_before_flush = look_at_proc(true);
+        let limit = std::time::Duration::from_secs(1);
+        let (events, policy) = tokio::join!(self.reader_flush.flush(limit), self.policy_flush.flush(limit));
+        if !(events && policy) {
             tracing::warn!("the event reader did not drain the ring within a second: the last events may be missing");
         }
     }
@@ -214,7 +245,19 @@ impl Session {
     pub fn drain_events(&mut self) {
         while let Ok(e) = self.events.try_recv() {
             if let Event::Exec { tgid, .. } = &e {
-                self.identified.remove(tgid);
+                // An exec under the pid of a process the model holds as alive with another start
+                // time: that one exited unreported and this is another process.
+                let known = self.model.processes.get(tgid).filter(|p| p.exited_at_ns.is_none()).map(|p| p.start_time);
+                if let (Some(start), Some(st)) = (known.filter(|&s| s != 0), procfs::read_stat(*tgid)) {
+                    if st.start_time != start {
+                        self.model.exit_found_late(*tgid, counters::monotonic_ns(), true);
+                    }
+                }
+                // Under an exited process's pid, the new one is named once it replaces that
+                // record (`Model::reused_pending`); the old record keeps its name.
+                if !self.model.processes.get(tgid).is_some_and(|p| p.exited_at_ns.is_some()) {
+                    self.identified.remove(tgid);
+                }
                 self.site_reader.forget(*tgid);
                 // A new program under the pid: the selection looks at it again.
                 self.unwanted.remove(tgid);
@@ -224,17 +267,36 @@ impl Session {
             }
             self.model.apply_event(e);
         }
+        while let Ok(e) = self.policy_events.try_recv() {
+            self.model.apply_event(e);
+        }
     }
 
     /// Reads the kernel maps into the model and names processes seen for the first time.
     pub fn read_counters(&mut self) {
+        // /proc is listed before the events are drained: an exit reported by then is applied
+        // before the look is judged.
+        let mut look = self.look_before_flush.take().or_else(|| look_at_proc(false));
         self.drain_events();
+        let model = &self.model;
+        self.zombies.retain(|t| model.processes.get(t).is_some_and(|p| p.exited_at_ns.is_none()));
+        if let Some(look) = &mut look {
+            look.pids.retain(|p| !self.zombies.contains(p));
+            self.model.judge_liveness(look, std::process::id());
+        }
         // Sites after the reading: every sampled process is in it (it allocated).
         let sites = self.site_reader.take();
         let mut r = counters::read(&self.probes.ebpf);
         // After the maps: a run the counters show was counted by the kernel before this read.
         r.program_counters = super::prog_stats::read(&self.probes.ebpf, &self.probes.programs);
-        self.read_live_faults(&mut r);
+        for (tgid, pid_reused) in self.read_live_faults(&mut r) {
+            if pid_reused {
+                self.model.exit_found_late(tgid, r.at_ns, true);
+            } else {
+                // Its exit record may be on its way: the next looks judge it.
+                self.zombies.insert(tgid);
+            }
+        }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);
         self.measure_dead_before();
@@ -244,7 +306,37 @@ impl Session {
             self.refresh_memory_blocks();
         }
         self.model.tiering.apply(read_tiering_vmstat(&self.topology));
-        let new: Vec<u32> = self.model.processes.keys().copied().filter(|t| !self.identified.contains(t)).collect();
+        // Exited processes' entries are freed at the first reading that holds their final
+        // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
+        let free = self.model.entries_to_free();
+        if !free.is_empty() {
+            self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &free, &r) as u64;
+            self.model.entries_freed(&free);
+        }
+        let mut holding = r.tgids();
+        for t in &free {
+            holding.remove(t);
+        }
+        self.model.map_tgids = holding.len();
+        // Records that another process's took the pid of: the new one is named below.
+        for tgid in std::mem::take(&mut self.model.reused_pending) {
+            self.identified.remove(&tgid);
+            self.scan_marks.remove(&tgid);
+            self.insight_reads.remove(&tgid);
+            self.site_reader.forget(tgid);
+            // The new process's first counts were in the freed entries: its own counters stand.
+            if let Some(st) = procfs::read_stat(tgid) {
+                self.model.observe_live_faults(tgid, task_faults::counters_of(&st), r.at_ns);
+            }
+        }
+        // Exited ones are not read: their pid in /proc, if any, is another process's.
+        let new: Vec<u32> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| !self.identified.contains(&p.tgid) && p.exited_at_ns.is_none())
+            .map(|p| p.tgid)
+            .collect();
         for tgid in new {
             self.identified.insert(tgid);
             if tgid == 0 {
@@ -261,14 +353,11 @@ impl Session {
         self.model.assign_jobs();
         self.update_insights(r.at_ns);
         let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
-        if !gone.is_empty() {
-            self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &gone, &r) as u64;
-            for tgid in gone {
-                self.identified.remove(&tgid);
-                self.scan_marks.remove(&tgid);
-                self.insight_reads.remove(&tgid);
-                self.site_reader.forget(tgid);
-            }
+        for tgid in gone {
+            self.identified.remove(&tgid);
+            self.scan_marks.remove(&tgid);
+            self.insight_reads.remove(&tgid);
+            self.site_reader.forget(tgid);
         }
     }
 
@@ -408,19 +497,30 @@ impl Session {
     /// (busy since their last read, or not read for a while), after the maps so that the
     /// tracepoint counts never run ahead of them. A pid now used by another process (another
     /// start time) is skipped.
-    fn read_live_faults(&mut self, r: &mut crate::model::reading::CounterReading) {
+    ///
+    /// Returns the processes these reads found gone without an exit event: a zombie whose group
+    /// has no thread left (false), or a pid with another start time: another process's now (true).
+    fn read_live_faults(&mut self, r: &mut crate::model::reading::CounterReading) -> Vec<(u32, bool)> {
         let t0 = counters::monotonic_ns();
         self.stat_this_reading.clear();
+        let mut gone = Vec::new();
         for (tgid, start_time) in self.model.due_fault_reads(r, FAULT_READ_MAX_AGE_NS) {
             r.live_fault_reads += 1;
             if let Some(st) = procfs::read_stat(tgid) {
-                if st.start_time == start_time {
-                    r.live_faults.insert(tgid, task_faults::counters_of(&st));
-                    self.stat_this_reading.insert(tgid, (st.rss_pages, st.last_cpu));
+                if st.start_time != start_time {
+                    gone.push((tgid, true));
+                    continue;
                 }
+                if st.state == 'Z' && liveness::zombie_group_gone(st.state, task_count(tgid)) {
+                    gone.push((tgid, false));
+                    continue;
+                }
+                r.live_faults.insert(tgid, task_faults::counters_of(&st));
+                self.stat_this_reading.insert(tgid, (st.rss_pages, st.last_cpu));
             }
         }
         r.live_fault_read_ns = counters::monotonic_ns().saturating_sub(t0);
+        gone
     }
 
     /// For processes from before the agent that just became active: the counters of their
@@ -520,6 +620,8 @@ impl Session {
     pub fn channel_dropped(&self) -> u64 {
         self.reader.channel_full.load(Ordering::Relaxed)
             + self.reader.undecodable.load(Ordering::Relaxed)
+            + self.policy_reader.channel_full.load(Ordering::Relaxed)
+            + self.policy_reader.undecodable.load(Ordering::Relaxed)
             + self.site_reader.stats.undecodable.load(Ordering::Relaxed)
     }
 
@@ -527,6 +629,19 @@ impl Session {
     pub fn node_infos(&self) -> Vec<NodeInfo> {
         node_infos(&self.topology)
     }
+}
+
+/// The pids /proc lists now (`None` when it cannot be listed: nothing is judged on that).
+fn look_at_proc(confirmed: bool) -> Option<liveness::ProcLook> {
+    let at_ns = counters::monotonic_ns();
+    let pids: std::collections::HashSet<u32> = procfs::list_pids(Path::new("/proc")).into_iter().collect();
+    // Never empty while the agent runs: an empty list is a /proc that could not be read.
+    (!pids.is_empty()).then_some(liveness::ProcLook { at_ns, pids, confirmed })
+}
+
+/// The tasks `/proc/PID/task` lists (0 when it cannot be read).
+fn task_count(tgid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{tgid}/task")).map(|d| d.count()).unwrap_or(0)
 }
 
 /// A process's own memory work and the host's pages moved between nodes: with its resident size,

@@ -437,8 +437,10 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         health.scan_seconds = s.model.residency_scan_ns as f64 / 1e9;
         health.scans = s.model.residency_scans;
-        health.channel_full = s.reader.channel_full.load(Ordering::Relaxed);
-        health.undecodable = s.reader.undecodable.load(Ordering::Relaxed);
+        health.channel_full =
+            s.reader.channel_full.load(Ordering::Relaxed) + s.policy_reader.channel_full.load(Ordering::Relaxed);
+        health.undecodable =
+            s.reader.undecodable.load(Ordering::Relaxed) + s.policy_reader.undecodable.load(Ordering::Relaxed);
         if let Some((l, _)) = &log_out {
             let (events, missed) = cursor.take(&s.model.health);
             let wall = mono_to_wall();

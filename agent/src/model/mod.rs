@@ -11,6 +11,7 @@ pub mod hotness_config;
 pub mod hotness_view;
 pub mod insights;
 pub mod job;
+pub mod liveness;
 pub mod migration;
 pub mod policy;
 pub mod privilege;
@@ -89,6 +90,23 @@ pub struct Model {
     pub hotness: hotness::Hotness,
     /// Findings about placement, opened and closed with hysteresis (`insights::InsightEngine`).
     pub insights: insights::InsightEngine,
+    /// Live processes checked against `/proc` for exits no event reported.
+    pub liveness: liveness::Liveness,
+    /// Exits found by that check (their exit record lost or never written), and processes
+    /// whose pid another process took before their exit was seen.
+    pub exits_found_late: u64,
+    pub pids_reused: u64,
+    /// Pids whose record left the model because another process took the pid, since the
+    /// collector last took them (it forgets what it kept about them).
+    pub reused_pending: Vec<u32>,
+    /// Distinct tgids holding kernel map entries after the last reading and the frees after it.
+    pub map_tgids: usize,
+    /// Pids whose kernel entries mix a process that left the model (its pid taken before they
+    /// were freed) with the one that took it: readings skip them until the collector frees them.
+    stale_entries: BTreeSet<u32>,
+    /// Execs under the pid of an exited process whose entries are not freed yet: the new
+    /// process's comm, waiting for them.
+    pending_execs: BTreeMap<u32, String>,
 }
 
 impl Model {
@@ -103,8 +121,27 @@ impl Model {
     /// Folds in a reading of the kernel maps (cumulative values replace the previous ones; a
     /// value that lags a per-CPU flush never lowers a count).
     pub fn apply_reading(&mut self, r: &CounterReading) {
+        let without;
+        let r = if self.stale_entries.is_empty() {
+            r
+        } else {
+            without = r.without(&self.stale_entries);
+            &without
+        };
         self.last_reading_ns = r.at_ns;
         self.held_by_slots = r.held_by_slots.clone();
+        // A record whose kernel entries were freed takes no more counts: entries under its pid
+        // now are another process's.
+        let holding = r.tgids();
+        let reused: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|p| p.kernel_entries_freed && holding.contains(&p.tgid))
+            .map(|p| p.tgid)
+            .collect();
+        for tgid in reused {
+            self.retire_reused(tgid);
+        }
         for (&tgid, &traced) in &r.faults {
             let in_kernel = r.faults_kernel_mode.get(&tgid).copied().unwrap_or(0).min(traced);
             self.process(tgid).fault_account.traced =
@@ -146,11 +183,18 @@ impl Model {
                 *self.alloc_pages_by_node.entry(node).or_default() += pages;
             }
         }
+        self.migrations = self.retired_migrations.clone();
         for p in self.processes.values_mut() {
-            p.migrations.clear();
+            // Freed entries are no longer in the reading: such a record keeps its last totals.
+            if p.kernel_entries_freed {
+                for (reason, t) in &p.migrations {
+                    self.migrations.entry(reason.clone()).or_default().add(t);
+                }
+            } else {
+                p.migrations.clear();
+            }
         }
         self.freed_pages_by_node = r.frees_by_node.clone();
-        self.migrations = self.retired_migrations.clone();
         for (&(tgid, reason, _mode), t) in &r.migrations {
             let name = self.names.reason(reason);
             self.process(tgid).migrations.entry(name.clone()).or_default().add(t);
@@ -190,7 +234,26 @@ impl Model {
         self.events_seen += 1;
         match e {
             Event::Exec { tgid, comm, .. } => {
-                self.recent_exits.remove(&tgid);
+                // The exit of a process the model never saw, then an exec under its pid: the
+                // kernel entries hold the dead one's counts; its record takes them.
+                if let Some((at, old_comm)) = self.recent_exits.remove(&tgid) {
+                    if !self.processes.contains_key(&tgid) {
+                        let p = self.process(tgid);
+                        p.exited_at_ns = Some(at);
+                        p.comm = old_comm;
+                    }
+                }
+                // Only a live process execs: under an exited record's pid it is another one. Its
+                // kernel entries still hold the old one's last counts: the next reading is the
+                // old one's, and the new one comes in when they are freed (`entries_freed`).
+                match self.processes.get(&tgid) {
+                    Some(p) if p.exited_at_ns.is_some() && !p.kernel_entries_freed => {
+                        self.pending_execs.insert(tgid, comm);
+                        return;
+                    }
+                    Some(p) if p.exited_at_ns.is_some() => self.retire_reused(tgid),
+                    _ => {}
+                }
                 let p = self.process(tgid);
                 p.comm = comm;
                 p.cmdline.clear();
@@ -198,13 +261,14 @@ impl Model {
             }
             Event::Exit { tgid, comm, ts_ns } => match self.processes.get_mut(&tgid) {
                 Some(p) => {
-                    p.exited_at_ns = Some(ts_ns);
+                    // The first exit stands (the last two threads of a group may both report it).
+                    p.exited_at_ns.get_or_insert(ts_ns);
                     if p.comm.is_empty() {
                         p.comm = comm;
                     }
                 }
                 None => {
-                    self.recent_exits.insert(tgid, (ts_ns, comm));
+                    self.recent_exits.entry(tgid).or_insert((ts_ns, comm));
                 }
             },
             Event::Policy(d) => self.process(d.tgid).push_policy(d),
@@ -261,24 +325,122 @@ impl Model {
             .filter(|p| !self.held_by_slots.contains(&p.tgid))
             .map(|p| p.tgid)
             .collect();
-        for tgid in &gone {
-            if let Some(p) = self.processes.remove(tgid) {
-                for (&node, &pages) in &p.alloc_pages_by_node {
-                    *self.retired_allocs_by_node.entry(node).or_default() += pages;
-                }
-                for (reason, t) in &p.migrations {
-                    self.retired_migrations.entry(reason.clone()).or_default().add(t);
-                }
-                self.retired_faults += p.faults;
-                self.retired_fault_paths.add(&p.fault_account.held);
-                self.retired_numa_moves += p.numa_moves;
-                self.departed.keep(p);
-            }
+        for &tgid in &gone {
+            self.retire(tgid);
         }
         // An exit nobody's counters followed within the grace period names no process.
         self.recent_exits.retain(|_, (at, _)| now_ns.saturating_sub(*at) < grace_ns);
         self.departed.drain();
         gone
+    }
+
+    /// Takes a process out of the model, folding its counts into the retired totals and keeping
+    /// its final record for the windows that saw it.
+    fn retire(&mut self, tgid: u32) {
+        let Some(p) = self.processes.remove(&tgid) else { return };
+        for (&node, &pages) in &p.alloc_pages_by_node {
+            *self.retired_allocs_by_node.entry(node).or_default() += pages;
+        }
+        for (reason, t) in &p.migrations {
+            self.retired_migrations.entry(reason.clone()).or_default().add(t);
+        }
+        self.retired_faults += p.faults;
+        self.retired_fault_paths.add(&p.fault_account.held);
+        self.retired_numa_moves += p.numa_moves;
+        self.departed.keep(p);
+    }
+
+    /// Judges the live processes against a look at `/proc` (see `liveness`): marks those gone
+    /// exited when they were found gone, and takes a process whose pid another one took out of
+    /// the model at once. Returns the pids of the processes taken out: their kernel entries are
+    /// to be freed now.
+    pub fn judge_liveness(&mut self, look: &liveness::ProcLook, own_tgid: u32) -> Vec<u32> {
+        let alive: std::collections::HashSet<u32> = self
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.tgid != 0 && p.tgid != own_tgid)
+            .map(|p| p.tgid)
+            .collect();
+        let found = self.liveness.judge(&alive, look);
+        let mut retired = Vec::new();
+        for e in found {
+            if self.exit_found_late(e.tgid, e.gone_at_ns, e.pid_reused) {
+                retired.push(e.tgid);
+            }
+        }
+        retired
+    }
+
+    /// Marks a process found gone without an exit event at `gone_at_ns`; with `pid_reused` (its
+    /// pid now another process's) it also leaves the model, and this returns true.
+    pub fn exit_found_late(&mut self, tgid: u32, gone_at_ns: u64, pid_reused: bool) -> bool {
+        let Some(p) = self.processes.get_mut(&tgid) else { return false };
+        if p.exited_at_ns.is_none() {
+            p.exited_at_ns = Some(gone_at_ns);
+            self.exits_found_late += 1;
+        }
+        if pid_reused {
+            self.retire_reused(tgid);
+        }
+        pid_reused
+    }
+
+    /// The kernel's fault counters of a live process read now, outside a reading (a process that
+    /// just replaced a record under its pid: its first counts went with that record's entries).
+    pub fn observe_live_faults(&mut self, tgid: u32, k: faults::KernelFaults, at_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&tgid).filter(|p| p.exited_at_ns.is_none()) {
+            p.fault_account.observe_live(k, at_ns, 0);
+            p.settle_faults(at_ns);
+        }
+    }
+
+    /// Another process took `tgid`'s pid: its record leaves the model now, whatever the grace.
+    fn retire_reused(&mut self, tgid: u32) {
+        self.pids_reused += 1;
+        if self.processes.get(&tgid).is_some_and(|p| !p.kernel_entries_freed) {
+            // Its entries hold its counts and maybe the new process's: neither gets them.
+            self.stale_entries.insert(tgid);
+        }
+        self.retire(tgid);
+        self.reused_pending.push(tgid);
+    }
+
+    /// The pids whose kernel map entries are to be freed now: exited processes no per-CPU
+    /// pending slot holds (their final counts were in the last reading), and the mixed entries of
+    /// pids taken by another process before that.
+    pub fn entries_to_free(&self) -> Vec<u32> {
+        let mut t: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_some() && !p.kernel_entries_freed && !self.held_by_slots.contains(&p.tgid))
+            .map(|p| p.tgid)
+            .collect();
+        let stale: Vec<u32> = self.stale_entries.iter().copied().filter(|s| !t.contains(s)).collect();
+        t.extend(stale);
+        t
+    }
+
+    /// The collector freed the kernel entries of these pids: an exited record keeps the totals it
+    /// has, and counts under its pid from now on are another process's.
+    pub fn entries_freed(&mut self, tgids: &[u32]) {
+        for t in tgids {
+            if self.stale_entries.remove(t) {
+                continue;
+            }
+            if let Some(p) = self.processes.get_mut(t) {
+                p.kernel_entries_freed = true;
+            }
+            if let Some(comm) = self.pending_execs.remove(t) {
+                self.retire_reused(*t);
+                let p = self.process(*t);
+                p.comm = comm;
+            }
+        }
+    }
+
+    /// Exited processes whose kernel entries are still held (a pending slot may flush into them).
+    pub fn exited_holding_entries(&self) -> usize {
+        self.processes.values().filter(|p| p.exited_at_ns.is_some() && !p.kernel_entries_freed).count()
     }
 
     /// Every process a window sees: those in the model and the departed ones kept for windows.
@@ -465,258 +627,4 @@ fn memory_work(r: &CounterReading) -> std::collections::HashMap<u32, u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reading(at_ns: u64, faults: &[(u32, u64)], allocs: &[((u32, u32), u64)]) -> CounterReading {
-        CounterReading::of(at_ns, faults, allocs)
-    }
-
-    #[test]
-    fn readings_replace_cumulative_values_and_give_rates() {
-        let mut m = Model::default();
-        m.apply_reading(&reading(1_000_000_000, &[(7, 100)], &[((7, 0), 50), ((7, 1), 10), ((8, 1), 5)]));
-        m.apply_reading(&reading(3_000_000_000, &[(7, 500)], &[((7, 0), 80), ((7, 1), 10), ((8, 1), 5)]));
-        let p = &m.processes[&7];
-        assert_eq!(p.faults, 500);
-        assert_eq!(p.fault_rate, 200.0);
-        assert_eq!(p.alloc_pages_by_node, BTreeMap::from([(0, 80), (1, 10)]));
-        assert_eq!(m.alloc_pages_by_node, BTreeMap::from([(0, 80), (1, 15)]));
-    }
-
-    #[test]
-    fn a_lagging_fault_reading_never_goes_backwards() {
-        let mut m = Model::default();
-        m.apply_reading(&reading(1, &[(7, 100)], &[]));
-        m.apply_reading(&reading(2, &[(7, 97)], &[]));
-        assert_eq!(m.processes[&7].faults, 100);
-        assert_eq!(m.processes[&7].fault_rate, 0.0);
-    }
-
-    #[test]
-    fn migrations_are_named_and_summed_over_modes() {
-        let mut m = Model::default();
-        let t = |s, f| MigrationTotals { calls: 1, succeeded: s, failed: f, ..Default::default() };
-        let mut r = reading(1, &[], &[]);
-        r.migrations.insert((50, 8, 0), t(100, 1));
-        r.migrations.insert((50, 8, 2), t(20, 0));
-        r.migrations.insert((9, 0, 0), t(3, 4));
-        m.apply_reading(&r);
-        assert_eq!(m.migrations["demotion"].succeeded, 120);
-        assert_eq!(m.migrations["demotion"].calls, 2);
-        assert_eq!(m.processes[&9].migrations["compaction"].failed, 4);
-    }
-
-    #[test]
-    fn pruned_processes_keep_totals_and_their_final_record_for_open_windows() {
-        let t = |s| MigrationTotals { calls: 1, succeeded: s, ..Default::default() };
-        let mut m = Model::default();
-        let window = m.departed.open_window(0);
-        let mut r = reading(1, &[(5, 10), (6, 1)], &[((5, 1), 100), ((6, 1), 7)]);
-        r.migrations.insert((5, 8, 0), t(40));
-        m.apply_reading(&r);
-        m.apply_event(Event::Exit { tgid: 5, comm: "w".into(), ts_ns: 2 });
-        assert!(m.prune_exited(3, 10).is_empty(), "still within the grace period");
-        assert_eq!(m.prune_exited(20, 10), vec![5]);
-        // The kernel entries of 5 are deleted: the next reading no longer carries it.
-        m.apply_reading(&reading(30, &[(6, 2)], &[((6, 1), 9)]));
-        assert!(!m.processes.contains_key(&5));
-        assert_eq!(m.alloc_pages_by_node[&1], 109, "retired 100 + live 9");
-        assert_eq!(m.migrations["demotion"].succeeded, 40);
-        assert_eq!(m.retired_faults, 10);
-        let kept: Vec<_> = m.processes_in_window().map(|p| (p.tgid, p.faults, p.exited_at_ns)).collect();
-        assert_eq!(kept, vec![(6, 2, None), (5, 10, Some(2))], "the window still lists 5 with its totals");
-        m.departed.close_window(window);
-        assert_eq!(m.processes_in_window().count(), 1);
-        // The pid is reused by a process that never execs: it counts from zero.
-        m.apply_reading(&reading(50, &[(5, 4)], &[]));
-        assert_eq!(m.processes[&5].faults, 4);
-    }
-
-    #[test]
-    fn a_pending_slot_holding_an_exited_process_delays_its_pruning() {
-        let mut m = Model::default();
-        let mut r = reading(1, &[(5, 10)], &[]);
-        r.held_by_slots.insert(5);
-        m.apply_reading(&r);
-        m.apply_event(Event::Exit { tgid: 5, comm: "w".into(), ts_ns: 2 });
-        assert!(m.prune_exited(100, 10).is_empty(), "a flush could still recreate its entry");
-        m.apply_reading(&reading(101, &[(5, 12)], &[]));
-        assert_eq!(m.prune_exited(102, 10), vec![5]);
-        assert_eq!(m.retired_faults, 12, "the flushed count is in the final total");
-    }
-
-    #[test]
-    fn a_child_that_exits_before_any_reading_is_created_exited() {
-        let mut m = Model::default();
-        m.apply_event(Event::Exit { tgid: 77, comm: "sh".into(), ts_ns: 5 });
-        assert!(!m.processes.contains_key(&77), "an exit alone does not create a process");
-        m.apply_reading(&reading(10, &[(77, 3)], &[((77, 0), 8)]));
-        let p = &m.processes[&77];
-        assert_eq!((p.exited_at_ns, p.comm.as_str(), p.faults), (Some(5), "sh", 3));
-        assert_eq!(m.prune_exited(20, 10), vec![77], "so it is pruned like any other");
-        assert!(m.processes.is_empty());
-        // An exit whose counters never show is forgotten after the grace period.
-        m.apply_event(Event::Exit { tgid: 78, comm: "true".into(), ts_ns: 30 });
-        m.prune_exited(50, 10);
-        m.apply_reading(&reading(60, &[(78, 1)], &[]));
-        assert_eq!(m.processes[&78].exited_at_ns, None, "a later process with that pid is alive");
-    }
-
-    #[test]
-    fn allocation_counts_never_go_backwards_on_a_lagging_reading() {
-        let mut m = Model::default();
-        m.apply_reading(&reading(1, &[], &[((7, 0), 100), ((8, 0), 10)]));
-        // The slot of 7 flushed between the map read and the slot read: 7 reads low once.
-        m.apply_reading(&reading(2, &[], &[((7, 0), 96), ((8, 0), 11)]));
-        assert_eq!(m.processes[&7].alloc_pages_by_node[&0], 100);
-        assert_eq!(m.alloc_pages_by_node[&0], 111);
-    }
-
-    #[test]
-    fn workers_join_their_launchers_job() {
-        use job::{Rank, TrainingRole};
-        let mut m = Model::default();
-        m.set_identity(100, "torchrun", "torchrun --nproc-per-node 2 t.py", 1);
-        m.set_identity(101, "python3", "python3 t.py", 100);
-        m.set_identity(102, "python3", "python3 t.py", 100);
-        m.set_identity(200, "python3", "python3 solo.py", 1);
-        m.set_identity(300, "bash", "bash", 1);
-        m.set_training(100, Some(TrainingRole::Launcher), Rank::default(), None);
-        for (pid, r) in [(101, 0), (102, 1)] {
-            m.set_training(
-                pid,
-                Some(TrainingRole::Worker),
-                Rank { rank: Some(r), local_rank: Some(r), world_size: Some(2) },
-                None,
-            );
-        }
-        m.set_training(200, Some(TrainingRole::Worker), Rank::default(), None);
-        m.assign_jobs();
-        assert_eq!(m.processes[&101].job.as_deref(), Some("torchrun-100"));
-        assert_eq!(m.processes[&102].job.as_deref(), Some("torchrun-100"));
-        assert_eq!(m.processes[&100].job.as_deref(), Some("torchrun-100"));
-        assert_eq!(m.processes[&200].job.as_deref(), Some("python3-200"));
-        assert_eq!(m.processes[&300].job, None);
-        m.set_training(101, Some(TrainingRole::Worker), Rank::default(), Some("llama".into()));
-        m.assign_jobs();
-        assert_eq!(m.processes[&102].job.as_deref(), Some("llama"));
-    }
-
-    #[test]
-    fn data_loader_workers_and_helpers_serve_their_rank() {
-        use job::{Rank, TrainingRole};
-        let mut m = Model::default();
-        let r = |n| Rank { rank: Some(n), local_rank: Some(n), world_size: Some(2) };
-        // torchrun 100 -> ranks 101 (r0), 102 (r1); 101 -> 4 DataLoader workers (the torchrun job
-        // of the GPU machine), one of which forked a helper; 102 -> a compile worker.
-        m.set_identity(100, "torchrun", "torchrun --nproc-per-node 2 t.py", 1);
-        m.set_training(100, Some(TrainingRole::Launcher), Rank::default(), None);
-        for (pid, comm, ppid, rank) in [
-            (101, "python3", 100, r(0)),
-            (102, "python3", 100, r(1)),
-            (110, "pt_data_worker", 101, r(0)),
-            (111, "pt_data_worker", 101, r(0)),
-            (112, "pt_data_worker", 101, r(0)),
-            (113, "pt_data_worker", 101, r(0)),
-            (120, "python3", 113, r(0)),
-            (130, "python3", 102, r(1)),
-        ] {
-            m.set_identity(pid, comm, "python3 t.py", ppid);
-            m.set_training(pid, Some(TrainingRole::Worker), rank, None);
-        }
-        // A lone trainer under a wrapper script that --match also took for a worker.
-        m.set_identity(200, "bash", "bash train.sh", 1);
-        m.set_training(200, Some(TrainingRole::Worker), Rank::default(), None);
-        m.set_identity(201, "python3", "python3 train.py", 200);
-        m.set_training(201, Some(TrainingRole::Worker), Rank::default(), None);
-        m.set_identity(202, "pt_data_worker", "python3 train.py", 201);
-        m.set_training(202, Some(TrainingRole::Worker), Rank::default(), None);
-        m.assign_jobs();
-        let of = |m: &Model, pid: u32| (m.processes[&pid].role, m.processes[&pid].rank_pid);
-        assert_eq!(of(&m, 101), (Some(TrainingRole::Worker), None));
-        assert_eq!(of(&m, 102), (Some(TrainingRole::Worker), None));
-        for pid in 110..=113 {
-            assert_eq!(of(&m, pid), (Some(TrainingRole::DataWorker), Some(101)), "pid {pid}");
-            assert_eq!(m.processes[&pid].job.as_deref(), Some("torchrun-100"));
-        }
-        assert_eq!(of(&m, 120), (Some(TrainingRole::RankChild), Some(101)), "a child of a data worker serves rank 0");
-        assert_eq!(of(&m, 130), (Some(TrainingRole::RankChild), Some(102)));
-        assert_eq!(of(&m, 201), (Some(TrainingRole::Worker), None), "a wrapper's trainer is a rank");
-        assert_eq!(of(&m, 202), (Some(TrainingRole::DataWorker), Some(201)));
-        // Classification is kept: reassigning gives the same answer.
-        m.assign_jobs();
-        assert_eq!(of(&m, 113), (Some(TrainingRole::DataWorker), Some(101)));
-    }
-
-    #[test]
-    fn alloc_rates_follow_readings() {
-        let mut m = Model::default();
-        m.apply_reading(&reading(1_000_000_000, &[], &[((7, 2), 100)]));
-        m.apply_reading(&reading(2_000_000_000, &[], &[((7, 2), 612)]));
-        assert_eq!(m.processes[&7].alloc_rate_by_node[&2], 512.0);
-    }
-
-    #[test]
-    fn site_samples_add_up_per_site_and_keep_their_names() {
-        let mut m = Model::default();
-        m.set_identity(7, "train", "", 1);
-        let mut t = site::SiteTally::default();
-        for pages in [40, 50] {
-            t.add(7, 55, pages);
-        }
-        t.add(7, 56, 1);
-        m.apply_sites(t);
-        let frames = vec![site::SiteFrame::unnamed("libcuda.so.1", 0x1a2b3c)];
-        m.apply_sites(site::SiteTally { named: vec![(7, 55, frames.clone())], ..Default::default() });
-        m.apply_sites(site::SiteTally {
-            samples: [((7, 55), site::SiteTotals { pages: 10, samples: 1 })].into(),
-            ..Default::default()
-        });
-        let p = &m.processes[&7];
-        assert_eq!(p.cxl_sites[&55], site::SiteTotals { pages: 100, samples: 3 });
-        assert_eq!(p.cxl_sites[&56].pages, 1);
-        assert_eq!(p.site_frames[&55], frames);
-        assert_eq!(m.site_samples_received, 4);
-        assert_eq!(m.events_seen, 0, "samples are not events");
-        // A pruned process is not brought back by a late sample or name.
-        m.apply_event(Event::Exit { tgid: 7, comm: String::new(), ts_ns: 1 });
-        assert_eq!(m.prune_exited(100, 10), vec![7]);
-        let mut t = site::SiteTally::default();
-        t.add(7, 55, 3);
-        t.named.push((7, 55, frames));
-        m.apply_sites(t);
-        assert!(!m.processes.contains_key(&7));
-        assert_eq!(m.site_samples_received, 5);
-    }
-
-    #[test]
-    fn events_update_identity_and_history() {
-        let mut m = Model::default();
-        m.apply_event(Event::Exec { tgid: 5, comm: "python3".into(), ts_ns: 1 });
-        for i in 0..(process::POLICY_HISTORY as u64 + 3) {
-            m.apply_event(Event::Policy(event::PolicyDecision {
-                tgid: 5,
-                tid: 5,
-                ts_ns: i,
-                syscall: "mbind",
-                mode: Some("MPOL_BIND".into()),
-                flags: vec![],
-                nodes: vec![1],
-                start: None,
-                len: None,
-                target_pid: None,
-            }));
-        }
-        m.apply_event(Event::Exit { tgid: 5, comm: "ignored".into(), ts_ns: 99 });
-        m.apply_event(Event::Exit { tgid: 6, comm: "sh".into(), ts_ns: 99 });
-        let p = &m.processes[&5];
-        assert_eq!(p.comm, "python3", "the exec's comm wins over the exit's");
-        assert_eq!(p.policy_events.len(), process::POLICY_HISTORY);
-        assert_eq!(p.policy_events.front().map(|d| d.ts_ns), Some(3));
-        assert_eq!(p.policy_calls, process::POLICY_HISTORY as u64 + 3, "every call is counted, not only the kept ones");
-        assert_eq!(p.exited_at_ns, Some(99));
-        assert!(!m.processes.contains_key(&6), "an exit alone does not create a process");
-        assert_eq!(m.events_seen, 1 + process::POLICY_HISTORY as u64 + 3 + 2);
-    }
-}
+mod tests;

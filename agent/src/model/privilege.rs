@@ -43,7 +43,7 @@ pub const NEEDED: &[(u32, &str, &str, &str)] = &[
         "CAP_DAC_READ_SEARCH",
         "read tracefs (mode 0700) and other users' /proc/PID/environ (mode 0400)",
         "tracefs and other users' environment are unreadable: page allocations per node, migrations, NUMA moves, \
-         placement policy, process lifecycle, CXL and memory health are not traced (faults still are), and \
+         placement policy, CXL and memory health are not traced (faults and process exits still are), and \
          training jobs are not told by their environment (job id, rank)",
     ),
 ];
@@ -127,11 +127,11 @@ pub fn missing(node: &Node) -> Vec<Missing> {
     }
     if node.tracefs == Tracefs::NotMounted {
         let cost = if admin {
-            "mounting it failed: page allocations per node, migrations, NUMA moves, placement policy, process \
-             lifecycle, CXL and memory health are not traced (faults still are)"
+            "mounting it failed: page allocations per node, migrations, NUMA moves, placement policy, CXL and \
+             memory health are not traced (faults and process exits still are)"
         } else {
             "not mounted, and mounting it needs CAP_SYS_ADMIN: page allocations per node, migrations, NUMA moves, \
-             placement policy, process lifecycle, CXL and memory health are not traced (faults still are)"
+             placement policy, CXL and memory health are not traced (faults and process exits still are)"
         };
         out.push(Missing {
             what: "tracefs",

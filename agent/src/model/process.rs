@@ -37,6 +37,9 @@ pub struct Process {
     /// What the last numa_maps read of this process cost (ns).
     pub residency_cost_ns: Option<u64>,
     pub exited_at_ns: Option<u64>,
+    /// Its kernel map entries were deleted after it exited: later counts under its pid belong to
+    /// another process.
+    pub kernel_entries_freed: bool,
     /// What it is to a training job (a data-loader worker or other child of a rank is told from
     /// the rank by `Model::assign_jobs`); `None` for everything else.
     pub role: Option<TrainingRole>,

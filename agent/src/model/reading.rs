@@ -39,6 +39,31 @@ pub struct CounterReading {
     pub program_counters: super::agent::ProgramCounterReading,
 }
 
+impl CounterReading {
+    /// This reading without the entries of `tgids`.
+    pub fn without(&self, tgids: &BTreeSet<u32>) -> CounterReading {
+        let mut r = self.clone();
+        r.faults.retain(|t, _| !tgids.contains(t));
+        r.faults_kernel_mode.retain(|t, _| !tgids.contains(t));
+        r.exited_faults.retain(|t, _| !tgids.contains(t));
+        r.live_faults.retain(|t, _| !tgids.contains(t));
+        r.allocs.retain(|k, _| !tgids.contains(&k.0));
+        r.migrations.retain(|k, _| !tgids.contains(&k.0));
+        r.fault_latency.retain(|t, _| !tgids.contains(t));
+        r
+    }
+
+    /// The tgids that hold kernel map entries in this reading.
+    pub fn tgids(&self) -> BTreeSet<u32> {
+        let mut t: BTreeSet<u32> = self.faults.keys().copied().collect();
+        t.extend(self.exited_faults.keys());
+        t.extend(self.allocs.keys().map(|k| k.0));
+        t.extend(self.migrations.keys().map(|k| k.0));
+        t.extend(self.fault_latency.keys());
+        t
+    }
+}
+
 #[cfg(test)]
 impl CounterReading {
     /// A reading of fault and allocation counts only (unit tests).

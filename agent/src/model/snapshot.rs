@@ -243,8 +243,16 @@ pub struct AgentSnapshot {
     /// Processes in the model, and final records of pruned ones kept for this window.
     pub processes_in_model: usize,
     pub departed_kept: usize,
-    /// Kernel map entries deleted for pruned processes.
+    /// Kernel map entries deleted for exited processes.
     pub map_entries_forgotten: u64,
+    /// Exits no event reported, found by checking the live processes against `/proc`; pids
+    /// another process took while the model still held the old one.
+    pub exits_found_late: u64,
+    pub pids_reused: u64,
+    /// Distinct pids holding kernel map entries after the last reading, and exited processes
+    /// whose entries are not freed yet (a per-CPU pending slot still held them).
+    pub map_entry_pids: usize,
+    pub exited_with_map_entries: usize,
     /// Looks at /sys/devices/system/memory during the window, and page -> node table slots
     /// rewritten for memory onlined or removed.
     pub memory_block_checks: u64,
@@ -480,6 +488,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             processes_in_model: model.processes.len(),
             departed_kept: model.departed.len(),
             map_entries_forgotten: ctx.map_entries_forgotten,
+            exits_found_late: model.exits_found_late,
+            pids_reused: model.pids_reused,
+            map_entry_pids: model.map_tgids,
+            exited_with_map_entries: model.exited_holding_entries(),
             memory_block_checks: ctx.memory_block_checks,
             memory_block_slots_rewritten: ctx.memory_block_slots_rewritten,
         },

@@ -92,8 +92,16 @@ pub struct Scene<'a> {
 }
 
 /// Kernel-side counters that mean data was lost (the others count deliberate skips).
-pub const LOSS_STATS: [&str; 7] =
-    ["ringbuf_full", "map_full", "read_failed", "pfn_unmapped", "slot_missing", "site_ring_full", "site_stack_error"];
+pub const LOSS_STATS: [&str; 8] = [
+    "ringbuf_full",
+    "policy_ring_full",
+    "map_full",
+    "read_failed",
+    "pfn_unmapped",
+    "slot_missing",
+    "site_ring_full",
+    "site_stack_error",
+];
 
 impl Scene<'_> {
     /// Events and counts lost on the way: kernel-side losses (program runs the kernel skipped

@@ -56,6 +56,15 @@ def!(
     "Discrete events (exec, exit, policy, NUMA moves) folded into the model"
 );
 def!(
+    EXITS_FOUND_LATE,
+    "tierscope.agent.exits.found_late",
+    "{process}",
+    Counter,
+    false,
+    &[],
+    "Process exits no event reported (exit record lost or never written), found by checking /proc"
+);
+def!(
     PROGRAMS,
     "tierscope.agent.programs",
     "{program}",
@@ -164,7 +173,9 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
                 let outcome = site.trim_start_matches("site_").to_string();
                 push(out, &SITE_SAMPLES, vec![KeyValue::new(SITE_OUTCOME, outcome)], Value::U64(v))
             }
-            "ringbuf_full" => push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "ringbuf_full")], Value::U64(v)),
+            "ringbuf_full" | "policy_ring_full" => {
+                push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, name)], Value::U64(v))
+            }
             other => push(out, &KERNEL_DROPPED, vec![KeyValue::new(DROP_REASON, other.to_string())], Value::U64(v)),
         }
     }
@@ -180,6 +191,7 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "channel_full")], Value::U64(h.channel_full));
     push(out, &RINGBUF_LOST, vec![KeyValue::new(DROP_REASON, "undecodable")], Value::U64(h.undecodable));
     push(out, &EVENTS_RECEIVED, vec![], Value::U64(m.events_seen));
+    push(out, &EXITS_FOUND_LATE, vec![], Value::U64(m.exits_found_late));
     let mut by_status: BTreeMap<&'static str, u64> =
         [("attached", 0), ("unsupported", 0), ("failed", 0)].into_iter().collect();
     for p in &h.programs {

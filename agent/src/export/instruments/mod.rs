@@ -144,6 +144,7 @@ pub const CATALOG: &[MetricDef] = &[
     agent::SITE_SAMPLES,
     agent::RINGBUF_LOST,
     agent::EVENTS_RECEIVED,
+    agent::EXITS_FOUND_LATE,
     agent::PROGRAMS,
     agent::TRACKED,
     agent::SCAN_DURATION,
