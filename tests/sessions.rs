@@ -420,6 +420,7 @@ fn a_long_recording_reports_and_exports_in_the_memory_of_a_short_one() {
         ("report --format md", vec!["report", "--format", "md", "-o", o]),
         ("report --format json", vec!["report", "--format", "json", "-o", o]),
         ("export --pprof", vec!["export", "--pprof", o]),
+        ("export --perfetto", vec!["export", "--perfetto", o]),
     ] {
         let run = |file: &Path| {
             let mut a = vec![args[0], file.to_str().expect("path")];

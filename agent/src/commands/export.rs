@@ -16,9 +16,19 @@ pub fn run(args: ExportArgs) -> Result<i32> {
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
     }
     if let Some(out) = &args.perfetto {
-        let trace = perfetto::trace(&rec)?;
-        std::fs::write(out, perfetto::encode(&trace)).with_context(|| format!("writing {}", out.display()))?;
-        eprintln!("tierscope: wrote {} ({} trace packets)", out.display(), trace.packet.len());
+        let writing = || format!("writing {}", out.display());
+        let file = std::fs::File::create(out).with_context(writing)?;
+        let written = perfetto::write(&rec, file);
+        if written.is_err() {
+            // The trace is written as the frames are read: no half of one is left behind.
+            let _ = std::fs::remove_file(out);
+        }
+        let packets = match written {
+            Ok(n) => n,
+            Err(perfetto::TraceError::Read(e)) => return Err(e.into()),
+            Err(perfetto::TraceError::Write(e)) => return Err(e).with_context(writing),
+        };
+        eprintln!("tierscope: wrote {} ({packets} trace packets)", out.display());
     }
     Ok(0)
 }
