@@ -420,6 +420,7 @@ fn a_long_recording_reports_and_exports_in_the_memory_of_a_short_one() {
         ("report --format md", vec!["report", "--format", "md", "-o", o]),
         ("report --format json", vec!["report", "--format", "json", "-o", o]),
         ("export --pprof", vec!["export", "--pprof", o]),
+        ("export --perfetto", vec!["export", "--perfetto", o]),
     ] {
         let run = |file: &Path| {
             let mut a = vec![args[0], file.to_str().expect("path")];
@@ -432,5 +433,115 @@ fn a_long_recording_reports_and_exports_in_the_memory_of_a_short_one() {
         // themselves (about 40 MB on disk, more parsed) must not stay.
         assert!(l < s + (12 << 20), "{what}: 10x the frames took {} KiB more", (l - s.min(l)) / 1024);
     }
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+/// tmux on a server of its own (`-L socket`): `args` after the socket.
+fn tmux_on(socket: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux").arg("-L").arg(socket).args(args).output().expect("running tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `frame K/N` from the replay's header.
+fn replay_frame(screen: &str) -> Option<(usize, usize)> {
+    let rest = &screen[screen.find("  frame ")? + "  frame ".len()..];
+    let (k, n) = rest.split_whitespace().next()?.split_once('/')?;
+    Some((k.parse().ok()?, n.parse().ok()?))
+}
+
+/// Replays `file` in a tmux pane: waits for its first frame, goes to the last frame (End: the
+/// history of the frames before it is rebuilt), back to the first (Home) and one on (Right),
+/// then reads the peak resident memory of the UI (VmHWM, bytes) before quitting with q.
+fn replay_peak_rss(bin: &str, file: &Path, frames: usize) -> u64 {
+    let d = file.parent().expect("dir");
+    let socket = format!("tierscope-replay-rss-{}", std::process::id());
+    let pid_file = d.join("replay.pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let command = format!(
+        "echo $$ > {}; XDG_STATE_HOME={} exec {bin} top --replay {}",
+        pid_file.display(),
+        d.join("state").display(),
+        file.display()
+    );
+    let _ = Command::new("tmux").args(["-L", &socket, "kill-server"]).output();
+    let ok = Command::new("tmux")
+        .args(["-L", &socket, "new-session", "-d", "-s", "rss", "-x", "120", "-y", "32", &command])
+        .status()
+        .expect("tmux new-session");
+    assert!(ok.success(), "tmux new-session failed");
+    struct Server<'a>(&'a str);
+    impl Drop for Server<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux").args(["-L", self.0, "kill-server"]).output();
+        }
+    }
+    let _server = Server(&socket);
+    let wait_for = |what: &str, want: (usize, usize)| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = tmux_on(&socket, &["capture-pane", "-p", "-t", "rss"]);
+            if replay_frame(&screen) == Some(want) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; the screen was:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let keys = |k: &str| {
+        tmux_on(&socket, &["send-keys", "-t", "rss", k]);
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pid: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the pane never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Paused at once (one-second frames play slowly), then to either end and one on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while replay_frame(&tmux_on(&socket, &["capture-pane", "-p", "-t", "rss"])).is_none() {
+        assert!(Instant::now() < deadline, "top --replay never showed a frame");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    keys("Space");
+    keys("End");
+    wait_for("the last frame", (frames, frames));
+    keys("Home");
+    wait_for("the first frame", (1, frames));
+    keys("Right");
+    wait_for("the second frame", (2, frames));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the UI's status");
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM");
+    keys("q");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "top --replay (pid {pid}) did not quit on q");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    hwm * 1024
+}
+
+#[test]
+#[ignore = "needs tmux and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn a_long_recording_replays_in_the_memory_of_a_short_one() {
+    let Some(bin) = tierscope_bin() else {
+        eprintln!("skipped: TIERSCOPE_BIN is not set to the built agent");
+        return;
+    };
+    let d = dir("long-replay");
+    // Both longer than the history the UI keeps (600 frames), so both rebuild a whole one at End.
+    let (short, long) = (d.join("short.tscope"), d.join("long.tscope"));
+    long_session(&short, 700, 100);
+    long_session(&long, 2100, 100);
+    let (s, l) = (replay_peak_rss(&bin, &short, 700), replay_peak_rss(&bin, &long, 2100));
+    eprintln!("top --replay: peak RSS {} KiB for 700 frames, {} KiB for 2,100", s / 1024, l / 1024);
+    // 1,400 frames more are about 28 MB on disk and far more parsed; the index of each is a few
+    // dozen bytes (about 70 kB for all of them).
+    assert!(l < s + (8 << 20), "3x the frames took {} KiB more", (l - s.min(l)) / 1024);
     std::fs::remove_dir_all(d).expect("cleanup");
 }

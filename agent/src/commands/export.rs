@@ -18,9 +18,19 @@ pub fn run(args: ExportArgs) -> Result<i32> {
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
     }
     if let Some(out) = &args.perfetto {
-        let trace = perfetto::trace(&rec)?;
-        output_file::write(out, &perfetto::encode(&trace)).context("the Perfetto trace")?;
-        eprintln!("tierscope: wrote {} ({} trace packets)", out.display(), trace.packet.len());
+        let writing = || format!("writing {}", out.display());
+        let file = output_file::create(out, &output_file::Invoker::current()).context("the Perfetto trace")?;
+        let written = perfetto::write(&rec, file);
+        if written.is_err() {
+            // The trace is written as the frames are read: no half of one is left behind.
+            let _ = std::fs::remove_file(out);
+        }
+        let packets = match written {
+            Ok(n) => n,
+            Err(perfetto::TraceError::Read(e)) => return Err(e.into()),
+            Err(perfetto::TraceError::Write(e)) => return Err(e).with_context(writing),
+        };
+        eprintln!("tierscope: wrote {} ({packets} trace packets)", out.display());
     }
     Ok(0)
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     model::snapshot::ProcessFilter,
-    recording::{replay, Recording},
+    recording::{records::Frame, replay, FrameAt, FrameCursor, OnDisk, ReadError, Recording},
     topology::Tier,
     tui::{
         history::SERIES_LEN, mouse, probe::TierProbe, replay::Player, rows, terminal::TerminalGuard, App, Devices,
@@ -33,9 +33,8 @@ fn tier(name: &str) -> Tier {
     }
 }
 
-/// The recording's nodes at frame `i`, as the UI shows them.
-fn nodes_at(rec: &Recording, i: usize) -> Vec<NodeView> {
-    let frame = rec.frames.get(i);
+/// The recording's nodes at frame `frame`, as the UI shows them.
+fn nodes_at(rec: &Recording, frame: &Frame) -> Vec<NodeView> {
     rec.topology
         .iter()
         .flat_map(|t| &t.nodes)
@@ -45,46 +44,116 @@ fn nodes_at(rec: &Recording, i: usize) -> Vec<NodeView> {
             tier_evidence: n.tier_evidence.clone(),
             cpus: n.cpus.len(),
             mem_total_bytes: n.mem_total_bytes,
-            mem_free_bytes: frame.and_then(|f| f.nodes.iter().find(|x| x.id == n.id)).and_then(|x| x.mem_free_bytes),
+            mem_free_bytes: frame.nodes.iter().find(|x| x.id == n.id).and_then(|x| x.mem_free_bytes),
         })
         .collect()
 }
 
+/// The recording replayed: its records but the frames ([`recording::scan`]), where each frame
+/// is in the file and what [`replay::Index`] keeps of it. The frames shown are read again.
+struct Source {
+    rec: Recording,
+    disk: OnDisk,
+    at: Vec<FrameAt>,
+    index: replay::Index,
+}
+
+impl Source {
+    fn open(file: &Path, rec: Recording) -> Result<Source> {
+        let Some(disk) = rec.on_disk.clone() else {
+            anyhow::bail!("{}: the recording was read whole, not scanned", file.display());
+        };
+        let (mut at, mut built) = (Vec::with_capacity(disk.frames), replay::IndexBuilder::default());
+        disk.each_frame_at(|a, f| {
+            at.push(a);
+            built.push(&f);
+        })?;
+        Ok(Source { rec, disk, at, index: built.finish() })
+    }
+
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    /// Reads on from frame `i`.
+    fn read_from(&self, i: usize) -> Result<Frames> {
+        Ok(Frames { cursor: self.disk.frames_from(self.at[i])?, next: i })
+    }
+}
+
+/// Frames read again from the file in order, each checked against the first pass.
+struct Frames {
+    cursor: FrameCursor,
+    next: usize,
+}
+
+impl Frames {
+    fn next(&mut self, src: &Source) -> Result<Frame> {
+        let f = self.cursor.next_frame()?;
+        let expected = src.index.frames.get(self.next).map(|e| e.t_ms);
+        match f {
+            Some(f) if Some(f.t_ms) == expected => {
+                self.next += 1;
+                Ok(f)
+            }
+            _ => Err(ReadError::Changed { path: src.disk.path.clone() }.into()),
+        }
+    }
+}
+
 /// What the screen shows at frame `i`: its model, its nodes, and the history of the frames that
-/// led to it (the sparklines and rates), at most as long as the live UI keeps.
+/// led to it (the sparklines and rates), at most as long as the live UI keeps. It holds the
+/// frame shown and the reads looked back at; the next frame comes from the file.
 struct Shown {
     index: usize,
     model: crate::model::Model,
     nodes: Vec<NodeView>,
     history: History,
+    look: replay::Lookback,
+    frames: Frames,
 }
 
 impl Shown {
-    fn at(rec: &Recording, i: usize) -> Shown {
-        let mut history = History::default();
-        for j in i.saturating_sub(SERIES_LEN - 1)..i {
-            history.observe(&replay::model_at(rec, j), &nodes_at(rec, j), replay::now_ns(rec.frames[j].t_ms));
+    fn at(src: &Source, i: usize) -> Result<Shown> {
+        let first = i.saturating_sub(SERIES_LEN - 1);
+        // The frame before the history's first one (its rates) and every process's latest read.
+        let from = src.index.frames[first..=i].iter().map(|e| e.lookback_from).min().unwrap_or(i);
+        let from = from.min(first.saturating_sub(1));
+        let mut frames = src.read_from(from)?;
+        let (mut history, mut look) = (History::default(), replay::Lookback::default());
+        for j in from..i {
+            let f = frames.next(src)?;
+            if j >= first {
+                let model = replay::model_of(&src.rec, &src.index, j, &f, &look);
+                history.observe(&model, &nodes_at(&src.rec, &f), replay::now_ns(f.t_ms));
+            }
+            look.pass(f);
         }
-        let mut s = Shown { index: i, model: Default::default(), nodes: vec![], history };
-        s.observe(rec, i);
-        s
+        let mut s = Shown { index: i, model: Default::default(), nodes: vec![], history, look, frames };
+        s.observe(src, i)?;
+        Ok(s)
     }
 
-    fn observe(&mut self, rec: &Recording, i: usize) {
+    /// Shows frame `i`, the next one the file gives.
+    fn observe(&mut self, src: &Source, i: usize) -> Result<()> {
+        let f = self.frames.next(src)?;
         self.index = i;
-        self.model = replay::model_at(rec, i);
-        self.nodes = nodes_at(rec, i);
-        if let Some(f) = rec.frames.get(i) {
-            self.history.observe(&self.model, &self.nodes, replay::now_ns(f.t_ms));
-        }
+        self.model = replay::model_of(&src.rec, &src.index, i, &f, &self.look);
+        self.nodes = nodes_at(&src.rec, &f);
+        self.history.observe(&self.model, &self.nodes, replay::now_ns(f.t_ms));
+        self.look.pass(f);
+        Ok(())
     }
 
     /// Moves to frame `i`: one frame on is observed, anything else is rebuilt.
-    fn go(&mut self, rec: &Recording, i: usize) {
+    fn go(&mut self, src: &Source, i: usize) -> Result<()> {
         if i == self.index + 1 {
-            self.observe(rec, i);
+            self.observe(src, i)
         } else if i != self.index {
-            *self = Shown::at(rec, i);
+            *self = Shown::at(src, i)?;
+            Ok(())
+        } else {
+            Ok(())
         }
     }
 }
@@ -95,35 +164,36 @@ pub fn run(file: &Path, fps: u32) -> Result<i32> {
         return Ok(2);
     }
     // Read before the screen is taken: a damaged file is one plain line.
-    let rec = super::report::warn(crate::recording::read(file)?)?;
-    if rec.frames.is_empty() {
+    let rec = super::report::open(file)?;
+    if rec.frame_count() == 0 {
         anyhow::bail!(
             "{}: the recording has no frames (it stopped before its first interval): nothing to replay",
             file.display()
         );
     }
+    let src = Source::open(file, rec)?;
     // After the file is read (what is damaged in it is said either way), before the screen.
     crate::tui::terminal::require_terminal()?;
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
-    rt.block_on(play(file, rec, fps))
+    rt.block_on(play(file, src, fps))
 }
 
-async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
+async fn play(file: &Path, src: Source, fps: u32) -> Result<i32> {
     let name = file.file_name().map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut app =
-        App { replay: Some(Player::new(name, rec.frames.iter().map(|f| f.t_ms).collect())), ..App::default() };
+        App { replay: Some(Player::new(name, src.index.frames.iter().map(|e| e.t_ms).collect())), ..App::default() };
     let devices = Devices::default();
     let filter = ProcessFilter::default();
     let probe = TierProbe::NotRun;
-    let page_size = rec.meta.page_size;
-    let host = rec.meta.host.clone();
-    let mut shown = Shown::at(&rec, 0);
+    let page_size = src.rec.meta.page_size;
+    let host = src.rec.meta.host.clone();
+    let mut shown = Shown::at(&src, 0)?;
 
     let log = crate::tui::terminal::StderrToLog::start()
         .with_context(|| format!("opening the log file {}", crate::tui::terminal::log_path().display()))?;
     let mut guard = TerminalGuard::enter().context("taking over the terminal")?;
-    tracing::info!("top --replay {}: {} frames", file.display(), rec.frames.len());
+    tracing::info!("top --replay {}: {} frames", file.display(), src.len());
     let (keys_tx, mut keys) = mpsc::channel::<TermEvent>(64);
     let stop = Arc::new(AtomicBool::new(false));
     let input = super::top::spawn_input(keys_tx, stop.clone());
@@ -161,7 +231,9 @@ async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
                 last_step = Instant::now();
                 if let Some(p) = app.replay.as_mut() {
                     if p.advance(elapsed.as_secs_f64() * 1e3) {
-                        shown.go(&rec, p.index);
+                        if let Err(e) = shown.go(&src, p.index) {
+                            break Err(e);
+                        }
                         dirty = true;
                     }
                 }
@@ -185,7 +257,9 @@ async fn play(file: &Path, rec: Recording, fps: u32) -> Result<i32> {
                     None => break Ok(()),
                 };
                 if let Some(p) = &app.replay {
-                    shown.go(&rec, p.index);
+                    if let Err(e) = shown.go(&src, p.index) {
+                        break Err(e);
+                    }
                 }
                 dirty |= changed;
                 if app.quit {

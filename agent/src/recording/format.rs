@@ -4,7 +4,7 @@
 //! written with one `write` per interval, so a killed recorder leaves whole chunks and at most one
 //! partial one at the end: the reader keeps every whole chunk and reports the partial one as a
 //! warning. Anything else that does not add up is an error, never a panic.
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 
 use bytes::{Buf, BufMut, BytesMut};
 use flate2::{read::DeflateDecoder, write::DeflateEncoder, Compression};
@@ -238,6 +238,20 @@ impl<R: Read> ChunkReader<R> {
         self.offset = end;
         self.chunks += 1;
         Ok(Some(at))
+    }
+}
+
+impl<R: Read + Seek> ChunkReader<R> {
+    /// Goes back (or on) to the chunk `at`, one that [`ChunkReader::next_into`] returned for this
+    /// file: it is the next chunk read. The file's inflation bound counts again from there (the
+    /// first pass over the file held the whole of it to the bound; a replay reads parts again).
+    pub fn seek_to(&mut self, at: ChunkAt) -> Result<(), FormatError> {
+        self.input.seek(SeekFrom::Start(at.offset)).map_err(FormatError::Io)?;
+        self.offset = at.offset;
+        self.chunks = at.number.saturating_sub(1);
+        self.inflated = 0;
+        self.truncated = None;
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@ pub mod records;
 pub mod replay;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
     fs::File,
     io::{BufReader, Write as _},
     path::{Path, PathBuf},
@@ -86,24 +86,103 @@ impl Recording {
     /// Calls `f` with every frame in order: from memory, or read again from the file with one
     /// chunk in memory at a time. A file that no longer holds what [`scan`] found is an error.
     pub fn each_frame(&self, mut f: impl FnMut(&Frame)) -> Result<(), ReadError> {
-        let Some(d) = &self.on_disk else {
-            self.frames.iter().for_each(f);
-            return Ok(());
-        };
-        let changed = || ReadError::Changed { path: d.path.clone() };
-        let mut chunks = open_chunks(&d.path)?;
-        let mut n = 0;
-        each_record(&mut chunks, &d.path, Some(d.end), |r| {
+        match &self.on_disk {
+            Some(d) => d.each_frame_at(|_, fr| f(&fr)),
+            None => {
+                self.frames.iter().for_each(f);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Where a frame is in its file: its chunk, and how many frames come before it in that chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameAt {
+    pub chunk: format::ChunkAt,
+    pub nth: u32,
+}
+
+impl OnDisk {
+    fn changed(&self) -> ReadError {
+        ReadError::Changed { path: self.path.clone() }
+    }
+
+    /// Calls `f` with every frame in order and where it is, read again from the file with one
+    /// chunk in memory at a time. A file that no longer holds what [`scan`] found is an error.
+    pub fn each_frame_at(&self, mut f: impl FnMut(FrameAt, Frame)) -> Result<(), ReadError> {
+        let mut chunks = open_chunks(&self.path)?;
+        let (mut n, mut in_chunk) = (0, None);
+        each_record(&mut chunks, &self.path, Some(self.end), |at, r| {
             if let Record::Frame(fr) = r {
+                let nth = match in_chunk {
+                    Some((c, k)) if c == at => k + 1,
+                    _ => 0,
+                };
+                in_chunk = Some((at, nth));
                 n += 1;
-                f(&fr);
+                f(FrameAt { chunk: at, nth }, fr);
             }
             Ok(())
         })?;
-        if n != d.frames || chunks.offset != d.end {
-            return Err(changed());
+        if n != self.frames || chunks.offset != self.end {
+            return Err(self.changed());
         }
         Ok(())
+    }
+
+    /// Reads the frames from the one at `at` on ([`OnDisk::each_frame_at`] said where it is).
+    pub fn frames_from(&self, at: FrameAt) -> Result<FrameCursor, ReadError> {
+        let mut chunks = open_chunks(&self.path)?;
+        chunks.seek_to(at.chunk).map_err(|cause| ReadError::Format { path: self.path.clone(), cause })?;
+        let mut c = FrameCursor { chunks, disk: self.clone(), raw: Vec::new(), pending: VecDeque::new() };
+        if !c.read_chunk()? || c.pending.len() <= at.nth as usize {
+            return Err(self.changed());
+        }
+        c.pending.drain(..at.nth as usize);
+        Ok(c)
+    }
+}
+
+/// Frames read on from one place in a session file: one chunk and its frames in memory.
+pub struct FrameCursor {
+    chunks: format::ChunkReader<BufReader<File>>,
+    disk: OnDisk,
+    raw: Vec<u8>,
+    /// The frames of the chunk read last that were not given yet.
+    pending: VecDeque<Frame>,
+}
+
+impl FrameCursor {
+    /// The next frame; `None` past the last one the first pass found.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ReadError> {
+        loop {
+            if let Some(f) = self.pending.pop_front() {
+                return Ok(Some(f));
+            }
+            if !self.read_chunk()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Reads the next chunk's frames into `pending`; false at the end of what the first pass read.
+    fn read_chunk(&mut self) -> Result<bool, ReadError> {
+        if self.chunks.offset >= self.disk.end {
+            return Ok(false);
+        }
+        let path = &self.disk.path;
+        let at =
+            self.chunks.next_into(&mut self.raw).map_err(|cause| ReadError::Format { path: path.clone(), cause })?;
+        let Some(at) = at else { return Err(self.disk.changed()) };
+        let pending = &mut self.pending;
+        records_of(&self.raw, at, path, |_, r| {
+            if let Record::Frame(f) = r {
+                pending.push_back(f);
+            }
+            Ok(())
+        })?;
+        Ok(true)
     }
 }
 
@@ -154,21 +233,32 @@ fn each_record<R: std::io::Read>(
     chunks: &mut format::ChunkReader<R>,
     path: &Path,
     end: Option<u64>,
-    mut on: impl FnMut(Record) -> Result<(), ReadError>,
+    mut on: impl FnMut(format::ChunkAt, Record) -> Result<(), ReadError>,
 ) -> Result<(), ReadError> {
     let mut raw = Vec::new();
     while end.is_none_or(|e| chunks.offset < e) {
         let at = chunks.next_into(&mut raw).map_err(|cause| ReadError::Format { path: path.to_path_buf(), cause })?;
         let Some(at) = at else { break };
-        for (li, line) in raw.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
-            let r: Record = serde_json::from_slice(line).map_err(|e| ReadError::BadRecord {
-                path: path.to_path_buf(),
-                chunk: at.number,
-                line: li + 1,
-                why: e.to_string(),
-            })?;
-            on(r)?;
-        }
+        records_of(&raw, at, path, &mut on)?;
+    }
+    Ok(())
+}
+
+/// Parses the records of one inflated chunk, `at` in the file.
+fn records_of(
+    raw: &[u8],
+    at: format::ChunkAt,
+    path: &Path,
+    mut on: impl FnMut(format::ChunkAt, Record) -> Result<(), ReadError>,
+) -> Result<(), ReadError> {
+    for (li, line) in raw.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+        let r: Record = serde_json::from_slice(line).map_err(|e| ReadError::BadRecord {
+            path: path.to_path_buf(),
+            chunk: at.number,
+            line: li + 1,
+            why: e.to_string(),
+        })?;
+        on(at, r)?;
     }
     Ok(())
 }
@@ -182,7 +272,7 @@ fn collect<R: std::io::Read>(
     let mut meta = None;
     let mut rec = Recording::default();
     let (mut frames, mut last_t_ms) = (0usize, None);
-    each_record(chunks, path, None, |r| {
+    each_record(chunks, path, None, |_, r| {
         match r {
             Record::Meta(m) => {
                 if m.schema != records::SCHEMA {

@@ -42,13 +42,108 @@ fn vmstat(f: Option<&Frame>) -> VmstatReading {
     }
 }
 
-/// The model at frame `index` (clamped to the last frame) of `rec`.
+/// What the model of a frame takes from the frames before it: the one just before (the rates)
+/// and each process's latest numa_maps read (it is not read at every frame). Fed the frames in
+/// order with [`Lookback::pass`]; it holds one frame and one read per process.
+#[derive(Clone, Debug, Default)]
+pub struct Lookback {
+    prev: Option<Frame>,
+    /// pid -> the time of its latest read and the pages by node it found.
+    residency: BTreeMap<u32, (u64, BTreeMap<u32, u64>)>,
+}
+
+impl Lookback {
+    /// Frame `f` has been shown: the next frame's model looks back at it.
+    pub fn pass(&mut self, f: Frame) {
+        let mut seen = BTreeSet::new();
+        // A pid's first entry in a frame is the one the model reads.
+        for p in f.processes.iter().filter(|p| seen.insert(p.pid)) {
+            if let Some(pages) = &p.resident_pages_by_node {
+                self.residency.insert(p.pid, (f.t_ms, pages.clone()));
+            }
+        }
+        self.prev = Some(f);
+    }
+}
+
+/// What `top --replay` keeps of every frame to rebuild the model of any one of them from a few
+/// frames read again: its time, how far back its processes' latest numa_maps reads go, and how
+/// many insights had opened up to it; and each insight's closing (one record per closing, not
+/// per frame).
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    pub frames: Vec<IndexEntry>,
+    /// (frame, the closed insight as that frame carried it), in frame order.
+    closings: Vec<(usize, InsightRec)>,
+}
+
+/// One frame in an [`Index`] (24 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub t_ms: u64,
+    /// The earliest frame a [`Lookback`] must have passed for this frame's model: the oldest
+    /// latest numa_maps read among its processes (the frame itself when none looks back).
+    pub lookback_from: usize,
+    /// Distinct insights opened up to and with this frame.
+    pub opened: u64,
+}
+
+/// Builds an [`Index`] from the frames in order; what it holds while building (each process's
+/// latest read, each insight opened) is dropped by [`IndexBuilder::finish`].
+#[derive(Default)]
+pub struct IndexBuilder {
+    index: Index,
+    last_read: BTreeMap<u32, usize>,
+    opened: BTreeSet<(InsightId, String, u64)>,
+}
+
+impl IndexBuilder {
+    pub fn push(&mut self, f: &Frame) {
+        let i = self.index.frames.len();
+        let mut seen = BTreeSet::new();
+        let mut from = i;
+        for p in f.processes.iter().filter(|p| seen.insert(p.pid)) {
+            if p.resident_pages_by_node.is_some() {
+                self.last_read.insert(p.pid, i);
+            }
+            if let Some(&r) = self.last_read.get(&p.pid) {
+                from = from.min(r);
+            }
+        }
+        for r in &f.insights {
+            self.opened.insert((r.id, r.subject.key(), r.opened_t_ms));
+            if r.closed_t_ms.is_some() {
+                self.index.closings.push((i, r.clone()));
+            }
+        }
+        let opened = self.opened.len() as u64;
+        self.index.frames.push(IndexEntry { t_ms: f.t_ms, lookback_from: from, opened });
+    }
+
+    pub fn finish(self) -> Index {
+        self.index
+    }
+}
+
+/// The model at frame `index` (clamped to the last frame) of a recording held in memory.
 pub fn model_at(rec: &Recording, index: usize) -> Model {
-    let mut m = Model::default();
-    let Some(last) = rec.frames.len().checked_sub(1) else { return m };
+    let Some(last) = rec.frames.len().checked_sub(1) else { return Model::default() };
     let i = index.min(last);
-    let f = &rec.frames[i];
-    let prev = i.checked_sub(1).map(|p| &rec.frames[p]);
+    let (mut built, mut look) = (IndexBuilder::default(), Lookback::default());
+    for f in &rec.frames[..i] {
+        built.push(f);
+        look.pass(f.clone());
+    }
+    built.push(&rec.frames[i]);
+    model_of(rec, &built.finish(), i, &rec.frames[i], &look)
+}
+
+/// The model at frame `i` of `rec`, which is `f`, the frames before it having been passed to
+/// `look` (at least those from its [`IndexEntry::lookback_from`] and the one just before).
+/// `rec` gives what is not in frames: identities, events, the insights' settings.
+pub fn model_of(rec: &Recording, index: &Index, i: usize, f: &Frame, look: &Lookback) -> Model {
+    let mut m = Model::default();
+    let prev = look.prev.as_ref();
     let now = now_ns(f.t_ms);
     m.last_reading_ns = now;
     m.alloc_pages_by_node = f.nodes.iter().map(|n| (n.id, n.alloc_pages)).collect();
@@ -98,12 +193,11 @@ pub fn model_at(rec: &Recording, index: usize) -> Model {
         p.migrations = pf.migrations.iter().map(|(r, t)| (r.clone(), totals(t))).collect();
         p.fault_latency = Log2Histogram::from_buckets(&pf.fault_latency);
         // numa_maps is not read at every frame: the latest read at or before this one.
-        let residency = rec.frames[..=i].iter().rev().find_map(|fr| {
-            fr.processes.iter().find(|x| x.pid == pf.pid)?.resident_pages_by_node.as_ref().map(|r| (fr, r))
-        });
-        if let Some((fr, pages)) = residency {
+        let own = f.processes.iter().find(|x| x.pid == pf.pid).and_then(|x| x.resident_pages_by_node.as_ref());
+        let residency = own.map(|pages| (f.t_ms, pages)).or_else(|| look.residency.get(&pf.pid).map(|(t, r)| (*t, r)));
+        if let Some((t_ms, pages)) = residency {
             let r = NumaResidency { pages_by_node: pages.clone(), ..Default::default() };
-            p.residency = Some((r, now_ns(fr.t_ms)));
+            p.residency = Some((r, now_ns(t_ms)));
         }
         if pf.exited {
             p.exited_at_ns = Some(exits.get(&pf.pid).copied().unwrap_or(now));
@@ -127,7 +221,7 @@ pub fn model_at(rec: &Recording, index: usize) -> Model {
             }
         }
     }
-    m.insights = insights_at(rec, i);
+    m.insights = insights_at(rec, index, i, f);
     m
 }
 
@@ -146,22 +240,20 @@ fn insight(r: &InsightRec) -> Insight {
     }
 }
 
-/// The insights as they stood at frame `i`: the frame's open ones, those closed up to it, and
-/// the counts of both since the recording started (the Insights view's header).
-fn insights_at(rec: &Recording, i: usize) -> InsightEngine {
+/// The insights as they stood at frame `i` (which is `f`): the frame's open ones, those closed up
+/// to it, and the counts of both since the recording started (the Insights view's header).
+fn insights_at(rec: &Recording, index: &Index, i: usize, f: &Frame) -> InsightEngine {
     let defaults = InsightConfig::default();
     let cfg = InsightConfig {
         open_after_s: rec.meta.insights_open_after_s.unwrap_or(defaults.open_after_s),
         close_after_s: rec.meta.insights_close_after_s.unwrap_or(defaults.close_after_s),
         ..defaults
     };
-    let upto = &rec.frames[..=i];
-    let all = || upto.iter().flat_map(|f| &f.insights);
-    let opened: BTreeSet<(InsightId, String, u64)> = all().map(|r| (r.id, r.subject.key(), r.opened_t_ms)).collect();
-    let closed: Vec<Insight> = all().filter(|r| r.closed_t_ms.is_some()).map(insight).collect();
-    let open = rec.frames[i].insights.iter().filter(|r| r.closed_t_ms.is_none()).map(insight).collect();
+    let closed: Vec<Insight> = index.closings.iter().take_while(|(j, _)| *j <= i).map(|(_, r)| insight(r)).collect();
+    let open = f.insights.iter().filter(|r| r.closed_t_ms.is_none()).map(insight).collect();
+    let opened = index.frames.get(i).map_or(0, |e| e.opened);
     let closed_total = closed.len() as u64;
-    InsightEngine::restore(cfg, open, closed, opened.len() as u64, closed_total)
+    InsightEngine::restore(cfg, open, closed, opened, closed_total)
 }
 
 #[cfg(test)]
@@ -271,5 +363,57 @@ mod tests {
         let mut empty = rec.clone();
         empty.frames.clear();
         assert!(model_at(&empty, 0).processes.is_empty());
+    }
+
+    #[test]
+    fn a_model_rebuilt_from_the_frames_its_index_entry_names_is_the_model_read_from_the_start() {
+        let mut rec = recording();
+        // numa_maps read at 0 s and 5 s only: frame 4 looks back to frame 0, frame 9 to frame 5.
+        for (i, f) in rec.frames.iter_mut().enumerate() {
+            if i != 0 && i != 5 {
+                f.processes[0].resident_pages_by_node = None;
+            }
+        }
+        let churn = |opened: u64, closed: Option<u64>| InsightRec {
+            id: InsightId::AllocationChurn,
+            severity: crate::model::insights::Severity::Warning,
+            subject: crate::model::insights::Subject::Process { pid: 7, comm: "ts-alloc".into() },
+            summary: "churn".into(),
+            evidence: BTreeMap::new(),
+            details: vec![],
+            try_this: String::new(),
+            since_t_ms: opened,
+            opened_t_ms: opened,
+            closed_t_ms: closed,
+        };
+        rec.frames[2].insights = vec![churn(2000, None)];
+        rec.frames[3].insights = vec![churn(2000, Some(3000))];
+        for f in &mut rec.frames[6..] {
+            f.insights = vec![churn(6000, None)];
+        }
+        let mut built = IndexBuilder::default();
+        rec.frames.iter().for_each(|f| built.push(f));
+        let index = built.finish();
+        let from: Vec<usize> = index.frames.iter().map(|e| e.lookback_from).collect();
+        assert_eq!(from, [0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 5]);
+        let opened: Vec<u64> = index.frames.iter().map(|e| e.opened).collect();
+        assert_eq!(opened, [0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
+        for i in 0..rec.frames.len() {
+            let mut look = Lookback::default();
+            for f in &rec.frames[from[i].min(i.saturating_sub(1))..i] {
+                look.pass(f.clone());
+            }
+            let rebuilt = model_of(&rec, &index, i, &rec.frames[i], &look);
+            assert_eq!(format!("{rebuilt:?}"), format!("{:?}", model_at(&rec, i)), "frame {i}");
+        }
+        let at = |i| model_of(&rec, &index, i, &rec.frames[i], &Lookback::default());
+        assert_eq!(resident(&model_at(&rec, 4)), [(1, 16384)].into(), "the read of frame 0 carries to 4");
+        assert!(at(4).processes[&7].residency.is_none(), "without the frames back to 0 it is lost");
+        let e = model_at(&rec, 7).insights;
+        assert_eq!(
+            (e.open().len(), e.closed.len(), e.opened_total),
+            (1, 1, 2),
+            "the closing at 3 s is kept past its frame"
+        );
     }
 }

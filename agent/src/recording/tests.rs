@@ -244,3 +244,43 @@ fn bounded_random_mutations_never_panic() {
     }
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn frames_read_on_from_any_place_the_first_pass_found_are_the_frames_there() {
+    let d = tmp("seek");
+    let path = d.join("seek.tscope");
+    let mut w = SessionWriter::create(&path).unwrap();
+    w.push(&Record::Meta(meta())).unwrap();
+    // Two frames in the second chunk: a place is a chunk and a frame within it.
+    for chunk in [&[0u64][..], &[1000, 2000], &[3000], &[4000]] {
+        for &t in chunk {
+            w.push(&Record::Frame(frame(t))).unwrap();
+        }
+        w.flush().unwrap();
+    }
+    w.finish().unwrap();
+    let whole = read(&path).unwrap();
+    let disk = scan(&path).unwrap().on_disk.expect("scan leaves the frames in the file");
+    let mut places = vec![];
+    disk.each_frame_at(|at, f| places.push((at, f))).unwrap();
+    assert_eq!(
+        places.iter().map(|(at, _)| (at.chunk.number, at.nth)).collect::<Vec<_>>(),
+        [(1, 0), (2, 0), (2, 1), (3, 0), (4, 0)]
+    );
+    for (k, (at, f)) in places.iter().enumerate() {
+        assert_eq!(*f, whole.frames[k]);
+        // Read on from here (backwards and forwards through the file): the frames from k on.
+        let mut cursor = disk.frames_from(*at).unwrap();
+        let mut rest = vec![];
+        while let Some(f) = cursor.next_frame().unwrap() {
+            rest.push(f);
+        }
+        assert_eq!(rest, whole.frames[k..], "from frame {k}");
+    }
+    // The file cut after the first pass: reading on from a place that is gone is one line.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..places[3].0.chunk.offset as usize]).unwrap();
+    let e = disk.frames_from(places[4].0).err().expect("the place is gone").to_string();
+    assert!(e.ends_with("seek.tscope: the file changed while it was being read (its frames are not those of the first pass): read it again once it is complete"), "{e}");
+    std::fs::remove_dir_all(d).unwrap();
+}

@@ -8,8 +8,10 @@
 //! subject) under its process's track, or under an `insights` track when it is about a job or a
 //! node, with its severity, subject, summary, evidence and what to try as debug annotations (the
 //! slice's arguments in ui.perfetto.dev). Timestamps are the wall clock of the recording in ns.
-//! Pure: bytes out.
-use std::collections::BTreeMap;
+//! Packets are written as they are made: a `Trace` is its repeated field 1 and nothing else, so
+//! each `TracePacket` encoded as that field is a valid trace, byte for byte the one prost would
+//! encode from all of them held; memory is the tracks' names and one frame, whatever the length.
+use std::{collections::BTreeMap, io::Write};
 
 use prost::Message as _;
 
@@ -25,6 +27,8 @@ use crate::{
 /// The messages of perfetto's trace.proto that counter tracks use, field numbers as there. The
 /// fields inside a `oneof` there are plain optional fields here (the same bytes on the wire).
 mod proto {
+    /// The whole trace, as a reader decodes it: [`super::write`] writes its packets one by one.
+    #[cfg(test)]
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Trace {
         #[prost(message, repeated, tag = "1")]
@@ -113,7 +117,17 @@ mod proto {
     }
 }
 
+#[cfg(test)]
 pub use proto::Trace;
+
+/// Why a trace could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{0}")]
+    Write(std::io::Error),
+}
 
 const SEQUENCE: u32 = 1;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
@@ -132,23 +146,34 @@ enum Unit {
     PerSecond,
 }
 
+/// `Trace.packet`'s key: field 1, length-delimited.
+const TRACE_PACKET_KEY: u8 = 1 << 3 | 2;
+
 /// The trace being written: tracks are described the first time they are used.
-struct Writer {
-    trace: Trace,
+struct Writer<W> {
+    out: W,
+    /// Packets written so far.
+    packets: u64,
+    /// The first write that failed; nothing is written after it.
+    failed: Option<std::io::Error>,
     tracks: BTreeMap<String, u64>,
     started_ns: u64,
 }
 
-impl Writer {
+impl<W: Write> Writer<W> {
     fn packet(&mut self, t_ms: Option<u64>, mut p: proto::TracePacket) {
         p.trusted_packet_sequence_id = Some(SEQUENCE);
         p.timestamp = t_ms.map(|t| self.started_ns + t * 1_000_000);
-        p.sequence_flags = Some(if self.trace.packet.is_empty() {
-            SEQ_INCREMENTAL_STATE_CLEARED
-        } else {
-            SEQ_NEEDS_INCREMENTAL_STATE
-        });
-        self.trace.packet.push(p);
+        p.sequence_flags =
+            Some(if self.packets == 0 { SEQ_INCREMENTAL_STATE_CLEARED } else { SEQ_NEEDS_INCREMENTAL_STATE });
+        self.packets += 1;
+        if self.failed.is_some() {
+            return;
+        }
+        let written = self.out.write_all(&[TRACE_PACKET_KEY]);
+        if let Err(e) = written.and_then(|()| self.out.write_all(&p.encode_length_delimited_to_vec())) {
+            self.failed = Some(e);
+        }
     }
 
     /// The uuid of the track `key`, described on first use by `describe`.
@@ -334,10 +359,17 @@ fn node_name(rec: &Recording, id: u32) -> String {
     }
 }
 
-/// The trace of the recording.
-pub fn trace(rec: &Recording) -> Result<Trace, ReadError> {
-    let mut w =
-        Writer { trace: Trace::default(), tracks: BTreeMap::new(), started_ns: rec.meta.started_unix_ms * 1_000_000 };
+/// Writes the trace of the recording to `out` (buffered here), packet by packet as the frames
+/// are read; how many packets it holds. A failed read or write leaves `out` with the packets
+/// written before it.
+pub fn write(rec: &Recording, out: impl Write) -> Result<u64, TraceError> {
+    let mut w = Writer {
+        out: std::io::BufWriter::new(out),
+        packets: 0,
+        failed: None,
+        tracks: BTreeMap::new(),
+        started_ns: rec.meta.started_unix_ms * 1_000_000,
+    };
     let page = rec.meta.page_size;
     let mut resident: BTreeMap<u32, Resident> = BTreeMap::new();
     let mut events = rec.events.iter().peekable();
@@ -430,7 +462,19 @@ pub fn trace(rec: &Recording) -> Result<Trace, ReadError> {
     for m in marks {
         w.insight_mark(rec, &m, &uses[m.insight]);
     }
-    Ok(w.trace)
+    if let Some(e) = w.failed {
+        return Err(TraceError::Write(e));
+    }
+    w.out.flush().map_err(TraceError::Write)?;
+    Ok(w.packets)
+}
+
+/// The trace of the recording as a reader decodes it (what [`write`] wrote).
+#[cfg(test)]
+pub fn trace(rec: &Recording) -> Result<Trace, TraceError> {
+    let mut bytes = Vec::new();
+    write(rec, &mut bytes)?;
+    Ok(Trace::decode(&bytes[..]).expect("the written trace decodes"))
 }
 
 /// An event in words, as its instant is named.
@@ -445,10 +489,6 @@ fn describe(e: &EventKind) -> String {
         EventKind::Migration { reason, pages, failed } => format!("migration {reason}: {pages} pages, {failed} failed"),
         EventKind::Health { severity, summary, .. } => format!("health {severity}: {summary}"),
     }
-}
-
-pub fn encode(t: &Trace) -> Vec<u8> {
-    t.encode_to_vec()
 }
 
 #[cfg(test)]
@@ -496,7 +536,7 @@ mod tests {
     #[test]
     fn residency_moves_from_the_cxl_to_the_dram_track_when_memory_moves() {
         let rec = recording_with_sites();
-        let t = Trace::decode(&encode(&trace(&rec).unwrap())[..]).expect("decodes");
+        let t = trace(&rec).unwrap();
         let cxl = values(&t, "tier cxl resident bytes");
         let dram = values(&t, "tier dram resident bytes");
         assert_eq!(cxl.len(), rec.frames.len());
@@ -600,7 +640,7 @@ mod tests {
         for f in &mut rec.frames[8..] {
             f.insights.push(node.clone());
         }
-        let t = Trace::decode(&encode(&trace(&rec).unwrap())[..]).expect("decodes");
+        let t = trace(&rec).unwrap();
         let started = rec.meta.started_unix_ms * 1_000_000;
         let ns = |ms: u64| started + ms * 1_000_000;
         let process = t
@@ -639,6 +679,48 @@ mod tests {
         // Packets stay in time order.
         let stamps: Vec<u64> = t.packet.iter().filter_map(|p| p.timestamp).collect();
         assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    }
+
+    #[test]
+    fn the_trace_written_packet_by_packet_is_the_bytes_of_the_whole_trace_encoded_at_once() {
+        let rec = recording_with_sites();
+        let mut bytes = vec![];
+        let packets = write(&rec, &mut bytes).unwrap();
+        let whole = Trace::decode(&bytes[..]).expect("decodes");
+        assert_eq!(whole.packet.len() as u64, packets);
+        assert!(packets > 50, "{packets} packets");
+        assert_eq!(whole.encode_to_vec(), bytes);
+    }
+
+    /// Takes `room` bytes, then fails.
+    struct Full {
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device"));
+            }
+            let n = b.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_an_error_at_any_point() {
+        let rec = recording_with_sites();
+        let mut whole = vec![];
+        write(&rec, &mut whole).unwrap();
+        for room in [0, 100, whole.len() - 1] {
+            let e = write(&rec, Full { room }).unwrap_err();
+            assert!(matches!(e, TraceError::Write(_)) && e.to_string() == "no space left on device", "{room}: {e}");
+        }
     }
 
     #[test]
