@@ -126,7 +126,11 @@ fn ten_thousand_forked_children_leave_no_entry_behind() {
     // In the model only what lives on the host; the children only as departed records.
     let in_model = a["processes_in_model"].as_u64().expect("processes_in_model");
     assert!(in_model < 2_000, "{in_model} processes in the model");
-    assert!(a["departed_kept"].as_u64().unwrap_or(0) >= CHILDREN as u64);
+    // An exited child's map entries are freed at the first reading after its exit, its record
+    // pruned into the departed list once its grace (1 s) has passed: at the window's end each
+    // child is a departed record or, exited within its grace, still in the model.
+    let departed = a["departed_kept"].as_u64().unwrap_or(0);
+    assert!(departed + in_model >= CHILDREN as u64, "{departed} departed + {in_model} in the model");
     assert!(a["map_entries_forgotten"].as_u64().unwrap_or(0) >= 2 * CHILDREN as u64);
     for drop in ["kernel.map_full", "kernel.ringbuf_full", "agent.event_channel_full", "agent.departed_evicted"] {
         assert_eq!(a["drops"][drop].as_u64(), Some(0), "{drop}: {}", a["drops"]);
