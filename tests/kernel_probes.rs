@@ -30,12 +30,24 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     let p = process(&snap, pid.parse().expect("pid"));
     let faults = p["faults"].as_u64().expect("faults");
     eprintln!("faults: agent {faults}, kernel minflt+majflt delta {truth}; pages touched {pages}");
-    assert_eq!(faults, truth, "the window's faults are the kernel's own count");
+    // Never fewer than the kernel's own count; more only by what the exception tracepoint sees
+    // twice: it fires per exception, minflt counts a completed fault once, and a fault retried
+    // (VM_FAULT_RETRY, under mmap-lock contention on a loaded host) is two exceptions: a clean
+    // clone's run here counted 16,511 against 16,434 (+0.47%). A double count adds 16,384.
+    let retried = truth / 100;
+    assert!(
+        (truth..=truth + retried).contains(&faults),
+        "the window's faults {faults} vs the kernel's own count {truth} (+{retried} retried exceptions at most)"
+    );
     // A plain touch: every fault is taken by the CPU, so the traced paths add up to the
-    // kernel's count exactly (a fault counted twice by a per-CPU slot would exceed it).
+    // kernel's count, retried exceptions aside (a fault counted twice by a per-CPU slot would
+    // exceed it by the 16,384 touched).
     let by_path = &p["faults_by_path"];
     let traced = by_path["cpu_user"].as_u64().expect("cpu_user") + by_path["cpu_kernel"].as_u64().expect("cpu_kernel");
-    assert_eq!(traced, truth, "traced faults (user + kernel mode) vs the kernel's count: {by_path}");
+    assert!(
+        (truth..=truth + retried).contains(&traced),
+        "traced faults (user + kernel mode) {traced} vs the kernel's count {truth}: {by_path}"
+    );
     assert_eq!(by_path["on_behalf"].as_u64(), Some(0), "{by_path}");
     let allocated = p["alloc_pages_by_node"]["0"].as_u64().unwrap_or(0);
     eprintln!("pages allocated on node 0: {allocated} (touched {pages}, page tables {pte_pages})");
