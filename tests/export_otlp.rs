@@ -234,7 +234,7 @@ fn grpc_workload_and_outage(bin: &std::path::PathBuf) {
     tierscope_tests::wait_blocked_on_pipe(work.pid());
     let expected_resident = numa_maps_bytes(work.pid());
     let kernel_faults = tierscope_tests::kernel_faults(work.pid());
-    let pte_pages = vm_pte_pages(work.pid());
+    let pte_pages = tierscope_tests::vm_pte_pages(work.pid());
 
     // 1. The workload's numbers arrive, with names, units, kinds and attributes. Residency comes
     // from a numa_maps scan every 0.5 s, so wait for a batch whose scan followed the touching:
@@ -627,14 +627,4 @@ fn main() {
         passed(name);
     }
     summary(parts.len(), 0);
-}
-
-/// The page tables of `pid` in pages (`VmPTE` of /proc/PID/status, kB).
-fn vm_pte_pages(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmPTE:")?.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmPTE");
-    kb / 4
 }

@@ -17,7 +17,7 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     // while the agent starts and first reads them.
     wait_blocked_on_pipe(w.pid);
     let before = kernel_faults(w.pid);
-    let pte_before = vm_pte_pages(w.pid);
+    let pte_before = tierscope_tests::vm_pte_pages(w.pid);
     let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid]);
     let done = w.go();
     let pages: u64 = done["pages"].parse().expect("pages");
@@ -25,7 +25,7 @@ fn faults_match_minflt_and_allocations_cover_touched_pages() {
     // Blocked on stdin again since its `done` line: nothing moved after the last reading.
     wait_blocked_on_pipe(w.pid);
     let truth = kernel_faults(w.pid) - before;
-    let pte_pages = vm_pte_pages(w.pid).saturating_sub(pte_before);
+    let pte_pages = tierscope_tests::vm_pte_pages(w.pid).saturating_sub(pte_before);
 
     let p = process(&snap, pid.parse().expect("pid"));
     let faults = p["faults"].as_u64().expect("faults");
@@ -350,16 +350,6 @@ fn vmstat(names: &[&str]) -> Vec<u64> {
                 .unwrap_or_else(|| panic!("no {n} in /proc/vmstat"))
         })
         .collect()
-}
-
-/// The page tables of `pid` in pages (`VmPTE` of /proc/PID/status, kB).
-fn vm_pte_pages(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmPTE:")?.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmPTE");
-    kb / 4
 }
 
 /// Base pages on every node in /proc/PID/numa_maps.

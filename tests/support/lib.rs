@@ -290,3 +290,13 @@ pub fn wait_blocked_on_pipe(pid: u32) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// The page tables of `pid` in pages (`VmPTE` of /proc/PID/status, kB).
+pub fn vm_pte_pages(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPTE:")?.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmPTE");
+    kb / 4
+}
