@@ -19,7 +19,39 @@ fn line_of(script: &str, needle: &str) -> usize {
 
 /// Runs `bin args` under a snapshot with node 0 declared CXL; returns its top site.
 fn top_site(bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
-    let mut w = Workload::start(bin, args);
+    let w = Workload::start(bin, args);
+    site_of(w)
+}
+
+/// Runs `bin args` as a container's process: under `unshare` with its own PID and mount
+/// namespaces (and `/proc` of its own), in `root` where given; returns its top site.
+fn top_site_in_namespaces(root: Option<&str>, bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let mut argv = vec!["-pfm".to_string(), "--mount-proc".to_string()];
+    if let Some(r) = root {
+        // Its own /proc is mounted there (a root laid out before this had no mount point).
+        std::fs::create_dir_all(std::path::Path::new(r).join("proc")).expect("the root's /proc");
+        argv.push(format!("--root={r}"));
+    }
+    argv.push(bin.to_string());
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut w = Workload::start("unshare", &argv);
+    // The ready line names the interpreter's pid in its own namespace (1: it is that
+    // namespace's init); the host's pid is unshare's one child.
+    assert_eq!(w.pid, 1, "the workload runs as its PID namespace's first process");
+    let unshare = w.child.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).expect("unshare's children");
+    w.pid = children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("unshare forked the workload");
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{}/ns/pid", w.pid)).expect("its pid namespace"),
+        std::fs::read_link("/proc/self/ns/pid").expect("ours"),
+        "the workload is in a PID namespace of its own"
+    );
+    site_of(w)
+}
+
+fn site_of(mut w: Workload) -> (serde_json::Value, serde_json::Value) {
     let pid = w.pid;
     let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0"]);
     w.go();
@@ -96,6 +128,48 @@ fn a_python_310_allocation_is_named_through_its_frame_objects() {
     require_root_and_agent!();
     let (top, sampling) = top_site(&pyenv_python(10), &[SCRIPT, "256"]);
     assert_python_site(&top, &sampling, SCRIPT);
+}
+
+/// A container's Python: its own PID namespace (CPython's thread ids are that namespace's, not
+/// the host's) and mount namespace, the host's interpreter.
+#[test]
+#[ignore = "requires root"]
+fn a_python_allocation_in_its_own_pid_namespace_is_named() {
+    require_root_and_agent!();
+    let (top, sampling) = top_site_in_namespaces(None, PYTHON, &[SCRIPT, "256"]);
+    assert_python_site(&top, &sampling, SCRIPT);
+    assert_eq!(sampling["stacks"]["python_other_namespace"], 0, "{sampling}");
+}
+
+/// A container made of Debian trixie's root: its own PID and mount namespaces, its own CPython
+/// (3.13) and glibc, at paths the host has other builds at.
+#[test]
+#[ignore = "requires root"]
+fn a_python_313_allocation_in_a_container_of_its_own_root_is_named() {
+    require_root_and_agent!();
+    let root = debian_python("trixie", 13);
+    std::fs::copy(SCRIPT, root.join("tmp/python_sites.py")).expect("copy the script into the root");
+    let root_arg = root.to_str().expect("utf-8 path");
+    let (top, sampling) =
+        top_site_in_namespaces(Some(root_arg), "/usr/bin/python3.13", &["/tmp/python_sites.py", "256"]);
+    assert_python_site(&top, &sampling, "/tmp/python_sites.py");
+    assert_eq!(sampling["stacks"]["python_unsupported"], 0, "{sampling}");
+}
+
+/// The allocating thread is the oldest of 41 (CPython puts each new thread state at the head of
+/// its list, so the main thread's is the last): found past the per-sample search bound.
+#[test]
+#[ignore = "requires root"]
+fn a_python_process_with_40_threads_names_its_allocating_thread() {
+    require_root_and_agent!();
+    let (top, sampling) = top_site(PYTHON, &[SCRIPT, "256", "40"]);
+    assert_python_site(&top, &sampling, SCRIPT);
+    // The search was cut at least once on the way, and the thread, once found, is looked up
+    // directly: most samples carry Python frames.
+    let st = &sampling["stacks"];
+    let (python, cut) = (st["python"].as_u64().unwrap_or(0), st["python_search_cut"].as_u64().unwrap_or(0));
+    assert!(cut >= 1, "the main thread lies past the first search's bound: {sampling}");
+    assert!(python > cut, "found once, the thread is not searched for again: {sampling}");
 }
 
 /// pyenv's 3.12 (Debian's is 3.11) and 3.13.0 (the first 3.13; trixie's is 3.13.5).

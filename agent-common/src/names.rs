@@ -26,6 +26,8 @@ pub mod map {
     pub const PAGE_BASE_VOTES: &str = "PAGE_BASE_VOTES";
     pub const PAGE_BASE_SLOT: &str = "PAGE_BASE_SLOT";
     pub const PY_PROCS: &str = "PY_PROCS";
+    pub const PY_THREADS: &str = "PY_THREADS";
+    pub const PY_SEARCH: &str = "PY_SEARCH";
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
@@ -50,6 +52,8 @@ pub mod map {
         PAGE_BASE_VOTES,
         PAGE_BASE_SLOT,
         PY_PROCS,
+        PY_THREADS,
+        PY_SEARCH,
     ];
 }
 

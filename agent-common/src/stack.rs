@@ -37,8 +37,14 @@ const _: () = assert!(core::mem::size_of::<UserStack>() == 40 + USER_STACK_BYTES
 
 /// Python frames a sample can carry, innermost first.
 pub const PY_MAX_FRAMES: usize = 64;
-/// Python threads looked at to find the allocating thread's state.
+/// Python thread states one sample looks at to find the allocating thread's: a search cut
+/// there resumes at the next sample of the process (`PY_SEARCH`), and a thread once found is
+/// looked up directly (`PY_THREADS`), so any number of threads is reached in bounded work.
 pub const PY_MAX_THREADS: u32 = 32;
+/// Threads whose thread state the kernel remembers (`PY_THREADS`, LRU).
+pub const PY_THREAD_CACHE: u32 = 8192;
+/// Python processes whose cut thread search is remembered (`PY_SEARCH`, LRU).
+pub const PY_SEARCH_SLOTS: u32 = 4096;
 
 /// How reading the Python frames went (`PyStack::status`). Stable ids.
 /// The process is not a Python process the agent set up (or not yet).
@@ -50,6 +56,12 @@ pub const PY_NO_THREAD: u32 = 2;
 pub const PY_READ_FAILED: u32 = 3;
 /// The thread runs no Python code now.
 pub const PY_NO_FRAME: u32 = 4;
+/// The thread is not in the PID namespace the agent recorded for its process (it moved with
+/// `setns`/`unshare` after the agent looked): its Python thread id cannot be matched.
+pub const PY_OTHER_NAMESPACE: u32 = 5;
+/// The thread search ran out of its per-sample budget ([`PY_MAX_THREADS`]) before finding the
+/// thread or reaching the list's end; the next sample of the process goes on from there.
+pub const PY_SEARCH_CUT: u32 = 6;
 
 /// One interpreter frame as the kernel found it: the code object, the instruction pointer, and
 /// the byte that marks where one native `_PyEval_EvalFrameDefault` call's frames end (3.11:
@@ -104,6 +116,11 @@ pub struct PyProcess {
     /// What `tstate_native_thread_id` holds: [`PY_THREAD_BY_NATIVE_ID`] (3.11+) or
     /// [`PY_THREAD_BY_PTHREAD`] (3.10's `thread_id`).
     pub thread_key: u32,
+    /// The process's PID namespace (`stat /proc/PID/ns/pid`: the nsfs device as the kernel
+    /// encodes a `dev_t`, and the inode) when it is not the agent's: CPython's
+    /// `native_thread_id` is the thread id in that namespace. 0 and 0: the agent's own.
+    pub pidns_dev: u64,
+    pub pidns_ino: u64,
 }
 
 /// The thread state's id field is the kernel's thread id (`native_thread_id`).
@@ -111,4 +128,4 @@ pub const PY_THREAD_BY_NATIVE_ID: u32 = 0;
 /// The thread state's id field is `pthread_self()`: glibc's thread pointer, the task's `fsbase`
 /// on x86-64.
 pub const PY_THREAD_BY_PTHREAD: u32 = 1;
-const _: () = assert!(core::mem::size_of::<PyProcess>() == 48);
+const _: () = assert!(core::mem::size_of::<PyProcess>() == 64);

@@ -1,12 +1,12 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
     maps::*,
-    stack::PyProcess,
+    stack::{PyProcess, PY_SEARCH_SLOTS, PY_THREAD_CACHE},
     stats::STAT_SLOTS,
 };
 
@@ -113,3 +113,10 @@ pub static PAGE_BASE_SLOT: PerCpuArray<PageBaseSlot> = PerCpuArray::with_max_ent
 /// tgid -> where its CPython interpreter keeps its frames (written by the agent).
 #[map]
 pub static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(4096, 0);
+/// (tgid << 32 | thread id) -> the address of the thread's Python thread state, as last found
+/// (checked against the thread's id at each use: a freed state fails the check).
+#[map]
+pub static PY_THREADS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(PY_THREAD_CACHE, 0);
+/// tgid -> the thread state a cut thread search stopped at (the next search goes on there).
+#[map]
+pub static PY_SEARCH: LruHashMap<u32, u64> = LruHashMap::with_max_entries(PY_SEARCH_SLOTS, 0);

@@ -1,18 +1,24 @@
 //! The Python frames a thread is running, read from the interpreter's memory at sample time:
 //! `_PyRuntime.interpreters.head` -> its thread states -> the one whose `native_thread_id` is the
 //! allocating thread -> its current frame -> each frame's code object and instruction pointer,
-//! outwards. 3.10 has no native thread id: its thread states hold `pthread_self()`, the
-//! task's `fsbase`. The agent writes where these lie (`PY_PROCS`) when it recognises a CPython
+//! outwards. `native_thread_id` is `gettid()` in the process's own PID namespace (a container's),
+//! so the thread is matched by its id there. 3.10 has no native thread id: its thread states
+//! hold `pthread_self()`, the task's `fsbase`. A thread once found is looked up directly
+//! (`PY_THREADS`); a search of a long thread list is cut at `PY_MAX_THREADS` states and goes on
+//! at the process's next sample (`PY_SEARCH`). The agent writes where these lie (`PY_PROCS`) when it recognises a CPython
 //! 3.10-3.13 process; user space turns code objects and instructions into file, function and line.
-use aya_ebpf::helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user};
+use aya_ebpf::{
+    bindings::bpf_pidns_info,
+    helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
+};
 use tierscope_common::stack::{
     PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD, PY_OK,
-    PY_READ_FAILED, PY_THREAD_BY_PTHREAD,
+    PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT, PY_THREAD_BY_PTHREAD,
 };
 
 use crate::{
     common::global,
-    maps::{PY_PROCS, TASK_FSBASE},
+    maps::{PY_PROCS, PY_SEARCH, PY_THREADS, TASK_FSBASE},
 };
 
 #[inline(always)]
@@ -73,49 +79,131 @@ pub fn capture(out: *mut PyStack, tgid: u32, pid: u32) {
         return;
     };
     let p: PyProcess = *p;
-    let status = walk(out, &p, pid);
+    let status = walk(out, &p, tgid, pid);
     // SAFETY: as above.
     unsafe { (*out).status = status };
 }
 
+/// What the thread's state holds as its id: `pthread_self()` (3.10), or its thread id in the
+/// process's PID namespace. `Err` is the sample's status.
 #[inline(always)]
-fn walk(out: *mut PyStack, p: &PyProcess, pid: u32) -> u32 {
-    let Some(interp) = read_u64(p.interpreters_head) else { return PY_READ_FAILED };
-    if interp == 0 {
-        return PY_NO_THREAD;
-    }
-    let Some(mut tstate) = read_u64(interp + p.interp_threads_head as u64) else { return PY_READ_FAILED };
-    let key = if p.thread_key == PY_THREAD_BY_PTHREAD {
+fn thread_key(p: &PyProcess, pid: u32) -> Result<u64, u32> {
+    if p.thread_key == PY_THREAD_BY_PTHREAD {
         let off = global(&TASK_FSBASE);
         if off == 0 {
-            return PY_NO_THREAD;
+            return Err(PY_NO_THREAD);
         }
         // SAFETY: no preconditions; the pointer is only read through the helper below.
         let task = unsafe { bpf_get_current_task_btf() } as *const u8;
         // SAFETY: bpf_probe_read_kernel copes with any address.
-        match unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) } {
-            Ok(v) => v,
-            Err(_) => return PY_READ_FAILED,
-        }
-    } else {
-        pid as u64
+        return unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) }
+            .map_err(|_| PY_READ_FAILED);
+    }
+    if p.pidns_ino == 0 {
+        return Ok(pid as u64);
+    }
+    let mut ns = bpf_pidns_info { pid: 0, tgid: 0 };
+    // SAFETY: `ns` is a local of the size given; the helper fails (non-zero) unless the current
+    // task's active PID namespace is the one named.
+    let rc = unsafe {
+        aya_ebpf::helpers::generated::bpf_get_ns_current_pid_tgid(
+            p.pidns_dev,
+            p.pidns_ino,
+            &mut ns,
+            core::mem::size_of::<bpf_pidns_info>() as u32,
+        )
     };
-    let mut found = false;
+    if rc != 0 {
+        return Err(PY_OTHER_NAMESPACE);
+    }
+    Ok(ns.pid as u64)
+}
+
+/// `PY_SEARCH` values: the thread state's address in the low 48 bits (x86-64 user addresses lie
+/// below 2^47), the rounds of cut searches above.
+const CURSOR_ROUNDS_SHIFT: u32 = 48;
+const CURSOR_ADDR: u64 = (1 << CURSOR_ROUNDS_SHIFT) - 1;
+/// Cut searches in a row before one starts from the list's head again: 64 x `PY_MAX_THREADS`
+/// thread states (2,048) are reached.
+const SEARCH_ROUNDS: u64 = 64;
+
+/// The allocating thread's Python thread state: the one remembered for it if it still holds
+/// its id, else found on the interpreter's list (from where the last cut search stopped).
+#[inline(always)]
+fn find_thread(p: &PyProcess, tgid: u32, pid: u32, key: u64) -> Result<u64, u32> {
+    let slot = (tgid as u64) << 32 | pid as u64;
+    // SAFETY: a map value read by copy.
+    if let Some(&known) = unsafe { PY_THREADS.get(&slot) } {
+        if read_u64(known + p.tstate_native_thread_id as u64) == Some(key) {
+            return Ok(known);
+        }
+    }
+    let Some(interp) = read_u64(p.interpreters_head) else { return Err(PY_READ_FAILED) };
+    if interp == 0 {
+        return Err(PY_NO_THREAD);
+    }
+    // SAFETY: a map value read by copy.
+    let cursor = unsafe { PY_SEARCH.get(&tgid) }.copied().unwrap_or(0);
+    // A resumed search's state and how many cut searches led there (a cursor left at a state
+    // since freed walks garbage until a read fails or the rounds run out; both restart it).
+    let (resumed, rounds) = (cursor & CURSOR_ADDR, cursor >> CURSOR_ROUNDS_SHIFT);
+    let from_head = resumed == 0 || rounds >= SEARCH_ROUNDS;
+    let mut tstate = if from_head {
+        let Some(head) = read_u64(interp + p.interp_threads_head as u64) else { return Err(PY_READ_FAILED) };
+        head
+    } else {
+        resumed
+    };
+    let restart = || {
+        if cursor != 0 {
+            let _ = PY_SEARCH.remove(&tgid);
+        }
+    };
     for _ in 0..PY_MAX_THREADS {
         if tstate == 0 {
             break;
         }
-        let Some(tid) = read_u64(tstate + p.tstate_native_thread_id as u64) else { return PY_READ_FAILED };
+        let Some(tid) = read_u64(tstate + p.tstate_native_thread_id as u64) else {
+            restart();
+            return Err(PY_READ_FAILED);
+        };
         if tid == key {
-            found = true;
-            break;
+            let _ = PY_THREADS.insert(&slot, &tstate, 0);
+            return Ok(tstate);
         }
-        let Some(next) = read_u64(tstate + p.tstate_next as u64) else { return PY_READ_FAILED };
+        let Some(next) = read_u64(tstate + p.tstate_next as u64) else {
+            restart();
+            return Err(PY_READ_FAILED);
+        };
         tstate = next;
     }
-    if !found {
-        return PY_NO_THREAD;
+    if tstate != 0 {
+        if tstate & !CURSOR_ADDR != 0 {
+            // No user address: not a thread state.
+            restart();
+            return Err(PY_READ_FAILED);
+        }
+        // Cut: the next sample of this process goes on from here.
+        let rounds = if from_head { 1 } else { rounds + 1 };
+        let _ = PY_SEARCH.insert(&tgid, &(rounds << CURSOR_ROUNDS_SHIFT | tstate), 0);
+        return Err(PY_SEARCH_CUT);
     }
+    restart();
+    // The list's end: the whole list was looked at, or (reached from its middle) the part
+    // before was not, this time.
+    Err(if from_head { PY_NO_THREAD } else { PY_SEARCH_CUT })
+}
+
+#[inline(always)]
+fn walk(out: *mut PyStack, p: &PyProcess, tgid: u32, pid: u32) -> u32 {
+    let key = match thread_key(p, pid) {
+        Ok(k) => k,
+        Err(status) => return status,
+    };
+    let tstate = match find_thread(p, tgid, pid, key) {
+        Ok(t) => t,
+        Err(status) => return status,
+    };
     let Some(mut frame) = read_u64(tstate + p.tstate_frame as u64) else { return PY_READ_FAILED };
     if p.cframe_current_frame != PY_NO_FIELD && frame != 0 {
         let Some(f) = read_u64(frame + p.cframe_current_frame as u64) else { return PY_READ_FAILED };

@@ -22,7 +22,7 @@ cd "$work/debs"
 for d in ./*.deb; do dpkg -x "$d" "$dest"; done
 # Merged /usr: the loader is found through /lib64.
 for l in bin lib lib64; do [[ -e $dest/$l ]] || ln -s "usr/$l" "$dest/$l"; done
-mkdir -p "$dest/tmp"
+mkdir -p "$dest/tmp" "$dest/proc"
 chroot "$dest" "/usr/bin/python3.$minor" -c 'import sys; print(sys.version)' >&2
 rm -rf "$work"
 touch "$dest/.complete"

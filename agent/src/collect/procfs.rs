@@ -99,6 +99,28 @@ pub fn page_size() -> u64 {
     }
 }
 
+/// A namespace file's device, as the kernel encodes a `dev_t` (what
+/// `bpf_get_ns_current_pid_tgid` compares), and its inode.
+fn namespace_id(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    Some((kernel_dev(m.dev()), m.ino()))
+}
+
+/// A user-space `st_dev` as the kernel's `dev_t` (major in the top 12 of 32 bits).
+pub fn kernel_dev(st_dev: u64) -> u64 {
+    let (major, minor) = (libc::major(st_dev) as u64, libc::minor(st_dev) as u64);
+    major << 20 | minor
+}
+
+/// Process `tgid`'s PID namespace when it is not the agent's (a container's): `Some((0, 0))`
+/// when it is the agent's, `None` when it cannot be told (the process gone).
+pub fn foreign_pid_namespace(tgid: u32) -> Option<(u64, u64)> {
+    let theirs = namespace_id(&format!("/proc/{tgid}/ns/pid"))?;
+    let ours = namespace_id("/proc/self/ns/pid")?;
+    Some(if theirs == ours { (0, 0) } else { theirs })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +155,20 @@ mod tests {
     fn cmdline_joins_args() {
         assert_eq!(parse_cmdline(b"python3\0-m\0torch.distributed.run\0\0"), "python3 -m torch.distributed.run");
         assert_eq!(parse_cmdline(b""), "");
+    }
+
+    #[test]
+    fn a_device_number_is_encoded_as_the_kernel_does() {
+        // nsfs is an anonymous device (major 0); minors past 255 are where the user-space
+        // encoding differs from the kernel's.
+        assert_eq!(kernel_dev(libc::makedev(0, 4)), 4);
+        assert_eq!(kernel_dev(libc::makedev(0, 300)), 300);
+        assert_eq!(kernel_dev(libc::makedev(8, 1)), 8 << 20 | 1);
+    }
+
+    #[test]
+    fn this_process_is_in_its_own_pid_namespace() {
+        assert_eq!(foreign_pid_namespace(std::process::id()), Some((0, 0)));
+        assert_eq!(foreign_pid_namespace(u32::MAX), None);
     }
 }

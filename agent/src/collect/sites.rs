@@ -17,7 +17,9 @@ use aya::maps::{MapData, RingBuf};
 use tierscope_common::event::{EventKind, SiteSampleEvent};
 
 use aya::maps::HashMap as BpfHashMap;
-use tierscope_common::stack::{PyProcess, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_READ_FAILED, USER_STACK_OK};
+use tierscope_common::stack::{
+    PyProcess, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT, USER_STACK_OK,
+};
 
 use super::{
     python::{self, PyResolver, RawPyFrame},
@@ -44,6 +46,8 @@ pub struct SiteReaderStats {
     fp_short: AtomicU64,
     python: AtomicU64,
     python_no_thread: AtomicU64,
+    python_other_namespace: AtomicU64,
+    python_search_cut: AtomicU64,
     python_no_frame: AtomicU64,
     python_read_failed: AtomicU64,
     python_processes: AtomicU64,
@@ -70,6 +74,8 @@ impl SiteReaderStats {
             unwind_ns_per_sample: l(&self.unwind_ns).checked_div(l(&self.unwound)).unwrap_or(0),
             python: l(&self.python),
             python_no_thread: l(&self.python_no_thread),
+            python_other_namespace: l(&self.python_other_namespace),
+            python_search_cut: l(&self.python_search_cut),
             python_no_frame: l(&self.python_no_frame),
             python_read_failed: l(&self.python_read_failed),
             python_processes: l(&self.python_processes),
@@ -257,7 +263,12 @@ fn adopt_python(
     count_failures: bool,
 ) -> bool {
     match python::detect(tgid, maps) {
-        Ok(Some(t)) => {
+        Ok(Some(mut t)) => {
+            let Some((pidns_dev, pidns_ino)) = super::procfs::foreign_pid_namespace(tgid) else {
+                return false;
+            };
+            t.process.pidns_dev = pidns_dev;
+            t.process.pidns_ino = pidns_ino;
             if let Some(m) = py_procs.as_mut() {
                 if let Err(e) = m.insert(tgid, t.process, 0) {
                     tracing::debug!("PY_PROCS insert for {tgid}: {e}");
@@ -290,6 +301,8 @@ fn count_python(s: &SiteSample, st: &SiteReaderStats) {
         PY_NO_THREAD => bump(&st.python_no_thread),
         PY_NO_FRAME => bump(&st.python_no_frame),
         PY_READ_FAILED => bump(&st.python_read_failed),
+        PY_OTHER_NAMESPACE => bump(&st.python_other_namespace),
+        PY_SEARCH_CUT => bump(&st.python_search_cut),
         _ => {}
     }
 }

@@ -278,9 +278,13 @@ pub struct StackFigures {
     /// Mean user-space unwinding time per unwound sample (ns).
     pub unwind_ns_per_sample: u64,
     /// Samples with Python frames; without, by why: the thread had no Python thread state (a
-    /// native thread), ran no Python code, its interpreter's memory could not be read.
+    /// native thread), ran no Python code, its interpreter's memory could not be read, it had
+    /// left the PID namespace its process was recognised in, or the search of a long thread
+    /// list was cut at its per-sample bound (the next sample goes on from there).
     pub python: u64,
     pub python_no_thread: u64,
+    pub python_other_namespace: u64,
+    pub python_search_cut: u64,
     pub python_no_frame: u64,
     pub python_read_failed: u64,
     /// Python processes recognised, and those whose frames the agent cannot read (their samples
