@@ -6,12 +6,16 @@
 # the user-space unwinding time per sample, and the kernel cost per sample: mm_page_alloc's
 # run_time_ns per call with sampling on, less the same with sampling off (--site-sample-every 0),
 # times calls per delivered sample. bpf_stats is on only while measuring.
-# Usage: BIN=/path/to/tierscope OUT=/tmp/out bash tests/device/python_sites.sh
+# With PIDNS=1 the loop runs as a container's process: under `unshare -pfm --mount-proc` (its own
+# PID and mount namespaces; CPython's thread ids are then that namespace's).
+# Usage: BIN=/path/to/tierscope OUT=/tmp/out [PIDNS=1] bash tests/device/python_sites.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BIN=${BIN:-./target/release/tierscope}
 STEPS=${STEPS:-25}
 HERE=$(dirname "$0")
+WRAP=()
+[ "${PIDNS:-0}" = 1 ] && WRAP=(unshare -pfm --mount-proc)
 # The page-allocation program: the classic tracepoint or the tp_btf one (names cut to 15 bytes).
 STATS="python3 $HERE/bpf_prog_stats.py mm_page_alloc mm_page_alloc_b"
 python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee "$OUT/py-versions.txt"
@@ -24,7 +28,7 @@ run() { # run NAME AGENT-ARGS...: the agent on, then a training run, then the ag
     local ag=$!
     for _ in $(seq 120); do grep -q "watching for" "$OUT/py-$name.err" && break; sleep 0.5; done
     $STATS > "$OUT/py-$name.stats0"
-    python3 "$HERE/offload_train.py" --steps "$STEPS" > "$OUT/py-$name-train.log" 2>&1
+    "${WRAP[@]}" python3 "$HERE/offload_train.py" --steps "$STEPS" > "$OUT/py-$name-train.log" 2>&1
     $STATS > "$OUT/py-$name.stats1"
     kill -INT $ag; wait $ag
     sysctl -q kernel.bpf_stats_enabled=0
