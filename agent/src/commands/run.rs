@@ -2,7 +2,7 @@
 //! and publishes export points; OTLP push and the Prometheus endpoint run as their own tasks and
 //! only read the published points, so a slow or dead receiver never stalls collection.
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::Path,
     sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
@@ -15,6 +15,7 @@ use crate::{
     cli::RunArgs,
     collect::session::Session,
     export::{
+        cardinality::{Limits, Shape},
         config::{Config, ConfigError, Flags, Granularity, Protocol},
         fleet::FleetFold,
         insight_logs,
@@ -99,7 +100,9 @@ fn exports(cfg: &Config) -> Vec<String> {
 /// Applies a configuration read again on SIGHUP: what can change while running changes now; the
 /// rest (endpoints, listen address, intervals of the exporters, tiers, resource) is reported as
 /// taking effect at the next start. Returns (applied, needs a restart), both by setting name.
-fn reload(running: &mut Config, new: Config) -> (Vec<&'static str>, Vec<&'static str>) {
+/// `max_tracked` may go down, or up as far as the export's series limits were sized at start
+/// (`series_for`); past that it waits for a restart.
+fn reload(running: &mut Config, new: Config, series_for: usize) -> (Vec<&'static str>, Vec<&'static str>) {
     let (mut applied, mut restart) = (Vec::new(), Vec::new());
     let pattern = |c: &Config| c.track_pattern.as_ref().map(|r| r.as_str().to_string());
     if running.track_pids != new.track_pids {
@@ -111,8 +114,12 @@ fn reload(running: &mut Config, new: Config) -> (Vec<&'static str>, Vec<&'static
         applied.push("track.match");
     }
     if running.max_tracked != new.max_tracked {
-        running.max_tracked = new.max_tracked;
-        applied.push("collect.max_tracked");
+        if new.max_tracked <= series_for {
+            running.max_tracked = new.max_tracked;
+            applied.push("collect.max_tracked");
+        } else {
+            restart.push("collect.max_tracked");
+        }
     }
     if running.read_interval != new.read_interval {
         running.read_interval = new.read_interval;
@@ -152,6 +159,9 @@ struct Tracking {
     /// Exited tracked processes and when they exited (monotonic ns).
     exited: BTreeMap<u32, u64>,
     full_warned: bool,
+    /// Live processes refused a series while full (counted once each), and how many ever were.
+    refused: BTreeSet<u32>,
+    refused_total: u64,
     series_grace_ns: u64,
     other: crate::export::other::OtherFold,
 }
@@ -182,6 +192,9 @@ impl Tracking {
                 continue;
             }
             if self.tracked.len() >= cfg.max_tracked {
+                if self.refused.insert(p.tgid) {
+                    self.refused_total += 1;
+                }
                 if !self.full_warned {
                     tracing::warn!(
                         "{} processes tracked (collect.max_tracked): pid {} and later matches are summed as \"other\"",
@@ -221,6 +234,7 @@ impl Tracking {
         self.tracked
             .retain(|pid, _| model.processes.contains_key(pid) || model.departed.iter().any(|d| d.tgid == *pid));
         self.exited.retain(|pid, _| self.tracked.contains_key(pid));
+        self.refused.retain(|pid| model.processes.get(pid).is_some_and(|p| p.exited_at_ns.is_none()));
     }
 
     fn live(&self) -> Vec<u32> {
@@ -279,8 +293,11 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     let host = super::snapshot::hostname();
     let own = std::fs::read_to_string("/proc/self/cgroup").map(|t| cgroup::parse(&t)).unwrap_or_default();
     let resource = meter::resource(&host, &own, &cfg.resource_attributes);
+    // Each instrument's series limit, from the tracked processes and the nodes the machine can
+    // have (the topology holds every online or possible node).
+    let limits = Limits::new(Shape { max_tracked: cfg.max_tracked, nodes: s.topology.nodes.len() });
     let telemetry =
-        meter::build(resource.clone(), cfg.otlp.is_some(), listener.is_some(), latest.clone(), stats.clone())?;
+        meter::build(resource.clone(), cfg.otlp.is_some(), listener.is_some(), latest.clone(), stats.clone(), &limits)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut otlp_task = None;
     if let (Some(o), Some(reader)) = (&cfg.otlp, telemetry.otlp_reader.clone()) {
@@ -350,6 +367,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         tracked: BTreeMap::new(),
         exited: BTreeMap::new(),
         full_warned: false,
+        refused: BTreeSet::new(),
+        refused_total: 0,
         series_grace_ns,
         other: Default::default(),
     };
@@ -359,12 +378,16 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     // The processes tracked from the start have their first allocations' sites sampled.
     tracking.update(&s.model, &cfg);
     s.watch_sites(&tracking.live().into_iter().collect());
-    latest.publish(keyed(
-        current_points(&s, &mut tracking, &health, probe.as_ref()),
-        cfg.granularity,
-        &mut fleet,
-        s.model.last_reading_ns,
-    ));
+    latest.publish_within(
+        keyed(
+            current_points(&s, &mut tracking, &health, probe.as_ref()),
+            cfg.granularity,
+            &mut fleet,
+            s.model.last_reading_ns,
+        ),
+        &limits,
+        &stats,
+    );
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
     let mut next_scan = Instant::now();
@@ -383,7 +406,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                     match load() {
                         Err(e) => eprintln!("tierscope: SIGHUP: keeping the running configuration: {e}"),
                         Ok(new) => {
-                            let (applied, restart) = reload(&mut cfg, new);
+                            let (applied, restart) = reload(&mut cfg, new, limits.shape.max_tracked);
                             s.forget_unwanted();
                             if applied.contains(&"collect.read_interval_ms") {
                                 tick = tokio::time::interval(cfg.read_interval);
@@ -437,6 +460,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         health.scan_seconds = s.model.residency_scan_ns as f64 / 1e9;
         health.scans = s.model.residency_scans;
+        health.tracking_refused = tracking.refused_total;
         health.channel_full =
             s.reader.channel_full.load(Ordering::Relaxed) + s.policy_reader.channel_full.load(Ordering::Relaxed);
         health.undecodable =
@@ -455,12 +479,16 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                 stats.logs_dropped.fetch_add(missed + insights_missed, Ordering::Relaxed);
             }
         }
-        latest.publish(keyed(
-            current_points(&s, &mut tracking, &health, probe.as_ref()),
-            cfg.granularity,
-            &mut fleet,
-            s.model.last_reading_ns,
-        ));
+        latest.publish_within(
+            keyed(
+                current_points(&s, &mut tracking, &health, probe.as_ref()),
+                cfg.granularity,
+                &mut fleet,
+                s.model.last_reading_ns,
+            ),
+            &limits,
+            &stats,
+        );
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());

@@ -294,6 +294,12 @@ fn check_url(url: &str, what: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Processes with series of their own by default: an 8-GPU node's job (8 ranks, each with 8-16
+/// DataLoader workers, pin-memory and compile helpers: 100-200 processes) with room for a second.
+pub const DEFAULT_MAX_TRACKED: usize = 512;
+/// The most `collect.max_tracked` may be: the kernel's watch table (`SITE_WATCH_MAX`).
+pub const MAX_TRACKED_CEILING: usize = tierscope_common::maps::SITE_WATCH_MAX as usize;
+
 fn ms(v: u64, what: &str) -> Result<Duration, ConfigError> {
     if v == 0 {
         return Err(bad(what, "must be more than 0"));
@@ -406,7 +412,13 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     };
     let read_interval = ms(file.collect.read_interval_ms.unwrap_or(1000), "collect.read_interval_ms")?;
     let residency_interval = ms(file.collect.residency_interval_ms.unwrap_or(10_000), "collect.residency_interval_ms")?;
-    let max_tracked = file.collect.max_tracked.unwrap_or(64);
+    let max_tracked = file.collect.max_tracked.unwrap_or(DEFAULT_MAX_TRACKED);
+    if !(1..=MAX_TRACKED_CEILING).contains(&max_tracked) {
+        return Err(bad(
+            "collect.max_tracked",
+            format!("{max_tracked} is out of range: use 1 to {MAX_TRACKED_CEILING} (default {DEFAULT_MAX_TRACKED})"),
+        ));
+    }
     let site_samples_per_sec = file.collect.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
     let event_ring_kib = crate::model::agent::check_ring_kib(
         file.collect.event_ring_kib.unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB),

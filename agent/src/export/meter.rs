@@ -15,13 +15,16 @@ use opentelemetry::{metrics::MeterProvider as _, KeyValue};
 use opentelemetry_sdk::{
     error::OTelSdkResult,
     metrics::{
-        data::ResourceMetrics, reader::MetricReader, InstrumentKind, ManualReader, Pipeline, SdkMeterProvider,
-        Temporality,
+        data::ResourceMetrics, reader::MetricReader, Instrument, InstrumentKind, ManualReader, Pipeline,
+        SdkMeterProvider, Stream, Temporality,
     },
     Resource,
 };
 
-use super::instruments::{self, Kind, MetricDef, Points, Value};
+use super::{
+    cardinality::Limits,
+    instruments::{self, Kind, MetricDef, Points, Value},
+};
 use crate::model::cgroup::CgroupIdentity;
 
 /// The latest points, replaced whole by the collection loop.
@@ -33,6 +36,24 @@ impl Latest {
         if let Ok(mut g) = self.0.lock() {
             *g = Arc::new(p);
         }
+    }
+    /// Publishes `p`, counting the series past their instrument's limit (logged once).
+    pub fn publish_within(&self, p: Points, limits: &Limits, stats: &ExportStats) {
+        let over = limits.over(&p);
+        if !over.is_empty() {
+            let n: usize = over.iter().map(|(_, n)| n).sum();
+            stats.series_over_limit.fetch_add(n as u64, Ordering::Relaxed);
+            if !stats.series_over_limit_warned.swap(true, Ordering::Relaxed) {
+                let (name, by) = over[0];
+                tracing::warn!(
+                    "{name} has {by} series past its limit of {} (set at start from collect.max_tracked = {}): \
+                     the export folds them into otel.metric.overflow; restart the agent to raise the limits",
+                    limits.of(name),
+                    limits.shape.max_tracked
+                );
+            }
+        }
+        self.publish(p);
     }
     pub fn get(&self) -> Arc<Points> {
         self.0.lock().map(|g| g.clone()).unwrap_or_default()
@@ -55,6 +76,9 @@ pub struct ExportStats {
     /// deadline, and to make room for a newcomer when every connection was taken.
     pub prometheus_closed_deadline: AtomicU64,
     pub prometheus_closed_evicted: AtomicU64,
+    /// Series past their instrument's cardinality limit, summed over collections.
+    pub series_over_limit: AtomicU64,
+    pub series_over_limit_warned: std::sync::atomic::AtomicBool,
 }
 
 impl ExportStats {
@@ -154,6 +178,7 @@ fn export_stat(stats: &ExportStats, def: &MetricDef) -> Option<u64> {
         n if n == instruments::agent::EXPORT_QUEUED.name => &stats.queued,
         n if n == instruments::agent::EXPORT_LOGS_DROPPED.name => &stats.logs_dropped,
         n if n == instruments::agent::EXPORT_LOGS_SENT.name => &stats.logs_sent,
+        n if n == instruments::agent::EXPORT_SERIES_OVER_LIMIT.name => &stats.series_over_limit,
         _ => return None,
     };
     Some(a.load(Ordering::Relaxed))
@@ -166,9 +191,13 @@ pub fn build(
     prometheus: bool,
     latest: Arc<Latest>,
     stats: Arc<ExportStats>,
+    limits: &Limits,
 ) -> anyhow::Result<Telemetry> {
     use anyhow::Context as _;
-    let mut b = SdkMeterProvider::builder().with_resource(resource);
+    let view_limits = limits.clone();
+    let mut b = SdkMeterProvider::builder().with_resource(resource).with_view(move |i: &Instrument| {
+        Stream::builder().with_cardinality_limit(view_limits.of(i.name())).build().ok()
+    });
     let otlp_reader =
         otlp.then(|| SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build())));
     if let Some(r) = &otlp_reader {
@@ -258,7 +287,50 @@ pub fn prometheus_text(registry: &prometheus::Registry) -> Result<String, promet
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::instruments::Point;
+    use crate::export::{
+        cardinality::Shape,
+        instruments::{process::PROCESS_FAULTS_BY_PATH, Point},
+    };
+
+    fn test_limits() -> Limits {
+        Limits::new(Shape { max_tracked: 64, nodes: 2 })
+    }
+
+    /// 900 tracked processes' faults by path (2,703 series, past the SDK's default limit of
+    /// 2,000) through the real SDK and Prometheus exporter: none folded into the overflow series.
+    #[test]
+    fn nine_hundred_tracked_processes_export_without_overflow() {
+        let faults = |n: i64| -> Points {
+            let mut p = Points::new();
+            let series = (0..n)
+                .flat_map(|pid| {
+                    ["cpu_user", "cpu_kernel", "on_behalf"].map(|path| Point {
+                        attributes: vec![
+                            KeyValue::new(instruments::PID, pid),
+                            KeyValue::new(instruments::FAULT_PATH, path),
+                        ],
+                        value: Value::U64(pid as u64 + 1),
+                    })
+                })
+                .collect();
+            p.insert(PROCESS_FAULTS_BY_PATH.name, series);
+            p
+        };
+        let (latest, stats) = (Arc::new(Latest::default()), Arc::new(ExportStats::default()));
+        let limits = Limits::new(Shape { max_tracked: 900, nodes: 2 });
+        latest.publish_within(faults(900), &limits, &stats);
+        let t = build(Resource::builder_empty().build(), false, true, latest.clone(), stats.clone(), &limits).unwrap();
+        let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
+        let lines = text.lines().filter(|l| l.starts_with("tierscope_process_faults_by_path_total{")).count();
+        assert_eq!(lines, 2700, "every process's three paths");
+        assert!(!text.contains("otel_metric_overflow"), "{}", &text[..2000.min(text.len())]);
+        assert_eq!(stats.series_over_limit.load(Ordering::Relaxed), 0);
+        // Past the limit (a reload raised max_tracked): counted, and the SDK folds the rest.
+        latest.publish_within(faults(1300), &limits, &stats);
+        assert_eq!(stats.series_over_limit.load(Ordering::Relaxed), 3900 - 901 * 4);
+        let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
+        assert!(text.contains("otel_metric_overflow=\"true\""), "the SDK folds past the limit");
+    }
 
     #[test]
     fn prometheus_text_has_units_suffixes_and_the_points() {
@@ -276,7 +348,7 @@ mod tests {
         );
         p.insert(instruments::agent::SCAN_DURATION.name, vec![Point { attributes: vec![], value: Value::F64(0.5) }]);
         latest.publish(p);
-        let t = build(Resource::builder_empty().build(), false, true, latest, stats).unwrap();
+        let t = build(Resource::builder_empty().build(), false, true, latest, stats, &test_limits()).unwrap();
         let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
         assert!(text.contains("# TYPE tierscope_process_memory_resident_bytes gauge"), "{text}");
         assert!(
@@ -322,8 +394,15 @@ mod tests {
         p.insert(CXL_CORRECTED.name, vec![Point { attributes: hw(), value: Value::U64(5) }]);
         p.insert(CXL_HEALTH_INFO.name, vec![Point { attributes: hw(), value: Value::U64(1) }]);
         latest.publish(p);
-        let t =
-            build(Resource::builder_empty().build(), false, true, latest, Arc::new(ExportStats::default())).unwrap();
+        let t = build(
+            Resource::builder_empty().build(),
+            false,
+            true,
+            latest,
+            Arc::new(ExportStats::default()),
+            &test_limits(),
+        )
+        .unwrap();
         let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
         for (name, kind, v) in [
             ("hw_status_ratio", "gauge", " 1"),

@@ -83,6 +83,15 @@ def!(
     "Processes exported with their own series (the rest are summed under \"other\")"
 );
 def!(
+    TRACKING_REFUSED,
+    "tierscope.agent.tracked.refused",
+    "{process}",
+    Counter,
+    false,
+    &[],
+    "Processes that wanted series of their own (training roles, track.pids, track.match) while collect.max_tracked were tracked: summed under \"other\" instead, each counted once"
+);
+def!(
     SCAN_DURATION,
     "tierscope.agent.scan.duration",
     "s",
@@ -137,6 +146,15 @@ def!(
     false,
     &[],
     "OTLP log records the receiver accepted"
+);
+def!(
+    EXPORT_SERIES_OVER_LIMIT,
+    "tierscope.agent.export.series_over_limit",
+    "{series}",
+    Counter,
+    false,
+    &[],
+    "Series a collection had past their instrument's cardinality limit (derived from collect.max_tracked and the machine's nodes at start): the SDK folds those into otel.metric.overflow=\"true\"; 0 unless max_tracked was raised by a reload"
 );
 def!(
     EXPORT_QUEUED,
@@ -207,4 +225,5 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     }
     push(out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
     push(out, &SCANS, vec![], Value::U64(h.scans));
+    push(out, &TRACKING_REFUSED, vec![], Value::U64(h.tracking_refused));
 }

@@ -147,6 +147,7 @@ pub const CATALOG: &[MetricDef] = &[
     agent::EXITS_FOUND_LATE,
     agent::PROGRAMS,
     agent::TRACKED,
+    agent::TRACKING_REFUSED,
     agent::SCAN_DURATION,
     agent::SCANS,
     probe::PROBE_ROUNDS,
@@ -154,6 +155,7 @@ pub const CATALOG: &[MetricDef] = &[
     agent::EXPORT_DROPPED,
     agent::EXPORT_FAILURES,
     agent::EXPORT_QUEUED,
+    agent::EXPORT_SERIES_OVER_LIMIT,
     agent::EXPORT_LOGS_DROPPED,
     agent::EXPORT_LOGS_SENT,
     agent::PROMETHEUS_CLOSED,
@@ -208,6 +210,9 @@ pub struct AgentHealth {
     pub undecodable: u64,
     pub scan_seconds: f64,
     pub scans: u64,
+    /// Processes that wanted series of their own while `max_tracked` were tracked (summed in
+    /// `other` instead), each counted once.
+    pub tracking_refused: u64,
 }
 
 /// The periodic tier probe, as the agent last saw it.

@@ -90,6 +90,7 @@ fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
         undecodable: 1,
         scan_seconds: 0.25,
         scans: 3,
+        tracking_refused: 2,
     };
     let sys: BTreeMap<String, u64> =
         [("numa_hint_faults".into(), 1000), ("numa_hint_faults_local".into(), 900), ("numa_hit".into(), 5)].into();
@@ -334,7 +335,14 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
     // Nothing read and nothing happened yet: the counters with a known label set are all there.
     let m = Model::default();
     let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
-    let h = AgentHealth { programs: vec![], channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0 };
+    let h = AgentHealth {
+        programs: vec![],
+        channel_full: 0,
+        undecodable: 0,
+        scan_seconds: 0.0,
+        scans: 0,
+        tracking_refused: 0,
+    };
     let p = points(&ExportInput {
         model: &m,
         nodes: &nodes(),
@@ -388,7 +396,7 @@ fn recursion_misses_are_exported_per_attached_program_and_in_total() {
         _ => None,
     });
     m.apply_reading(&CounterReading { at_ns: 1, program_counters, ..Default::default() });
-    let h = AgentHealth { programs, channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0 };
+    let h = AgentHealth { programs, channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0, tracking_refused: 0 };
     let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
     let p = points(&ExportInput {
         model: &m,
