@@ -49,11 +49,43 @@ pub fn parse_cmdline(raw: &[u8]) -> String {
         .join(" ")
 }
 
-/// Reads a process's numa_maps. Walking numa_maps takes the process's mmap lock and walks its page
-/// tables: callers budget how often they do it.
-pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaResidency, String> {
+/// Bytes asked of numa_maps per `read`: less than one line (a mapping), so each `read` walks one
+/// mapping under the target's mmap lock and gives the lock back (the kernel's seq_file takes
+/// the lock per `read` and shows records until the request is filled; what is left of a line
+/// is served from its buffer without the lock).
+const NUMA_MAPS_READ: usize = 128;
+
+/// A numa_maps read: the residency, and the longest single `read` (the longest the target's
+/// mmap lock was held for it, plus a syscall's overhead).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NumaMapsRead {
+    pub residency: NumaResidency,
+    pub longest_read_ns: u64,
+}
+
+/// Reads a process's numa_maps, one mapping per lock hold. Walking numa_maps walks the
+/// process's page tables under its mmap lock (every `mmap`/`munmap` of the target waits): a
+/// mapping's walk is the longest hold, and callers budget how often they scan.
+pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaMapsRead, String> {
+    use std::io::Read as _;
     let path = format!("/proc/{pid}/numa_maps");
-    std::fs::read_to_string(&path).map(|t| parse_numa_maps(&t, base_page_size)).map_err(|e| format!("{path}: {e}"))
+    let mut f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    let (mut text, mut buf, mut longest) = (Vec::new(), [0u8; NUMA_MAPS_READ], 0u64);
+    loop {
+        let t0 = std::time::Instant::now();
+        let n = match f.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("{path}: {e}")),
+        };
+        longest = longest.max(t0.elapsed().as_nanos() as u64);
+        if n == 0 {
+            break;
+        }
+        text.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&text);
+    Ok(NumaMapsRead { residency: parse_numa_maps(&text, base_page_size), longest_read_ns: longest })
 }
 
 /// `VmPin` plus `VmLck` of `/proc/PID/status`, in bytes: memory pinned for a device or locked,
@@ -170,5 +202,22 @@ mod tests {
     fn this_process_is_in_its_own_pid_namespace() {
         assert_eq!(foreign_pid_namespace(std::process::id()), Some((0, 0)));
         assert_eq!(foreign_pid_namespace(u32::MAX), None);
+    }
+
+    #[test]
+    fn numa_maps_read_in_small_pieces_is_the_whole_file() {
+        // A process whose memory stands still while it is read twice.
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = sleeper.id();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let whole = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).expect("its numa_maps");
+        let r = read_numa_maps(pid, page_size());
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        let r = r.expect("its numa_maps");
+        assert!(whole.len() > 10 * NUMA_MAPS_READ, "several reads' worth: {} bytes", whole.len());
+        assert_eq!(r.residency, parse_numa_maps(&whole, page_size()));
+        assert!(r.residency.pages_by_node.values().sum::<u64>() > 0, "{r:?}");
+        assert!(r.longest_read_ns > 0);
     }
 }

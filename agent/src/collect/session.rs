@@ -573,8 +573,8 @@ impl Session {
             let t1 = counters::monotonic_ns();
             match r {
                 Ok(r) => {
-                    self.model.set_residency(tgid, r, t1);
-                    self.model.record_scan_cost(tgid, t1 - t0);
+                    self.model.set_residency(tgid, r.residency, t1);
+                    self.model.record_scan_cost(tgid, t1 - t0, r.longest_read_ns);
                 }
                 Err(e) => tracing::debug!("residency of {tgid}: {e}"),
             }

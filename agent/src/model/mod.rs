@@ -77,6 +77,9 @@ pub struct Model {
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,
+    /// The longest single numa_maps read of any scan (one mapping's page-table walk under the
+    /// target's mmap lock: how long its `mmap`/`munmap` could wait for tierscope).
+    pub residency_longest_hold_ns: u64,
     /// `/proc/PID/stat` reads for the kernel's fault counters and their total cost (ns).
     pub fault_reads: u64,
     pub fault_read_ns: u64,
@@ -608,10 +611,12 @@ impl Model {
         self.process(tgid).residency = Some((r, at_ns));
     }
 
-    /// Records the cost of one numa_maps read.
-    pub fn record_scan_cost(&mut self, tgid: u32, cost_ns: u64) {
+    /// Records the cost of one numa_maps read, and its longest single read (the longest the
+    /// target's mmap lock was held for it).
+    pub fn record_scan_cost(&mut self, tgid: u32, cost_ns: u64, longest_hold_ns: u64) {
         self.residency_scans += 1;
         self.residency_scan_ns += cost_ns;
+        self.residency_longest_hold_ns = self.residency_longest_hold_ns.max(longest_hold_ns);
         self.process(tgid).residency_cost_ns = Some(cost_ns);
     }
 }

@@ -234,6 +234,9 @@ pub struct AgentSnapshot {
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
+    /// The longest single numa_maps read (ms): one mapping's page-table walk, during which the
+    /// target's `mmap`/`munmap` wait on its mmap lock.
+    pub residency_longest_hold_ms: f64,
     /// `/proc/PID/stat` reads for the kernel's fault counters and what they cost in total (ms).
     pub fault_reads: u64,
     pub fault_read_ms: f64,
@@ -482,6 +485,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             ),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
+            residency_longest_hold_ms: model.residency_longest_hold_ns as f64 / 1e6,
             fault_reads: model.fault_reads,
             fault_read_ms: model.fault_read_ns as f64 / 1e6,
             faults_traced_over_kernel: model.traced_over_kernel,
