@@ -4,8 +4,10 @@
 //! Prometheus export, none refused, none folded by the OpenTelemetry SDK. Then with
 //! `collect.max_tracked = 40`: 40 tracked, the other 48 refused (counted in
 //! `tierscope.agent.tracked.refused`, summed in `other`), and when two ranks leave, their slots go
-//! to processes that were refused. Stand-ins for the ranks (this test's binary), real processes,
-//! the real kernel. Needs root and TIERSCOPE_BIN.
+//! to processes that were refused. And a rank holding 256 MiB that forks 4 workers (sharing its
+//! pages copy-on-write) counts them once in the job-granularity export, not five times.
+//! Stand-ins for the ranks (this test's binary), real processes, the real kernel. Needs root
+//! and TIERSCOPE_BIN.
 mod export_support;
 
 use std::{
@@ -63,6 +65,7 @@ fn child_modes() -> bool {
             touch_and_wait();
         }
         Some("helper") => touch_and_wait(),
+        Some("forking-rank") => forking_rank(),
         Some("rank") => {
             let mut kids: Vec<Child> = (0..WORKERS).map(|_| spawn_ready("worker", &[])).collect();
             kids.extend((0..HELPERS).map(|_| spawn_ready("helper", &[])));
@@ -75,6 +78,44 @@ fn child_modes() -> bool {
         _ => return false,
     }
     true
+}
+
+const SHARED_MIB: usize = 256;
+const FORKED: usize = 4;
+
+/// A rank that touches 256 MiB, then forks 4 workers that only read it (every page shared
+/// copy-on-write by 5 processes), says `ready` and waits for stdin to close (so do the workers:
+/// they share its stdin).
+fn forking_rank() {
+    let mut buf = vec![0u8; SHARED_MIB << 20];
+    for i in (0..buf.len()).step_by(PAGE) {
+        // SAFETY: inside `buf`.
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
+    }
+    let mut kids = Vec::new();
+    for _ in 0..FORKED {
+        // SAFETY: this process is single-threaded here (a child of the test, before any thread).
+        match unsafe { libc::fork() } {
+            0 => {
+                let mut sink = Vec::new();
+                let _ = std::io::stdin().read_to_end(&mut sink);
+                std::hint::black_box(&buf);
+                // SAFETY: leaves the forked child without running the parent's exit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            pid if pid > 0 => kids.push(pid),
+            _ => panic!("fork failed"),
+        }
+    }
+    println!("ready");
+    std::io::stdout().flush().ok();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    for k in kids {
+        // SAFETY: waits for its own child.
+        unsafe { libc::waitpid(k, std::ptr::null_mut(), 0) };
+    }
+    std::hint::black_box(&buf);
 }
 
 struct Rank(Child);
@@ -126,7 +167,7 @@ fn main() {
     if child_mode() || child_modes() {
         return;
     }
-    let Some(bin) = agent_bin("job_shape::an_8_gpu_job_is_tracked_whole") else { return summary(0, 2) };
+    let Some(bin) = agent_bin("job_shape::an_8_gpu_job_is_tracked_whole") else { return summary(0, 3) };
     let dir = std::env::temp_dir().join(format!("tierscope-job-shape-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("test files");
 
@@ -226,7 +267,56 @@ fn main() {
     for r in ranks {
         r.stop();
     }
-    let _ = std::fs::remove_dir_all(&dir);
     passed("job_shape::a_bounded_tracking_counts_what_it_refuses_and_reuses_slots");
-    summary(2, 0);
+
+    // Job granularity (the Kubernetes default): the rank's memory with its workers, once.
+    let job = format!("shape-fork-{}", std::process::id());
+    let config = dir.join("job.toml");
+    std::fs::write(&config, "[export]\ngranularity = \"job\"\n[collect]\nresidency_interval_ms = 1000\n")
+        .expect("config");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let agent = Agent::start(&bin, &["--config", config.to_str().expect("utf-8"), "--prometheus", &listen], &[]);
+    let env = [
+        ("TORCHELASTIC_RUN_ID", job.clone()),
+        ("RANK", "0".to_string()),
+        ("LOCAL_RANK", "0".to_string()),
+        ("WORLD_SIZE", "1".to_string()),
+    ];
+    let rank = Rank(spawn_ready("forking-rank", &env));
+    assert_eq!(rank.pids().len(), 1 + FORKED, "the rank and its forked workers");
+    let shared = (SHARED_MIB << 20) as f64;
+    let resident = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("tierscope_process_memory_resident_bytes{")
+                    && l.contains(&format!("tierscope_job=\"{job}\""))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    // Every member scanned (the job's sum is past the rank's own pages), then read.
+    let sum = wait_for(Duration::from_secs(60), || {
+        text = metrics(&listen);
+        let r = resident(&text);
+        (r >= shared).then_some(r)
+    });
+    let sum = sum.unwrap_or_else(|| {
+        panic!(
+            "the job's resident memory never reached its 256 MiB: {}; agent stderr:\n{}",
+            resident(&text),
+            agent.stderr.lock().expect("stderr")
+        )
+    });
+    // Counted once: the 256 MiB and the processes' own few MiB (stacks, the binary's share), far
+    // from five times 256 MiB.
+    assert!(sum < shared * 1.25, "the job's resident memory counts shared pages more than once: {:.0} MiB for {SHARED_MIB} MiB shared by {} processes", sum / 1048576.0, 1 + FORKED);
+    println!(
+        "job_shape: a rank with {FORKED} forked workers sharing {SHARED_MIB} MiB: job resident {:.1} MiB",
+        sum / 1048576.0
+    );
+    drop(agent);
+    rank.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    passed("job_shape::a_rank_with_forked_workers_counts_its_pages_once");
+    summary(3, 0);
 }

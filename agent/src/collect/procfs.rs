@@ -2,7 +2,7 @@
 //! which file failed.
 use std::path::Path;
 
-use crate::model::residency::{parse_numa_maps, NumaResidency};
+use crate::model::residency::{parse_numa_maps, parse_smaps_rollup, NumaResidency};
 
 /// The fields of `/proc/PID/stat` we use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -86,6 +86,12 @@ pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaMapsRead, Str
     }
     let text = String::from_utf8_lossy(&text);
     Ok(NumaMapsRead { residency: parse_numa_maps(&text, base_page_size), longest_read_ns: longest })
+}
+
+/// `Pss` and `Rss` (KiB) of `/proc/PID/smaps_rollup`: another walk of its page tables (the
+/// kernel gives the mmap lock up to a waiting writer during it).
+pub fn read_proportional(pid: u32) -> Option<(u64, u64)> {
+    parse_smaps_rollup(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?)
 }
 
 /// `VmPin` plus `VmLck` of `/proc/PID/status`, in bytes: memory pinned for a device or locked,

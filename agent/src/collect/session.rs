@@ -569,7 +569,14 @@ impl Session {
     pub fn scan_residency(&mut self, tgids: &[u32]) {
         for &tgid in tgids {
             let t0 = counters::monotonic_ns();
-            let r = procfs::read_numa_maps(tgid, self.page_size);
+            let r = procfs::read_numa_maps(tgid, self.page_size).map(|mut r| {
+                // A process sharing many pages (a rank's forked workers) gets its proportional
+                // share read too, so that a rank's or job's memory counts those pages once.
+                if r.residency.shares_much() {
+                    r.residency.proportional = procfs::read_proportional(tgid);
+                }
+                r
+            });
             let t1 = counters::monotonic_ns();
             match r {
                 Ok(r) => {

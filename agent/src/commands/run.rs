@@ -380,7 +380,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     s.watch_sites(&tracking.live().into_iter().collect());
     latest.publish_within(
         keyed(
-            current_points(&s, &mut tracking, &health, probe.as_ref()),
+            current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity),
             cfg.granularity,
             &mut fleet,
             s.model.last_reading_ns,
@@ -481,7 +481,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         latest.publish_within(
             keyed(
-                current_points(&s, &mut tracking, &health, probe.as_ref()),
+                current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity),
                 cfg.granularity,
                 &mut fleet,
                 s.model.last_reading_ns,
@@ -515,7 +515,15 @@ fn keyed(points: Points, granularity: Granularity, fleet: &mut FleetFold, now_ns
     }
 }
 
-fn current_points(s: &Session, tracking: &mut Tracking, health: &AgentHealth, probe: Option<&PeriodicProbe>) -> Points {
+/// The points of this reading; at job granularity resident memory is each process's
+/// proportional share, so a job's sum counts shared pages once.
+fn current_points(
+    s: &Session,
+    tracking: &mut Tracking,
+    health: &AgentHealth,
+    probe: Option<&PeriodicProbe>,
+    granularity: Granularity,
+) -> Points {
     let nodes = node_states(s);
     let system_vmstat = s.model.tiering.latest().map(|r| r.system.clone()).unwrap_or_default();
     let probe_state = probe.map(PeriodicProbe::state);
@@ -530,5 +538,6 @@ fn current_points(s: &Session, tracking: &mut Tracking, health: &AgentHealth, pr
         health,
         system_vmstat: &system_vmstat,
         probe: probe_state.as_ref(),
+        resident_shares: granularity == Granularity::Job,
     })
 }

@@ -172,11 +172,13 @@ pub fn rank_members(processes: &BTreeMap<u32, Process>, rank_pid: u32) -> impl I
     processes.values().filter(move |p| p.tgid == rank_pid || p.rank_pid == Some(rank_pid))
 }
 
-/// Resident pages per node of a rank with the processes that serve it (last numa_maps scans).
+/// Resident pages per node of a rank with the processes that serve it (last numa_maps scans),
+/// each page counted once: a member sharing many pages (forked workers share the rank's
+/// copy-on-write pages) adds its proportional share (see `NumaResidency::share_by_node`).
 pub fn rank_resident_pages(processes: &BTreeMap<u32, Process>, rank_pid: u32) -> BTreeMap<u32, u64> {
     let mut by_node = BTreeMap::new();
     for p in rank_members(processes, rank_pid) {
-        for (&n, &v) in p.residency.iter().flat_map(|(r, _)| r.pages_by_node.iter()) {
+        for (n, v) in p.residency.iter().flat_map(|(r, _)| r.share_by_node()) {
             *by_node.entry(n).or_default() += v;
         }
     }

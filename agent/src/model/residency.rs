@@ -14,12 +14,45 @@ pub struct NumaResidency {
     /// Of which in mappings under a policy of their own (`bind`, `prefer`, `interleave`...:
     /// mbind asked for it); a task-wide policy (set_mempolicy, numactl) shows as `default` here.
     pub placed_pages_by_node: BTreeMap<u32, u64>,
+    /// Pages in mappings some page of which another process maps too (`mapmax` of 2 or more:
+    /// copy-on-write pages after `fork`, shared memory, libraries' text).
+    pub shared_pages: u64,
+    /// The process's proportional set size and resident set size in KiB (`smaps_rollup`'s
+    /// `Pss` and `Rss`), read when it shares many pages: a page mapped by k processes counts
+    /// 1/k in each, so the shares of a rank and its forked workers add up to their pages once.
+    pub proportional: Option<(u64, u64)>,
 }
 
 impl NumaResidency {
     pub fn total_pages(&self) -> u64 {
         self.pages_by_node.values().sum()
     }
+
+    /// Whether the process shares enough pages that its sum with others would count them more
+    /// than once: a sixteenth of its pages, and at least 64 MiB of 4 KiB pages.
+    pub fn shares_much(&self) -> bool {
+        self.shared_pages >= 16384 && self.shared_pages.saturating_mul(16) >= self.total_pages()
+    }
+
+    /// Its pages per node weighted by its proportional share (`Pss / Rss`, the same on every
+    /// node: an estimate of the split, exact in total): what it adds to a group's memory
+    /// counted once. Its own pages where the share was not read.
+    pub fn share_by_node(&self) -> BTreeMap<u32, u64> {
+        match self.proportional {
+            Some((pss, rss)) if rss > 0 && pss <= rss => {
+                self.pages_by_node.iter().map(|(&n, &v)| (n, (v as u128 * pss as u128 / rss as u128) as u64)).collect()
+            }
+            _ => self.pages_by_node.clone(),
+        }
+    }
+}
+
+/// `Rss` and `Pss` (KiB) of `/proc/PID/smaps_rollup`.
+pub fn parse_smaps_rollup(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    };
+    Some((field("Pss:")?, field("Rss:")?))
 }
 
 /// Parses numa_maps text. `N<node>=<count>` counts pages of the mapping's `kernelpagesize_kB`,
@@ -35,11 +68,14 @@ pub fn parse_numa_maps(text: &str, base_page_size: u64) -> NumaResidency {
         let mut huge = false;
         let mut per_node: Vec<(u32, u64)> = Vec::new();
         let placed = line.split_ascii_whitespace().nth(1).is_some_and(|p| p != "default" && p != "local");
+        let mut shared = false;
         for tok in line.split_ascii_whitespace().skip(1) {
             if let Some(v) = tok.strip_prefix("kernelpagesize_kB=") {
                 page_kb = v.parse().unwrap_or(base_kb);
             } else if tok.starts_with("anon=") {
                 anon = true;
+            } else if let Some(v) = tok.strip_prefix("mapmax=") {
+                shared = v.parse::<u64>().is_ok_and(|m| m >= 2);
             } else if tok == "huge" {
                 huge = true;
             } else if let Some(rest) = tok.strip_prefix('N') {
@@ -54,6 +90,9 @@ pub fn parse_numa_maps(text: &str, base_page_size: u64) -> NumaResidency {
         for (node, count) in per_node {
             let pages = count.saturating_mul(scale);
             *r.pages_by_node.entry(node).or_default() += pages;
+            if shared {
+                r.shared_pages += pages;
+            }
             if anon {
                 *r.anon_pages_by_node.entry(node).or_default() += pages;
             }
@@ -109,5 +148,26 @@ mod tests {
     fn numa_maps_tolerates_garbage() {
         let r = parse_numa_maps("x\n\nN0=\nabc N=5 Nx=1 N0=-3 N4294967296=1 N2=7\n", 4096);
         assert_eq!(r.pages_by_node, BTreeMap::from([(2, 7)]));
+    }
+
+    #[test]
+    fn shared_mappings_and_proportional_shares() {
+        let r = parse_numa_maps(NUMA_MAPS, 4096);
+        // libc's 160 pages have mapmax=40.
+        assert!(r.shared_pages >= 160, "{r:?}");
+        let rollup = "55d3c5a00000-7ffd1e5f6000 ---p 00000000 00:00 0                          [rollup]\nRss:              262400 kB\nPss:               52480 kB\nPss_Anon:          52000 kB\n";
+        assert_eq!(parse_smaps_rollup(rollup), Some((52480, 262400)));
+        assert_eq!(parse_smaps_rollup("Rss: x kB\n"), None);
+        let mut fork_child = NumaResidency::default();
+        fork_child.pages_by_node.insert(0, 50_000);
+        fork_child.pages_by_node.insert(1, 15_000);
+        fork_child.shared_pages = 60_000;
+        assert!(fork_child.shares_much());
+        // Five processes share these pages: a fifth each.
+        fork_child.proportional = Some((52_000, 260_000));
+        assert_eq!(fork_child.share_by_node(), BTreeMap::from([(0, 10_000), (1, 3_000)]));
+        // A share that makes no sense (Pss over Rss) is not used.
+        fork_child.proportional = Some((300_000, 260_000));
+        assert_eq!(fork_child.share_by_node(), fork_child.pages_by_node);
     }
 }

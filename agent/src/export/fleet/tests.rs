@@ -133,6 +133,7 @@ fn export(m: &Model, tracked: &BTreeMap<u32, Tracked>, other: &mut OtherFold) ->
         health: &health(),
         system_vmstat: &vmstat,
         probe: None,
+        resident_shares: false,
     })
 }
 

@@ -43,6 +43,7 @@ fn figure_export_points_of_a_thousand_processes() {
         health: &health,
         system_vmstat: &sys,
         probe: None,
+        resident_shares: false,
     };
     let mut ms = Vec::new();
     let mut n = 0;

@@ -101,6 +101,7 @@ mod tests {
                 health: &h,
                 system_vmstat: &sys,
                 probe: None,
+                resident_shares: false,
             })
         };
         assert!(!input(&m).contains_key(NODE_HOTNESS.name), "no reading, no series");

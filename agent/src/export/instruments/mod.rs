@@ -240,6 +240,9 @@ pub struct ExportInput<'a> {
     pub system_vmstat: &'a BTreeMap<String, u64>,
     /// `None` when the probe is off: its series are absent, not zero.
     pub probe: Option<&'a ProbeState>,
+    /// Resident memory as each process's proportional share (job granularity, where processes'
+    /// series are summed: a page shared by a rank and its forked workers then counts once).
+    pub resident_shares: bool,
 }
 
 impl ExportInput<'_> {

@@ -99,7 +99,8 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
             }
         }
         if let Some((r, _)) = &p.residency {
-            for (&n, &pages) in &r.pages_by_node {
+            let by_node = if input.resident_shares { r.share_by_node() } else { r.pages_by_node.clone() };
+            for (&n, &pages) in &by_node {
                 let bytes = pages.saturating_mul(input.page_size);
                 push(out, &PROCESS_RESIDENT, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(bytes));
             }

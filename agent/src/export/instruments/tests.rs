@@ -104,6 +104,7 @@ fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
         health: &h,
         system_vmstat: &sys,
         probe: Some(&probe_state()),
+        resident_shares: false,
     })
 }
 
@@ -182,6 +183,7 @@ fn probe_results_map_to_base_units_per_node_and_tier() {
         health: &h,
         system_vmstat: &sys,
         probe: None,
+        resident_shares: false,
     });
     for d in [MEMORY_LATENCY, MEMORY_READ_BANDWIDTH, HMAT_READ_LATENCY, HMAT_READ_BANDWIDTH, PROBE_ROUNDS] {
         assert!(!off.contains_key(d.name), "{} present with the probe off", d.name);
@@ -352,6 +354,7 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
         health: &h,
         system_vmstat: &BTreeMap::new(),
         probe: None,
+        resident_shares: false,
     });
     for reason in m.names.reasons.values() {
         for result in ["succeeded", "failed"] {
@@ -407,6 +410,7 @@ fn recursion_misses_are_exported_per_attached_program_and_in_total() {
         health: &h,
         system_vmstat: &BTreeMap::new(),
         probe: None,
+        resident_shares: false,
     });
     let name = "tierscope.agent.program.recursion_misses";
     assert_eq!(one(&p, name, &[(PROGRAM, "page_fault_user")]), Value::U64(2));
