@@ -14,7 +14,7 @@ fn maps_of(pid: u32) -> (usize, u64, Vec<(u32, u32)>) {
     let mut total = 0;
     let mut shapes = vec![];
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the agent's fds").flatten() {
-        if std::fs::read_link(e.path()).map(|l| l.to_string_lossy() == "anon_inode:bpf-map") != Ok(true) {
+        if !std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf-map") {
             continue;
         }
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy()))
