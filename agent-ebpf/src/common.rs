@@ -1,9 +1,12 @@
-//! Helpers shared by the programs: the agent filter, stats, headers, per-CPU pending slots.
+//! Helpers shared by the programs: the agent filter, stats, headers, the shared per-process
+//! counters (one value for all CPUs, added to atomically).
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    maps::PerCpuHashMap,
+    maps::HashMap,
 };
 use tierscope_common::{event::EventHeader, stats::Stat};
+pub use tierscope_ebpf::atomic_add;
 
 use crate::maps::{AGENT_TGID, STATS};
 
@@ -43,16 +46,49 @@ pub fn header(kind: u32, tgid: u32, pid: u32) -> EventHeader {
     EventHeader { kind, tgid, pid, cpu, ts_ns }
 }
 
-/// Adds `n` to `map[key]` on this CPU, inserting when absent; a full map is counted.
+/// `-EEXIST`: another CPU inserted the key between our lookup and our insert.
+const EEXIST: i64 = 17;
+
+/// The value of `key` in a map shared by all CPUs, inserted as `init` when absent; `None` when
+/// the map is full (counted). Two CPUs inserting one key at once: `BPF_NOEXIST` lets one win and
+/// the other adds to the winner's value, so no count is overwritten.
 #[inline(always)]
-pub fn add_to<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) {
-    match map.get_ptr_mut(key) {
-        // SAFETY: per-CPU value of a live entry.
-        Some(v) => unsafe { *v += n },
-        None => {
-            if map.insert(key, &n, 0).is_err() {
-                count(Stat::MapFull);
-            }
+pub fn entry<K, V>(map: &HashMap<K, V>, key: &K, init: &V) -> Option<*mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(v);
+    }
+    match map.insert(key, init, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(e) if e as i64 == -EEXIST => {}
+        Err(_) => {
+            count(Stat::MapFull);
+            return None;
         }
+    }
+    let v = map.get_ptr_mut(key);
+    if v.is_none() {
+        // The agent deleted it between the insert and this lookup (a pruned process's keys):
+        // the count has no value to go to, counted with the full-map drops.
+        count(Stat::MapFull);
+    }
+    v
+}
+
+/// Adds `n` to `map[key]`, inserting `n` when absent; a full map is counted.
+#[inline(always)]
+pub fn add_to<K>(map: &HashMap<K, u64>, key: &K, n: u64) {
+    if let Some(v) = map.get_ptr_mut(key) {
+        // SAFETY: a live value of the map.
+        unsafe { atomic_add(v, n) };
+        return;
+    }
+    match map.insert(key, &n, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(e) if e as i64 == -EEXIST => match map.get_ptr_mut(key) {
+            // SAFETY: as above.
+            Some(v) => unsafe { atomic_add(v, n) },
+            None => count(Stat::MapFull),
+        },
+        Err(_) => count(Stat::MapFull),
     }
 }

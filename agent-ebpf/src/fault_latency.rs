@@ -1,4 +1,4 @@
-//! Fault latency: fentry/fexit on `handle_mm_fault`, a log2 histogram per tgid. Needs BPF
+//! Fault latency: fentry/fexit on `handle_mm_fault`, a log2 histogram per tgid (one for all CPUs). Needs BPF
 //! trampolines, which some kernels refuse (EPERM); the agent then reports it unsupported.
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
@@ -11,7 +11,7 @@ use tierscope_common::{
 };
 
 use crate::{
-    common::{count, current_unless_agent},
+    common::{atomic_add, count, current_unless_agent, entry},
     maps::{FAULT_LATENCY, FAULT_START},
 };
 
@@ -44,21 +44,11 @@ pub fn handle_mm_fault_exit(_ctx: FExitContext) -> i32 {
     // SAFETY: helper without preconditions.
     let took = unsafe { bpf_ktime_get_ns() }.saturating_sub(start);
     let bucket = (log2_bucket(took) & 63) as usize;
-    match FAULT_LATENCY.get_ptr_mut(&tgid) {
-        // SAFETY: this CPU's value of a live entry.
-        Some(h) => unsafe { (*h).buckets[bucket] += 1 },
-        None => {
-            // A histogram does not fit the 512-byte BPF stack: insert zeros from .rodata, then
-            // count through the map value.
-            if FAULT_LATENCY.insert(&tgid, &EMPTY_HIST, 0).is_err() {
-                count(Stat::MapFull);
-                return 0;
-            }
-            if let Some(h) = FAULT_LATENCY.get_ptr_mut(&tgid) {
-                // SAFETY: as above.
-                unsafe { (*h).buckets[bucket] += 1 };
-            }
-        }
+    // A histogram does not fit the 512-byte BPF stack: a new entry is inserted as zeros from
+    // .rodata, then counted through the map value. Shared by all CPUs: atomic bucket adds.
+    if let Some(h) = entry(&FAULT_LATENCY, &tgid, &EMPTY_HIST) {
+        // SAFETY: a bucket of a live map value (index masked to the array).
+        unsafe { atomic_add(&raw mut (*h).buckets[bucket], 1) };
     }
     0
 }

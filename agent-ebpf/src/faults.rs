@@ -10,7 +10,7 @@ use tierscope_common::{
 };
 
 use crate::{
-    common::{add_to, count, current_unless_agent, global},
+    common::{add_to, atomic_add, count, current_unless_agent, entry, global},
     maps::{EXITED_FAULTS, FAULTS, FAULT_CACHE, TASK_LAYOUT},
 };
 
@@ -77,16 +77,12 @@ pub fn task_exit_faults(ctx: BtfTracePointContext) -> i32 {
     if min_flt == 0 && maj_flt == 0 {
         return 0;
     }
-    match EXITED_FAULTS.get_ptr_mut(&tgid) {
-        // SAFETY: this CPU's value of a live entry.
-        Some(v) => unsafe {
-            (*v).min_flt += min_flt;
-            (*v).maj_flt += maj_flt;
-        },
-        None => {
-            if EXITED_FAULTS.insert(&tgid, &TaskFaults { min_flt, maj_flt }, 0).is_err() {
-                count(Stat::MapFull);
-            }
+    // Threads of one process exit on several CPUs at once: one shared value, atomic adds.
+    if let Some(v) = entry(&EXITED_FAULTS, &tgid, &TaskFaults::default()) {
+        // SAFETY: fields of a live map value.
+        unsafe {
+            atomic_add(&raw mut (*v).min_flt, min_flt);
+            atomic_add(&raw mut (*v).maj_flt, maj_flt);
         }
     }
     0

@@ -1,7 +1,7 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
@@ -38,17 +38,21 @@ pub static TASK_LAYOUT: TaskLayout = TaskLayout::DEFAULT;
 #[unsafe(no_mangle)]
 pub static PAGE_STRUCT_SHIFT: u32 = 6;
 
+// The per-process maps are shared by all CPUs (values added to with one atomic add,
+// `common::add_to`), not per CPU: their memory does not grow with the possible CPUs. Their
+// sizes here are placeholders; the agent sizes each at load (`model/kernel_memory.rs`).
+
 /// (tgid, path) -> faults the exception tracepoints saw.
 #[map]
-pub static FAULTS: PerCpuHashMap<FaultKey, u64> = PerCpuHashMap::with_max_entries(32768, 0);
+pub static FAULTS: HashMap<FaultKey, u64> = HashMap::with_max_entries(32768, 0);
 /// One pending slot per path (index `FAULT_PATH_*`).
 #[map]
 pub static FAULT_CACHE: PerCpuArray<TgidPending> = PerCpuArray::with_max_entries(FAULT_PATHS, 0);
 /// tgid -> the kernel's fault counters of its threads that exited, summed at each exit.
 #[map]
-pub static EXITED_FAULTS: PerCpuHashMap<u32, TaskFaults> = PerCpuHashMap::with_max_entries(16384, 0);
+pub static EXITED_FAULTS: HashMap<u32, TaskFaults> = HashMap::with_max_entries(16384, 0);
 #[map]
-pub static ALLOCS: PerCpuHashMap<TgidNode, u64> = PerCpuHashMap::with_max_entries(32768, 0);
+pub static ALLOCS: HashMap<TgidNode, u64> = HashMap::with_max_entries(32768, 0);
 #[map]
 pub static ALLOC_CACHE: PerCpuArray<TgidNodePending> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -57,18 +61,21 @@ pub static FREES: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_NODES, 0)
 #[map]
 pub static BLOCK_NODE: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
-pub static MIGRATIONS: PerCpuHashMap<MigrateKey, MigrateCounts> = PerCpuHashMap::with_max_entries(4096, 0);
+pub static MIGRATIONS: HashMap<MigrateKey, MigrateCounts> = HashMap::with_max_entries(4096, 0);
 /// Thread id -> `bpf_ktime_get_ns()` at `mm_migrate_pages_start` (migration may sleep and move
 /// CPUs, so the start is keyed by thread, not kept per CPU).
 #[map]
 pub static MIGRATE_START: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
-/// Index reason * LOG2_BUCKETS + bucket.
+/// Index reason * LOG2_BUCKETS + bucket; one array for all CPUs (migrations are rare: an atomic
+/// add per call costs nothing that matters).
 #[map]
-pub static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_MIGRATE_REASONS * LOG2_BUCKETS, 0);
+pub static MIGRATE_LATENCY: Array<u64> = Array::with_max_entries(MAX_MIGRATE_REASONS * LOG2_BUCKETS, 0);
 #[map]
 pub static FAULT_START: HashMap<u64, u64> = HashMap::with_max_entries(16384, 0);
+/// tgid -> its fault-latency histogram, one for all CPUs (buckets added to atomically): 512 B
+/// per process, where a per-CPU one was 512 B per process per possible CPU.
 #[map]
-pub static FAULT_LATENCY: PerCpuHashMap<u32, Log2Hist> = PerCpuHashMap::with_max_entries(4096, 0);
+pub static FAULT_LATENCY: HashMap<u32, Log2Hist> = HashMap::with_max_entries(4096, 0);
 /// Exec, exit, NUMA-move and CXL/RAS records: rare or bounded by the process churn.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
@@ -91,10 +98,12 @@ pub static SITE_SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 /// insert, which it counts (`site_sampling.watch_refused`).
 #[map]
 pub static SITE_BUDGET: HashMap<u32, SiteBudget> = HashMap::with_max_entries(SITE_WATCH_MAX, 0);
-/// tgid -> CXL-tier pages allocated on this CPU since its last delivered sample here (per CPU:
-/// exact without atomics, which this target lacks). Only watched tgids get entries, so at most
-/// `SITE_WATCH_MAX` are live and LRU never evicts a watched one; the agent deletes a tgid's entry
-/// with its budget, and LRU ages out the rare one re-made by a CPU racing that delete.
+/// tgid -> CXL-tier pages allocated on this CPU since its last delivered sample here (per CPU: a
+/// delivered sample takes and zeroes this CPU's pages, which needs no atomic exchange). Only
+/// watched tgids get entries, so at most `SITE_BUDGET`'s size are live (the agent sizes both
+/// alike, one entry when no node is CXL-tier) and LRU never evicts a watched one; the agent
+/// deletes a tgid's entry with its budget, and LRU ages out the rare one re-made by a CPU racing
+/// that delete.
 #[map]
 pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(SITE_WATCH_MAX, 0);
 /// Per-CPU countdown to the next sampled CXL allocation, the last tgid's pending pages and

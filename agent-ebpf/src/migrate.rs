@@ -9,7 +9,7 @@ use tierscope_common::{
 };
 
 use crate::{
-    common::{count, current_unless_agent, global},
+    common::{atomic_add, count, current_unless_agent, entry, global},
     maps::{MIGRATE_LATENCY, MIGRATE_LAYOUT, MIGRATE_START, MIGRATIONS},
 };
 
@@ -37,20 +37,15 @@ pub fn mm_migrate_pages(ctx: TracePointContext) -> i32 {
         thp_succeeded: read_ulong(&ctx, layout.thp_succeeded),
         thp_failed: read_ulong(&ctx, layout.thp_failed),
     };
-    match MIGRATIONS.get_ptr_mut(&key) {
-        Some(v) => {
-            // SAFETY: this CPU's value of a live entry.
-            let v = unsafe { &mut *v };
-            v.calls += 1;
-            v.succeeded += delta.succeeded;
-            v.failed += delta.failed;
-            v.thp_succeeded += delta.thp_succeeded;
-            v.thp_failed += delta.thp_failed;
-        }
-        None => {
-            if MIGRATIONS.insert(&key, &delta, 0).is_err() {
-                count(Stat::MapFull);
-            }
+    // Shared by all CPUs: each field added to atomically, so no call is lost to a race.
+    if let Some(v) = entry(&MIGRATIONS, &key, &MigrateCounts::default()) {
+        // SAFETY: fields of a live map value.
+        unsafe {
+            atomic_add(&raw mut (*v).calls, delta.calls);
+            atomic_add(&raw mut (*v).succeeded, delta.succeeded);
+            atomic_add(&raw mut (*v).failed, delta.failed);
+            atomic_add(&raw mut (*v).thp_succeeded, delta.thp_succeeded);
+            atomic_add(&raw mut (*v).thp_failed, delta.thp_failed);
         }
     }
     // SAFETY: reading a value we own by key.
@@ -61,8 +56,8 @@ pub fn mm_migrate_pages(ctx: TracePointContext) -> i32 {
             let _ = MIGRATE_START.remove(&pid);
             let r = if reason < MAX_MIGRATE_REASONS { reason } else { MAX_MIGRATE_REASONS - 1 };
             if let Some(b) = MIGRATE_LATENCY.get_ptr_mut(r * LOG2_BUCKETS + log2_bucket(took)) {
-                // SAFETY: this CPU's slot.
-                unsafe { *b += 1 };
+                // SAFETY: a slot of the array, shared by all CPUs.
+                unsafe { atomic_add(b, 1) };
             }
         }
         None => count(Stat::MigrateNoStart),

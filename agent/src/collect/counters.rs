@@ -1,7 +1,8 @@
-//! Reading the per-CPU aggregation maps into a [`CounterReading`]: values summed over CPUs, the
-//! per-CPU pending slots added to their tgid's count.
+//! Reading the aggregation maps into a [`CounterReading`]: the per-process maps hold one value
+//! for all CPUs (the kernel adds atomically), so a tick reads each process's values once, not
+//! once per possible CPU; the per-CPU pending slots are added to their tgid's count.
 use aya::{
-    maps::{Map, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, Map, MapData, PerCpuArray},
     Ebpf,
 };
 use tierscope_common::{
@@ -27,19 +28,22 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn per_cpu_hash<'a, K: aya::Pod, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<PerCpuHashMap<&'a MapData, K, V>> {
+fn hash<'a, K: aya::Pod, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<HashMap<&'a MapData, K, V>> {
     let m: &Map = ebpf.map(name)?;
-    PerCpuHashMap::try_from(m).ok()
+    HashMap::try_from(m).ok()
 }
 
 fn per_cpu_array<'a, V: aya::Pod>(ebpf: &'a Ebpf, name: &str) -> Option<PerCpuArray<&'a MapData, V>> {
     PerCpuArray::try_from(ebpf.map(name)?).ok()
 }
 
-/// Each slot of a per-CPU `u64` array summed over CPUs: in one batch syscall where the kernel
-/// allows, else slot by slot (empty when the map cannot be read).
+/// Each slot of a `u64` array (per-CPU ones summed over CPUs): in one batch syscall where the
+/// kernel allows, else slot by slot (empty when the map cannot be read).
 fn u64_sums(ebpf: &Ebpf, name: &str) -> Vec<u64> {
-    super::map_batch::per_cpu_u64_sums(ebpf, name).unwrap_or_else(|| {
+    super::map_batch::u64_sums(ebpf, name).unwrap_or_else(|| {
+        if let Some(a) = ebpf.map(name).and_then(|m| aya::maps::Array::<_, u64>::try_from(m).ok()) {
+            return a.iter().map(|v| v.unwrap_or(0)).collect();
+        }
         per_cpu_array::<u64>(ebpf, name)
             .map(|a| a.iter().map(|v| v.map(|v| v.iter().sum()).unwrap_or(0)).collect())
             .unwrap_or_default()
@@ -57,9 +61,9 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             *r.faults_kernel_mode.entry(tgid).or_default() += n;
         }
     };
-    if let Some(faults) = per_cpu_hash::<FaultKey, u64>(ebpf, map::FAULTS) {
-        for (k, vals) in faults.iter().flatten() {
-            traced(&mut r, k.tgid, k.path, vals.iter().sum::<u64>());
+    if let Some(faults) = hash::<FaultKey, u64>(ebpf, map::FAULTS) {
+        for (k, n) in faults.iter().flatten() {
+            traced(&mut r, k.tgid, k.path, n);
         }
     }
     if let Some(cache) = per_cpu_array::<TgidPending>(ebpf, map::FAULT_CACHE) {
@@ -72,14 +76,14 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             }
         }
     }
-    if let Some(exited) = per_cpu_hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS) {
-        for (tgid, vals) in exited.iter().flatten() {
-            r.exited_faults.insert(tgid, sum_task_faults(vals.iter()));
+    if let Some(exited) = hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS) {
+        for (tgid, v) in exited.iter().flatten() {
+            r.exited_faults.insert(tgid, kernel_faults(&v));
         }
     }
-    if let Some(allocs) = per_cpu_hash::<TgidNode, u64>(ebpf, map::ALLOCS) {
-        for (k, vals) in allocs.iter().flatten() {
-            *r.allocs.entry((k.tgid, k.node)).or_default() += vals.iter().sum::<u64>();
+    if let Some(allocs) = hash::<TgidNode, u64>(ebpf, map::ALLOCS) {
+        for (k, n) in allocs.iter().flatten() {
+            *r.allocs.entry((k.tgid, k.node)).or_default() += n;
         }
     }
     if let Some(cache) = per_cpu_array::<TgidNodePending>(ebpf, map::ALLOC_CACHE) {
@@ -95,18 +99,15 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             r.frees_by_node.insert(node as u32, total);
         }
     }
-    if let Some(m) = per_cpu_hash::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS) {
-        for (k, vals) in m.iter().flatten() {
-            let t = r.migrations.entry((k.tgid, k.reason, k.mode)).or_default();
-            for v in vals.iter() {
-                t.add(&MigrationTotals {
-                    calls: v.calls,
-                    succeeded: v.succeeded,
-                    failed: v.failed,
-                    thp_succeeded: v.thp_succeeded,
-                    thp_failed: v.thp_failed,
-                });
-            }
+    if let Some(m) = hash::<MigrateKey, MigrateCounts>(ebpf, map::MIGRATIONS) {
+        for (k, v) in m.iter().flatten() {
+            r.migrations.entry((k.tgid, k.reason, k.mode)).or_default().add(&MigrationTotals {
+                calls: v.calls,
+                succeeded: v.succeeded,
+                failed: v.failed,
+                thp_succeeded: v.thp_succeeded,
+                thp_failed: v.thp_failed,
+            });
         }
     }
     let flat = u64_sums(ebpf, map::MIGRATE_LATENCY);
@@ -118,15 +119,9 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
             }
         }
     }
-    if let Some(m) = per_cpu_hash::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY) {
-        for (tgid, vals) in m.iter().flatten() {
-            let mut sum = vec![0u64; LOG2_BUCKETS as usize];
-            for h in vals.iter() {
-                for (s, b) in sum.iter_mut().zip(h.buckets.iter()) {
-                    *s += b;
-                }
-            }
-            r.fault_latency.insert(tgid, sum);
+    if let Some(m) = hash::<u32, Log2Hist>(ebpf, map::FAULT_LATENCY) {
+        for (tgid, h) in m.iter().flatten() {
+            r.fault_latency.insert(tgid, h.buckets.to_vec());
         }
     }
     if let Some(stats) = per_cpu_array::<u64>(ebpf, map::STATS) {
@@ -147,28 +142,25 @@ fn stats_in_read_order() -> impl Iterator<Item = (Stat, &'static str)> {
     rest.into_iter().chain(attempts)
 }
 
-fn sum_task_faults<'a>(vals: impl Iterator<Item = &'a TaskFaults>) -> KernelFaults {
-    vals.fold(KernelFaults::default(), |a, v| KernelFaults {
-        minor: a.minor.saturating_add(v.min_flt),
-        major: a.major.saturating_add(v.maj_flt),
-    })
+fn kernel_faults(v: &TaskFaults) -> KernelFaults {
+    KernelFaults { minor: v.min_flt, major: v.maj_flt }
 }
 
 /// The fault counters of `tgid`'s threads that exited while the agent watched (zero when none).
 pub fn exited_faults_of(ebpf: &Ebpf, tgid: u32) -> KernelFaults {
-    per_cpu_hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS)
+    hash::<u32, TaskFaults>(ebpf, map::EXITED_FAULTS)
         .and_then(|m| m.get(&tgid, 0).ok())
-        .map(|vals| sum_task_faults(vals.iter()))
+        .map(|v| kernel_faults(&v))
         .unwrap_or_default()
 }
 
 /// What the tracepoints have counted of `tgid`'s faults so far, by path (map and pending slots).
 pub fn traced_faults_of(ebpf: &Ebpf, tgid: u32) -> TracedFaults {
     let mut by_path = [0u64; FAULT_PATHS as usize];
-    if let Some(faults) = per_cpu_hash::<FaultKey, u64>(ebpf, map::FAULTS) {
+    if let Some(faults) = hash::<FaultKey, u64>(ebpf, map::FAULTS) {
         for (path, n) in by_path.iter_mut().enumerate() {
-            if let Ok(vals) = faults.get(&FaultKey { tgid, path: path as u32 }, 0) {
-                *n += vals.iter().sum::<u64>();
+            if let Ok(v) = faults.get(&FaultKey { tgid, path: path as u32 }, 0) {
+                *n += v;
             }
         }
     }
@@ -191,7 +183,7 @@ pub fn forget(ebpf: &mut Ebpf, tgids: &[u32], last: &CounterReading) -> usize {
     let gone: HashSet<u32> = tgids.iter().copied().collect();
     fn remove<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str, keys: impl Iterator<Item = K>) -> usize {
         let Some(m) = ebpf.map_mut(name) else { return 0 };
-        let Ok(mut h) = PerCpuHashMap::<&mut MapData, K, V>::try_from(m) else { return 0 };
+        let Ok(mut h) = HashMap::<&mut MapData, K, V>::try_from(m) else { return 0 };
         keys.filter(|k| h.remove(k).is_ok()).count()
     }
     let fault_keys = tgids.iter().flat_map(|&tgid| (0..FAULT_PATHS).map(move |path| FaultKey { tgid, path }));

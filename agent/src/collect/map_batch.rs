@@ -1,5 +1,5 @@
-//! Whole per-CPU `u64` arrays in one `BPF_MAP_LOOKUP_BATCH` call (kernel 5.6+), instead of one
-//! lookup syscall per slot: `FREES` has a slot for each of 1,024 possible nodes and
+//! Whole `u64` arrays (per-CPU or not) in one `BPF_MAP_LOOKUP_BATCH` call (kernel 5.6+), instead
+//! of one lookup syscall per slot: `FREES` has a slot for each of 1,024 possible nodes and
 //! `MIGRATE_LATENCY` 16 reasons x 64 buckets, so reading them slot by slot cost 2,048 syscalls
 //! every tick. Where the kernel refuses the batch, the caller reads slot by slot as before.
 use std::os::fd::{AsFd as _, AsRawFd as _};
@@ -23,16 +23,19 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Each slot of the per-CPU `u64` array `name` summed over the CPUs, in slot order; `None` when
-/// the map is absent, not a per-CPU array, or the kernel cannot batch it.
-pub fn per_cpu_u64_sums(ebpf: &Ebpf, name: &str) -> Option<Vec<u64>> {
-    let Map::PerCpuArray(data) = ebpf.map(name)? else { return None };
+/// Each slot of the `u64` array `name` (a per-CPU one summed over the CPUs), in slot order;
+/// `None` when the map is absent, not an array, or the kernel cannot batch it.
+pub fn u64_sums(ebpf: &Ebpf, name: &str) -> Option<Vec<u64>> {
+    let (data, cpus) = match ebpf.map(name)? {
+        Map::PerCpuArray(data) => (data, aya::util::nr_cpus().ok()?),
+        Map::Array(data) => (data, 1),
+        _ => return None,
+    };
     let info = data.info().ok()?;
     if info.value_size() != 8 {
         return None;
     }
     let slots = info.max_entries() as usize;
-    let cpus = aya::util::nr_cpus().ok()?;
     let fd = data.fd().as_fd().as_raw_fd();
     let mut keys = vec![0u32; slots];
     let mut values = vec![0u64; slots * cpus];
@@ -103,7 +106,7 @@ mod tests {
         };
         // Pages are freed all the time: each slot only grows from one read to the next.
         let before = slot_by_slot();
-        let batch = per_cpu_u64_sums(&probes.ebpf, tierscope_common::names::map::FREES).expect("kernel 5.6+ batches");
+        let batch = u64_sums(&probes.ebpf, tierscope_common::names::map::FREES).expect("kernel 5.6+ batches");
         let after = slot_by_slot();
         assert_eq!(batch.len(), before.len());
         assert!(batch.iter().sum::<u64>() > 0, "something was freed while attached");

@@ -6,6 +6,7 @@ pub mod caps;
 pub mod counters;
 pub mod damon;
 pub mod events;
+pub mod kernel_memory;
 pub mod map_batch;
 pub mod module_file;
 pub mod page_path;

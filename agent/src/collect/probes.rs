@@ -12,6 +12,7 @@ use super::{attach::attach, page_path, programs::PROGRAMS, tracefs};
 use crate::{
     model::{
         agent::{Attach, ProgramStatus},
+        kernel_memory::{size_maps, MachineShape, MapSizes},
         migration::MigrationNames,
     },
     topology::memory_blocks::{table_changes, MemoryBlocks, MemoryBlocksError, MIN_TABLE_SLOTS},
@@ -36,7 +37,12 @@ pub struct Probes {
     pub raw_formats: Vec<(tierscope_common::event::RawSource, EventFormat)>,
     /// Where `task_struct` keeps the fault counters (from BTF), or why that is unknown.
     pub task_layout: Result<TaskLayout, String>,
+    /// The machine the maps were sized for, and the entries each sized map got.
+    pub sizing: (MachineShape, MapSizes),
 }
+
+/// `collect.max_tracked`'s default (`export/config.rs`), for commands without that setting.
+pub const DEFAULT_TRACKED_MAX: u32 = 64;
 
 /// The running kernel's BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -55,6 +61,8 @@ pub struct LoadOptions {
     pub event_ring_bytes: u32,
     /// Pages of user stack each site sample copies for unwinding (0: frame pointers only).
     pub user_stack_pages: u32,
+    /// The command's limit on processes tracked (`collect.max_tracked`): sizes the site watch.
+    pub tracked_max: u32,
 }
 
 impl Default for LoadOptions {
@@ -65,6 +73,7 @@ impl Default for LoadOptions {
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
             event_ring_bytes: crate::model::agent::DEFAULT_EVENT_RING_KIB * 1024,
             user_stack_pages: crate::model::site::DEFAULT_USER_STACK_PAGES,
+            tracked_max: DEFAULT_TRACKED_MAX,
         }
     }
 }
@@ -147,6 +156,13 @@ impl Probes {
                 size_of::<tierscope_common::event::SiteSampleEvent>(),
             )
         };
+        let shape = super::kernel_memory::machine_shape(
+            Path::new("/proc"),
+            Path::new("/sys"),
+            !opts.cxl_nodes.is_empty(),
+            opts.tracked_max,
+        );
+        let sizes = size_maps(&shape);
         let mut ebpf = EbpfLoader::new()
             .override_global(global::AGENT_TGID, &agent_tgid, true)
             .override_global(global::BLOCK_PAGES_SHIFT, &shift, true)
@@ -164,6 +180,13 @@ impl Probes {
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
             .map_max_entries(map::POLICY_EVENTS, opts.event_ring_bytes)
             .map_max_entries(map::SITE_SAMPLES, site_ring_bytes)
+            .map_max_entries(map::FAULTS, sizes.faults)
+            .map_max_entries(map::ALLOCS, sizes.allocs)
+            .map_max_entries(map::EXITED_FAULTS, sizes.exited_faults)
+            .map_max_entries(map::FAULT_LATENCY, sizes.fault_latency)
+            .map_max_entries(map::MIGRATIONS, sizes.migrations)
+            .map_max_entries(map::SITE_BUDGET, sizes.site_watch)
+            .map_max_entries(map::SITE_PENDING, sizes.site_watch)
             .load(OBJECT)
             .map_err(|e| {
                 let msg = format!("{e:#}");
@@ -212,6 +235,7 @@ impl Probes {
             cxl_nodes: opts.cxl_nodes.clone(),
             raw_formats,
             task_layout,
+            sizing: (shape, sizes),
         })
     }
 

@@ -68,6 +68,9 @@ pub struct SessionOptions {
     pub site_samples_per_sec: Option<u32>,
     /// The kernel's event ring buffer in KiB (default [`crate::model::agent::DEFAULT_EVENT_RING_KIB`]).
     pub event_ring_kib: Option<u32>,
+    /// The command's limit on tracked processes (`collect.max_tracked`; default
+    /// [`crate::collect::probes::DEFAULT_TRACKED_MAX`]): sizes the site watch at load.
+    pub tracked_max: Option<u32>,
     /// Insight thresholds (default: [`crate::model::insights::InsightConfig::default`]).
     pub insights: Option<crate::model::insights::InsightConfig>,
 }
@@ -150,10 +153,12 @@ impl Session {
                 .event_ring_kib
                 .unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB)
                 .saturating_mul(1024),
+            tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
             ..LoadOptions::default()
         };
         let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
+        let site_watch_capacity = probes.sizing.1.site_watch;
         let ring = probes
             .ebpf
             .take_map(map::EVENTS)
@@ -209,7 +214,7 @@ impl Session {
             beyond_warned: false,
             site_samples_per_sec,
             site_reader,
-            site_watch: Default::default(),
+            site_watch: site_watch::SiteWatch::with_capacity(site_watch_capacity),
             pattern: opts.pattern,
             redaction: opts.redaction.unwrap_or_default(),
             identified: HashSet::new(),

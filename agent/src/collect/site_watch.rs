@@ -22,11 +22,18 @@ pub struct SiteWatch {
     watched: HashSet<u32>,
     /// Processes whose entry the map refused (full): tried again each sync, counted once.
     refused: HashSet<u32>,
-    /// Processes the map refused so far (`SITE_WATCH_MAX` watched at once).
+    /// Processes the map refused so far (`capacity` watched at once).
     pub refused_total: u64,
+    /// `SITE_BUDGET`'s entries, as sized at load.
+    pub capacity: u32,
 }
 
 impl SiteWatch {
+    /// Nobody watched yet; `SITE_BUDGET` holds `capacity` processes.
+    pub fn with_capacity(capacity: u32) -> SiteWatch {
+        SiteWatch { capacity, ..SiteWatch::default() }
+    }
+
     /// How many processes are watched now.
     pub fn len(&self) -> usize {
         self.watched.len()
@@ -66,7 +73,7 @@ impl SiteWatch {
                 Err(e) => {
                     if self.refused.insert(tgid) {
                         self.refused_total += 1;
-                        tracing::warn!("pid {tgid}: its CXL allocation sites cannot be sampled ({e}): SITE_BUDGET holds {} processes at most", tierscope_common::maps::SITE_WATCH_MAX);
+                        tracing::warn!("pid {tgid}: its CXL allocation sites cannot be sampled ({e}): SITE_BUDGET holds {} processes at most (sized at load from collect.max_tracked)", self.capacity);
                     }
                 }
             }

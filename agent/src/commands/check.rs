@@ -4,6 +4,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::check_memory::KernelMemoryReport;
 use crate::{
     collect::{caps, probes::Probes, tracefs},
     model::{
@@ -26,6 +27,8 @@ struct Report {
     load_error: Option<String>,
     /// DAMON (hotness): present, who uses it, and why tierscope could not start now.
     damon: crate::collect::damon::monitor::Availability,
+    /// The loaded maps' kernel memory and how they were sized (absent when nothing loaded).
+    kernel_memory: Option<KernelMemoryReport>,
     advice: Vec<String>,
 }
 
@@ -52,6 +55,7 @@ pub fn run(json: bool) -> Result<i32> {
         },
         load_error: None,
         damon: crate::collect::damon::monitor::availability(Path::new(crate::collect::damon::sysfs::ADMIN)),
+        kernel_memory: None,
         advice: vec![],
     };
     if !caps::can_trace(mask) {
@@ -62,6 +66,11 @@ pub fn run(json: bool) -> Result<i32> {
     } else {
         match Probes::load(&crate::collect::probes::LoadOptions::default()) {
             Ok(p) => {
+                let (machine, sizes) = p.sizing;
+                match crate::collect::kernel_memory::own_maps(machine.possible_cpus) {
+                    Ok(m) => report.kernel_memory = Some(KernelMemoryReport::new(m, machine, sizes)),
+                    Err(e) => report.advice.push(format!("the maps' kernel memory could not be read: {e}")),
+                }
                 report.tracefs = p.tracefs.as_ref().map(|t| t.display().to_string());
                 report.programs = p.programs;
             }
@@ -144,6 +153,11 @@ fn print_text(r: &Report, attached: usize) {
             };
             let reason = p.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             println!("  {status:<12} {:<34} {:<44} {}{reason}", p.name, p.hook, p.feature);
+        }
+    }
+    if let Some(k) = &r.kernel_memory {
+        for l in k.lines() {
+            println!("{l}");
         }
     }
     println!("damon         {}", damon_line(&r.damon));

@@ -11,6 +11,7 @@ use crate::{
 };
 
 pub mod check;
+pub mod check_memory;
 pub mod export;
 pub mod probe_latency;
 pub mod record;
@@ -61,6 +62,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         site_samples_per_sec: Some(tiers.site_samples_per_sec),
         event_ring_kib: Some(tiers.event_ring_kib),
         insights: tiers.insights_config.clone(),
+        tracked_max: None,
     }
 }
 

@@ -282,6 +282,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         site_samples_per_sec: Some(cfg.site_samples_per_sec),
         event_ring_kib: Some(cfg.event_ring_kib),
         insights: Some(cfg.insights.clone()),
+        tracked_max: Some(u32::try_from(cfg.max_tracked).unwrap_or(u32::MAX)),
         ..Default::default()
     })?;
     // Exited tracked processes keep their series twice the model's grace; their final records

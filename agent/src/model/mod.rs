@@ -11,6 +11,7 @@ pub mod hotness_config;
 pub mod hotness_view;
 pub mod insights;
 pub mod job;
+pub mod kernel_memory;
 pub mod liveness;
 pub mod migration;
 pub mod policy;
