@@ -7,7 +7,8 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 use tierscope_common::stack::PyProcess;
 
 use super::{
-    module_file::{Elf, ModuleFileError},
+    module_file::ModuleFileError,
+    process_file::open_mapped,
     python_layout::{from_debug_offsets, table_for, DebugOffsetsError, PyLayout, DEBUG_OFFSETS_LEN},
     python_lines::{line_of, line_of_310},
     unwind::{exec_bias, Mapping},
@@ -30,6 +31,8 @@ pub enum PyError {
     Unreadable(u32),
     #[error("the interpreter's file: {0}")]
     ModuleUnreadable(String),
+    #[error("the interpreter's file: {0}")]
+    ModuleMismatch(String),
 }
 
 /// A recognised CPython process.
@@ -61,16 +64,13 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
     if !(10..=13).contains(&minor) {
         return Err(PyError::Unsupported(minor));
     }
-    let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-    let elf = match Elf::open(&through) {
-        Err(ModuleFileError::Open(..)) => Elf::open(&m.path),
-        r => r,
+    // The interpreter's file as the process maps it (its container's build), checked.
+    let unreadable = |e: ModuleFileError| match (e.is_unreadable(), e.is_mismatch()) {
+        (true, _) => PyError::ModuleUnreadable(e.to_string()),
+        (_, true) => PyError::ModuleMismatch(e.to_string()),
+        _ => PyError::NoRuntime(m.path.clone()),
     };
-    let unreadable = |e: ModuleFileError| match e.is_unreadable() {
-        true => PyError::ModuleUnreadable(e.to_string()),
-        false => PyError::NoRuntime(m.path.clone()),
-    };
-    let elf = elf.map_err(unreadable)?;
+    let elf = open_mapped(tgid, m).map_err(unreadable)?.elf;
     let runtime =
         elf.symbol_address("_PyRuntime").map_err(unreadable)?.ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
     let bias = exec_bias(&elf, m).ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;

@@ -2,13 +2,14 @@
 //! (`.eh_frame` with its `.eh_frame_hdr` index, else `.debug_frame`, from the file or its
 //! separate debug file found by build id), as `perf --call-graph dwarf` does after the fact: code
 //! built without frame pointers (CPython, PyTorch, glibc) walks correctly. framehop does the
-//! unwinding; this file finds the modules of a process (`/proc/PID/maps`, each file opened
-//! through `/proc/PID/map_files` so deleted files and containers' files work), reads their
-//! unwind sections once per file and keeps a per-process unwinder.
+//! unwinding; this file finds the modules of a process (`/proc/PID/maps`, each file opened and
+//! checked against its mapping by `process_file`: through `/proc/PID/map_files` or the
+//! process's own root, never the agent's path of that name), reads their unwind sections once
+//! per file and keeps a per-process unwinder.
 use std::{
     collections::HashMap,
     ops::Range,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -18,7 +19,10 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
 };
 
-use super::module_file::{Elf, ModuleFileError};
+use super::{
+    module_file::{Elf, ModuleFileError},
+    process_file::{debug_file, open_mapped},
+};
 
 /// An executable mapping of a process: where a file's code lies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,29 +33,46 @@ pub struct Mapping {
     /// (device, inode): the file's identity whatever path it is seen by.
     pub file: (u64, u64),
     pub path: PathBuf,
+    /// Where the file's ELF image begins in the process: the start of its mapping of file
+    /// offset 0 below this one (what the image's build id is read from).
+    pub base: Option<u64>,
 }
 
 /// The executable file mappings of `/proc/PID/maps` text. Pure.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(parse_maps_line).collect()
+    let mut images: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut out = Vec::new();
+    for (m, exec) in text.lines().filter_map(parse_maps_line) {
+        if m.offset == 0 {
+            images.insert(m.file, m.range.start);
+        }
+        if exec {
+            let base = images.get(&m.file).copied().filter(|b| *b <= m.range.start);
+            out.push(Mapping { base, ..m });
+        }
+    }
+    out
 }
 
-fn parse_maps_line(line: &str) -> Option<Mapping> {
+/// A file mapping, and whether it is executable.
+fn parse_maps_line(line: &str) -> Option<(Mapping, bool)> {
     let mut it = line.split_ascii_whitespace();
     let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
     let path = it.collect::<Vec<_>>().join(" ");
-    if !perms.contains('x') || !path.starts_with('/') {
+    if !path.starts_with('/') {
         return None;
     }
     let (start, end) = range.split_once('-')?;
     let (major, minor) = dev.split_once(':')?;
     let dev = (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?;
-    Some(Mapping {
+    let m = Mapping {
         range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
         offset: u64::from_str_radix(offset, 16).ok()?,
         file: (dev, inode.parse().ok()?),
         path: PathBuf::from(path.trim_end_matches(" (deleted)")),
-    })
+        base: None,
+    };
+    Some((m, perms.contains('x')))
 }
 
 /// The load bias of mapping `m` of ELF file `elf`: what is added to the file's addresses.
@@ -147,33 +168,40 @@ impl UnwindSections {
     }
 }
 
-/// The separate debug file of an ELF file: `/usr/lib/debug/.build-id/xx/rest.debug` by build
-/// id, else the `.gnu_debuglink` name beside the file or under `/usr/lib/debug`.
-pub fn debug_file_of(elf: &Elf, path: &Path) -> Result<Option<PathBuf>, ModuleFileError> {
-    if let Some(id) = elf.build_id()? {
-        if id.len() > 1 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
-            if p.is_file() {
-                return Ok(Some(p));
-            }
+/// Reads the unwind sections of the file mapping `m` of process `tgid` holds (checked against
+/// the mapping by `process_file`) into owned memory: only the headers and those sections (the
+/// file may be gigabytes). A debug file of another build counts as a mismatch and is not used.
+fn read_sections(tgid: u32, m: &Mapping, failures: &mut ModuleFailures) -> Result<UnwindSections, ModuleFileError> {
+    let f = open_mapped(tgid, m)?;
+    let debug = match debug_file(tgid, &f.elf, &m.path) {
+        Ok(d) => d,
+        Err(e) => {
+            failures.count(tgid, &e);
+            None
         }
-    }
-    let Some(name) = elf.debuglink()? else { return Ok(None) };
-    let (Some(dir), false) = (path.parent(), name.contains('/')) else { return Ok(None) };
-    let Ok(rel) = dir.strip_prefix("/") else { return Ok(None) };
-    Ok([dir.join(&name), dir.join(".debug").join(&name), Path::new("/usr/lib/debug").join(rel).join(&name)]
-        .into_iter()
-        .find(|p| p.is_file()))
+    };
+    UnwindSections::from_elf(&f.elf, debug.as_ref())
 }
 
-/// Reads a file's unwind sections into owned memory (only the headers and those sections: the
-/// file may be gigabytes).
-fn read_sections(path: &Path) -> Result<UnwindSections, ModuleFileError> {
-    let elf = Elf::open(path)?;
-    // A debug file that cannot be read is as if there were none: the file's own tables count.
-    let debug = debug_file_of(&elf, path)?.and_then(|p| Elf::open(&p).ok());
-    UnwindSections::from_elf(&elf, debug.as_ref())
+/// Module files that could not be read, and those that were not what their process maps,
+/// since the caller last took the counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleFailures {
+    pub unreadable: u64,
+    pub mismatch: u64,
+}
+
+impl ModuleFailures {
+    /// Counts `e` when it is a failure (a file gone with its process is not one).
+    pub fn count(&mut self, tgid: u32, e: &ModuleFileError) {
+        if e.is_mismatch() {
+            tracing::debug!("process {tgid}: {e}");
+            self.mismatch += 1;
+        } else if e.is_unreadable() {
+            tracing::debug!("process {tgid}: {e}");
+            self.unreadable += 1;
+        }
+    }
 }
 
 /// How one stack unwound.
@@ -243,13 +271,18 @@ pub struct Unwinders {
     files: HashMap<(u64, u64), Option<Arc<UnwindSections>>>,
     cache: CacheX86_64,
     /// Module files that could not be read (truncated, not a regular file, a table past the
-    /// bound) since the caller last took the count.
-    pub unreadable: u64,
+    /// bound) or were another build than the mapping's, since the caller last took the counts.
+    pub failures: ModuleFailures,
 }
 
 impl Default for Unwinders {
     fn default() -> Self {
-        Unwinders { procs: HashMap::new(), files: HashMap::new(), cache: CacheX86_64::new(), unreadable: 0 }
+        Unwinders {
+            procs: HashMap::new(),
+            files: HashMap::new(),
+            cache: CacheX86_64::new(),
+            failures: ModuleFailures::default(),
+        }
     }
 }
 
@@ -301,22 +334,11 @@ impl Unwinders {
             let sections = self
                 .files
                 .entry(m.file)
-                .or_insert_with(|| {
-                    let through =
-                        PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-                    let read = match read_sections(&through) {
-                        Err(ModuleFileError::Open(..)) => read_sections(&m.path),
-                        r => r,
-                    };
-                    match read {
-                        Ok(s) => Some(Arc::new(s)),
-                        Err(e) => {
-                            if e.is_unreadable() {
-                                tracing::debug!("process {tgid}: no unwind tables: {e}");
-                                self.unreadable += 1;
-                            }
-                            None
-                        }
+                .or_insert_with(|| match read_sections(tgid, m, &mut self.failures) {
+                    Ok(s) => Some(Arc::new(s)),
+                    Err(e) => {
+                        self.failures.count(tgid, &e);
+                        None
                     }
                 })
                 .clone();
@@ -347,7 +369,7 @@ impl Unwinders {
 
 #[cfg(test)]
 mod tests {
-    use std::fs::File;
+    use std::{fs::File, path::Path};
 
     use super::*;
 
@@ -366,6 +388,10 @@ mod tests {
         assert_eq!(m[0].offset, 0x2c000);
         assert_eq!(m[0].file, ((0xfe << 32) | 1, 1835063));
         assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
+        // The image starts at the file's mapping of offset 0; a file whose first page is not
+        // mapped (or lies above) has none.
+        assert_eq!(m[0].base, Some(0x55d0c0a00000));
+        assert_eq!(m[1].base, None);
     }
 
     #[inline(never)]
@@ -440,7 +466,7 @@ mod tests {
         assert!(Path::new(MEASURED[0]).is_file(), "{} missing: apt-get install python3", MEASURED[0]);
         for path in MEASURED.iter().map(Path::new).filter(|p| p.is_file()) {
             let t = Instant::now();
-            let s = read_sections(path).expect("readable");
+            let s = UnwindSections::from_elf(&Elf::open(path).expect("readable"), None).expect("readable");
             let took = t.elapsed();
             let elf = Elf::open(path).expect("readable");
             let size = |n: &str| elf.section(n).map_or(0, |s| s.size as usize);
