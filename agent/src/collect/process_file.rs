@@ -23,8 +23,7 @@ use std::{
 
 use super::{
     module_file::{build_id_in_notes, parse_header, parse_segments, Elf, ModuleFile, ModuleFileError},
-    python::read_mem,
-    unwind::Mapping,
+    process_memory::{read_mem, Mapping},
 };
 
 /// The largest program header table read from a process's memory.
@@ -60,6 +59,23 @@ pub fn inside_root(path: &Path) -> Option<PathBuf> {
     (path.is_absolute() && !rel.as_os_str().is_empty()).then_some(rel)
 }
 
+/// A path as `/proc/P/maps` shows it, as the process's own root sees it. The kernel writes a
+/// mapping's path as the *reader* sees it: for a process chrooted below the agent's root
+/// (`unshare --root`, `chroot`) that is the agent's path of its root followed by the path inside
+/// (`/srv/root/usr/lib/libc.so.6`); for a container that pivoted into a root the agent cannot
+/// reach, the path inside. `root` is where `/proc/P/root` points, as the agent sees it. Pure.
+pub fn path_in_root(path: &Path, root: &Path) -> PathBuf {
+    match path.strip_prefix(root) {
+        Ok(rest) if root != Path::new("/") && root.is_absolute() => Path::new("/").join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Where process `tgid`'s root lies as the agent sees it (`/` when it cannot be told).
+fn root_of(tgid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{tgid}/root")).unwrap_or_else(|_| PathBuf::from("/"))
+}
+
 /// `/proc/P/map_files/START-END` of a mapping. Pure.
 pub fn map_files_path(tgid: u32, m: &Mapping) -> PathBuf {
     PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end))
@@ -84,8 +100,10 @@ struct OpenHow {
 }
 const _: () = assert!(size_of::<OpenHow>() == 24);
 
-/// Opens `path` of process `tgid` as its own mount namespace and root see it.
+/// Opens `path` (as `/proc/P/maps` shows it) of process `tgid` as its own mount namespace and
+/// root see it.
 pub fn open_in_root(tgid: u32, path: &Path) -> Result<ModuleFile, ModuleFileError> {
+    let path = &path_in_root(path, &root_of(tgid));
     let shown = PathBuf::from(format!("/proc/{tgid}/root")).join(inside_root(path).unwrap_or_default());
     let open_err = |e| ModuleFileError::Open(shown.clone(), e);
     let rel = inside_root(path).ok_or_else(|| open_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
@@ -182,6 +200,27 @@ pub fn image_build_id(tgid: u32, base: u64) -> Option<Vec<u8>> {
     )
 }
 
+/// Module files that could not be read, and those that were not what their process maps,
+/// since the caller last took the counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleFailures {
+    pub unreadable: u64,
+    pub mismatch: u64,
+}
+
+impl ModuleFailures {
+    /// Counts `e` when it is a failure (a file gone with its process is not one).
+    pub fn count(&mut self, tgid: u32, e: &ModuleFileError) {
+        if e.is_mismatch() {
+            tracing::debug!("process {tgid}: {e}");
+            self.mismatch += 1;
+        } else if e.is_unreadable() {
+            tracing::debug!("process {tgid}: {e}");
+            self.unreadable += 1;
+        }
+    }
+}
+
 /// `/usr/lib/debug/.build-id/xx/rest.debug` of a build id. Pure.
 pub fn build_id_debug_path(id: &[u8]) -> Option<PathBuf> {
     (id.len() > 1).then(|| {
@@ -226,7 +265,7 @@ pub fn debug_file(tgid: u32, elf: &Elf, module: &Path) -> Result<Option<Elf>, Mo
         }
     }
     if let Some((name, crc)) = elf.debuglink()? {
-        for p in debuglink_candidates(module, &name) {
+        for p in debuglink_candidates(&path_in_root(module, &root_of(tgid)), &name) {
             match open_in_root(tgid, &p) {
                 Ok(f) => {
                     let got = f.crc32(MAX_DEBUG_FILE)?;
@@ -249,6 +288,19 @@ pub fn debug_file(tgid: u32, elf: &Elf, module: &Path) -> Result<Option<Elf>, Mo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maps_paths_are_taken_inside_the_processs_root() {
+        let root = Path::new("/srv/trixie");
+        // Chrooted below the agent's root: the maps path is the agent's view.
+        assert_eq!(path_in_root(Path::new("/srv/trixie/usr/lib/libc.so.6"), root), Path::new("/usr/lib/libc.so.6"));
+        // A container's own view (its root unreachable from the agent's).
+        assert_eq!(path_in_root(Path::new("/usr/lib/libc.so.6"), root), Path::new("/usr/lib/libc.so.6"));
+        // Not a prefix by name: /srv/trixie2 is not inside /srv/trixie.
+        assert_eq!(path_in_root(Path::new("/srv/trixie2/lib.so"), root), Path::new("/srv/trixie2/lib.so"));
+        assert_eq!(path_in_root(Path::new("/usr/lib/libc.so.6"), Path::new("/")), Path::new("/usr/lib/libc.so.6"));
+        assert_eq!(path_in_root(Path::new("/srv/trixie"), root), Path::new("/"));
+    }
 
     #[test]
     fn paths_join_inside_the_root() {
@@ -305,7 +357,7 @@ mod tests {
     fn the_build_id_in_memory_is_the_files() {
         let text = std::fs::read_to_string("/proc/self/maps").expect("own maps");
         let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
-        let me = super::super::unwind::parse_maps(&text)
+        let me = super::super::process_memory::parse_maps(&text)
             .into_iter()
             .find(|m| m.path == exe)
             .expect("own executable mapping");

@@ -9,9 +9,11 @@ use tierscope_common::stack::PyProcess;
 use super::{
     module_file::ModuleFileError,
     process_file::open_mapped,
+    process_memory::read_mem,
+    process_memory::Mapping,
     python_layout::{from_debug_offsets, table_for, DebugOffsetsError, PyLayout, DEBUG_OFFSETS_LEN},
     python_lines::{line_of, line_of_310},
-    unwind::{exec_bias, Mapping},
+    unwind::exec_bias,
 };
 use crate::model::site::SiteFrame;
 
@@ -89,15 +91,6 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
     let process =
         PyProcess { interpreters_head: runtime.wrapping_add(layout.runtime_interpreters_head), ..layout.process };
     Ok(Some(PyTarget { layout, process }))
-}
-
-/// Reads `buf.len()` bytes at `addr` of process `tgid`.
-pub fn read_mem(tgid: u32, addr: u64, buf: &mut [u8]) -> bool {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: one local iovec over `buf`; the kernel checks the remote range.
-    let n = unsafe { libc::process_vm_readv(tgid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    n == buf.len() as isize
 }
 
 fn read_u64(tgid: u32, addr: u64) -> Option<u64> {
@@ -310,7 +303,9 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).expect("maps");
-        let t = detect(tgid, &super::super::unwind::parse_maps(&text)).expect("readable").expect("a Python process");
+        let t = detect(tgid, &super::super::process_memory::parse_maps(&text))
+            .expect("readable")
+            .expect("a Python process");
         let p = t.process;
         // The walk the kernel program does, here through process_vm_readv.
         let interp = read_u64(tgid, p.interpreters_head).expect("interpreters.head");

@@ -20,9 +20,10 @@ use aya::maps::HashMap as BpfHashMap;
 use tierscope_common::stack::{PyProcess, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_READ_FAILED, USER_STACK_OK};
 
 use super::{
+    process_file::ModuleFailures,
     python::{self, PyResolver, RawPyFrame},
     symbols::{site_id, FrameNamer, FrameNormalizer, ModuleHandle, NormalFrame, MAX_FRAMES},
-    unwind::{Fallback, ModuleFailures, Unwinders},
+    unwind::{Fallback, Unwinders},
 };
 use crate::model::site::{splice_python, SiteFrame, SiteTally, StackFigures};
 
@@ -219,7 +220,7 @@ impl Stacks {
     /// and only then are failures counted.
     fn examine_ahead(&mut self, tgid: u32, st: &SiteReaderStats) -> bool {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else { return false };
-        let maps = super::unwind::parse_maps(&text);
+        let maps = super::process_memory::parse_maps(&text);
         let found = adopt_python(&mut self.py_procs, &mut self.python, tgid, &maps, st, false);
         if found {
             bump(&st.python_examined_ahead);
@@ -265,7 +266,7 @@ fn adopt_python(
     py_procs: &mut Option<BpfHashMap<MapData, u32, PyProcess>>,
     resolver: &mut PyResolver,
     tgid: u32,
-    maps: &[super::unwind::Mapping],
+    maps: &[super::process_memory::Mapping],
     st: &SiteReaderStats,
     count_failures: bool,
 ) -> bool {

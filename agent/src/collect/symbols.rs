@@ -23,8 +23,8 @@ use blazesym::{
 
 use super::{
     module_file::{Elf, Functions, ModuleFileError},
-    process_file::{debug_file, open_mapped, FileCheck},
-    unwind::{Mapping, ModuleFailures},
+    process_file::{debug_file, open_mapped, FileCheck, ModuleFailures},
+    process_memory::Mapping,
 };
 use crate::model::site::SiteFrame;
 
@@ -391,7 +391,8 @@ mod tests {
         // the file by its offset, as an exited process's frames would be.
         let addr = this_process_frames_are_normalised_and_named as fn() as usize as u64;
         let me = std::process::id();
-        let maps = super::super::unwind::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
+        let maps =
+            super::super::process_memory::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
         let mut n = FrameNormalizer::default();
         let (frames, files) = n.normalize(me, &[addr], &maps).expect("own maps readable");
         let NormalFrame::File { module, offset } = &frames[0] else { panic!("not in a file: {frames:?}") };
