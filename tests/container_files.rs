@@ -126,7 +126,10 @@ fn names_at(lib: &Path, offset: u64) -> Vec<String> {
 fn watch(root: &Path, wrapper: &[&str], between: impl FnOnce(&Contained)) -> (serde_json::Value, u32) {
     let mut c = Contained::start(root);
     let pid = c.pid;
-    let agent = Agent::snapshot_under(wrapper, &["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    let agent = Agent::snapshot_under(
+        wrapper,
+        &["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string(), "--cxl-node", "0"],
+    );
     between(&c);
     let done = c.go();
     assert_eq!(done.trim(), format!("done bytes={}", 64 << 20));
@@ -148,7 +151,8 @@ fn libc_frames(snap: &serde_json::Value, pid: u32) -> (Vec<serde_json::Value>, V
 
 /// `setpriv` arguments: user nobody with the documented capabilities only.
 fn as_nobody() -> Vec<String> {
-    let mut v: Vec<String> = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"].map(String::from).into();
+    let mut v: Vec<String> =
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"].map(String::from).into();
     for k in ["--inh-caps", "--ambient-caps", "--bounding-set"] {
         v.push(format!("{k}={DOCUMENTED_CAPS}"));
     }
@@ -161,9 +165,13 @@ fn names_the_containers_libc(wrapper: &[&str]) {
     let root = container_root(if wrapper.is_empty() { "libc-root" } else { "libc-nobody" });
     let (snap, pid) = watch(&root, wrapper, |_| {});
     let (libc, text) = libc_frames(&snap, pid);
-    // The innermost frame is read() of the container's libc, named by the container's file.
-    let inner = libc.first().unwrap_or_else(|| panic!("no libc frame: {text:#?}"));
-    let function = inner["function"].as_str().unwrap_or_else(|| panic!("the libc frame is unnamed: {text:#?}"));
+    // The innermost named frame is read() of the container's libc (in glibc 2.41 it calls the
+    // hidden __syscall_cancel functions, not in .dynsym: the frames above it stay unnamed),
+    // named by the container's file.
+    let inner =
+        libc.iter().find(|f| f["function"].is_string()).unwrap_or_else(|| panic!("no named libc frame: {text:#?}"));
+    let function = inner["function"].as_str().expect("named");
+    assert!(function.contains("read"), "the innermost named libc frame is {function}: {text:#?}");
     let offset = inner["offset"].as_u64().expect("offset");
     let theirs = names_at(&root.join(LIBC), offset);
     let _ = std::fs::remove_dir_all(&root);
