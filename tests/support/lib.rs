@@ -197,14 +197,25 @@ pub struct Agent {
 impl Agent {
     /// Starts a snapshot and waits until its programs are attached (its "watching" line).
     pub fn snapshot(args: &[&str]) -> Agent {
+        Agent::snapshot_under(&[], args)
+    }
+
+    /// [`Agent::snapshot`] run under the command `wrapper` (for example `setpriv` with its
+    /// arguments: the agent with fewer capabilities).
+    pub fn snapshot_under(wrapper: &[&str], args: &[&str]) -> Agent {
         let bin = tierscope_bin().expect("TIERSCOPE_BIN");
-        let mut child = Command::new(&bin)
+        let (program, before) = match wrapper.split_first() {
+            Some((w, rest)) => (w.to_string(), rest.iter().map(|a| a.to_string()).chain([bin.clone()]).collect()),
+            None => (bin.clone(), Vec::new()),
+        };
+        let mut child = Command::new(&program)
+            .args(before)
             .args(["snapshot", "--json"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("starting {program} {bin}: {e}"));
         let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
         let mut line = String::new();
         loop {

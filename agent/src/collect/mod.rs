@@ -11,6 +11,8 @@ pub mod map_batch;
 pub mod module_file;
 pub mod page_path;
 pub mod probes;
+pub mod process_file;
+pub mod process_memory;
 pub mod procfs;
 pub mod prog_stats;
 pub mod programs;

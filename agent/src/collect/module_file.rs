@@ -44,6 +44,8 @@ pub enum ModuleFileError {
     Read(PathBuf, io::Error),
     #[error("{0} is not a 64-bit little-endian ELF file")]
     NotElf(PathBuf),
+    #[error("{0} is not the file its process maps: {1}")]
+    Mismatch(PathBuf, String),
 }
 
 impl ModuleFileError {
@@ -51,7 +53,13 @@ impl ModuleFileError {
     /// not a regular file, a table past the bound, an I/O error): the counted failures. A file
     /// that cannot be opened (its process gone) or is not ELF is not one.
     pub fn is_unreadable(&self) -> bool {
-        !matches!(self, ModuleFileError::Open(..) | ModuleFileError::NotElf(_))
+        !matches!(self, ModuleFileError::Open(..) | ModuleFileError::NotElf(_) | ModuleFileError::Mismatch(..))
+    }
+
+    /// Whether the file was opened but is another build than what its process maps (or a
+    /// debug file of another build): a counted naming failure of its own.
+    pub fn is_mismatch(&self) -> bool {
+        matches!(self, ModuleFileError::Mismatch(..))
     }
 }
 
@@ -66,21 +74,48 @@ pub struct ModuleFile {
 impl ModuleFile {
     /// Opens `path` for reading. Non-blocking, so that a FIFO planted where a module was never
     /// blocks the open; anything but a regular file is refused.
+    /// Only for the agent's own files (tests, a build-id debug file that is checked by its build
+    /// id): another process's files are opened through `process_file`.
     pub fn open(path: &Path) -> Result<Self, ModuleFileError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .map_err(|e| ModuleFileError::Open(path.to_path_buf(), e))?;
-        let meta = file.metadata().map_err(|e| ModuleFileError::Read(path.to_path_buf(), e))?;
+        ModuleFile::from_file(file, path.to_path_buf())
+    }
+
+    /// An opened file, shown as `path`; anything but a regular file is refused.
+    pub fn from_file(file: File, path: PathBuf) -> Result<Self, ModuleFileError> {
+        let meta = file.metadata().map_err(|e| ModuleFileError::Read(path.clone(), e))?;
         if !meta.file_type().is_file() {
-            return Err(ModuleFileError::NotRegular(path.to_path_buf()));
+            return Err(ModuleFileError::NotRegular(path));
         }
-        Ok(ModuleFile { file, len: meta.len(), path: path.to_path_buf() })
+        Ok(ModuleFile { file, len: meta.len(), path })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The CRC32 (as `.gnu_debuglink` has it) of the whole file, read in 1 MiB chunks; a file
+    /// over `bound` bytes is refused.
+    pub fn crc32(&self, bound: u64) -> Result<u32, ModuleFileError> {
+        if self.len > bound {
+            return Err(ModuleFileError::TooLarge(self.path.clone(), self.len));
+        }
+        let mut h = crc32fast::Hasher::new();
+        let mut at = 0;
+        while at < self.len {
+            let n = (self.len - at).min(1 << 20);
+            h.update(&self.read(at, n, 1 << 20)?);
+            at += n;
+        }
+        Ok(h.finalize())
     }
 
     /// `size` bytes at `offset`, at most `bound`; an error when they lie past the file's end
@@ -232,6 +267,13 @@ pub fn build_id_in_notes(b: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A `.gnu_debuglink` section: the file name, NUL, padding to 4 bytes, the file's CRC32. Pure.
+pub fn parse_debuglink(b: &[u8]) -> Option<(String, u32)> {
+    let name = c_str(b, 0)?;
+    let crc_at = (name.len() + 1).next_multiple_of(4);
+    Some((std::str::from_utf8(name).ok()?.to_string(), u32_at(b, crc_at)?))
+}
+
 /// A function symbol: its address, size and name (an offset into the string table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FunctionSymbol {
@@ -315,10 +357,11 @@ pub struct Elf {
 impl Elf {
     /// Opens `path` and reads its program and section headers and the section names.
     pub fn open(path: &Path) -> Result<Elf, ModuleFileError> {
-        Elf::read(ModuleFile::open(path)?)
+        Elf::from_file(ModuleFile::open(path)?)
     }
 
-    fn read(file: ModuleFile) -> Result<Elf, ModuleFileError> {
+    /// Reads the headers of an opened file.
+    pub fn from_file(file: ModuleFile) -> Result<Elf, ModuleFileError> {
         let not_elf = || ModuleFileError::NotElf(file.path.clone());
         let h = parse_header(&file.read(0, EHDR_LEN, EHDR_LEN)?).ok_or_else(not_elf)?;
         let phdrs = file.read(h.phoff, u64::from(h.phnum) * u64::from(h.phentsize), MAX_HEADERS)?;
@@ -417,11 +460,10 @@ impl Elf {
         Ok(None)
     }
 
-    /// The file name `.gnu_debuglink` gives.
-    pub fn debuglink(&self) -> Result<Option<String>, ModuleFileError> {
+    /// The file name and CRC32 `.gnu_debuglink` gives.
+    pub fn debuglink(&self) -> Result<Option<(String, u32)>, ModuleFileError> {
         let Some(d) = self.section(".gnu_debuglink").filter(|s| s.size <= 4096) else { return Ok(None) };
-        let data = self.section_data(d)?.unwrap_or_default();
-        Ok(c_str(&data, 0).and_then(|n| std::str::from_utf8(n).ok()).map(str::to_string))
+        Ok(parse_debuglink(&self.section_data(d)?.unwrap_or_default()))
     }
 
     /// The symbol table of type `SHT_SYMTAB` or `SHT_DYNSYM` and its string table, when it
@@ -543,6 +585,30 @@ mod tests {
         // A note whose size runs past the section.
         assert_eq!(build_id_in_notes(&note[..note.len() - 4]), None);
         assert_eq!(build_id_in_notes(&[0xff; 12]), None);
+    }
+
+    #[test]
+    fn debuglinks_and_their_crc() {
+        // "libc.so.6.debug" (15 bytes + NUL = 16, no padding), then the CRC.
+        let mut b = b"libc.so.6.debug\0".to_vec();
+        b.extend(0xdead_beefu32.to_le_bytes());
+        assert_eq!(parse_debuglink(&b), Some(("libc.so.6.debug".into(), 0xdead_beef)));
+        let mut b = b"x.debug\0".to_vec();
+        b.extend(7u32.to_le_bytes());
+        assert_eq!(parse_debuglink(&b), Some(("x.debug".into(), 7)));
+        let mut b = b"ab\0\0".to_vec();
+        b.extend(9u32.to_le_bytes());
+        assert_eq!(parse_debuglink(&b), Some(("ab".into(), 9)), "padded to 4");
+        assert_eq!(parse_debuglink(b"ab\0\0\x01"), None, "the CRC cut short");
+        // The check value of the CRC-32 gnu_debuglink uses, over a file read in chunks.
+        let f = scratch("crc");
+        std::fs::write(&f, b"123456789").expect("write");
+        assert_eq!(ModuleFile::open(&f).expect("open").crc32(1 << 20).expect("crc"), 0xcbf4_3926);
+        let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+        std::fs::write(&f, &big).expect("write");
+        assert_eq!(ModuleFile::open(&f).expect("open").crc32(4 << 20).expect("crc"), crc32fast::hash(&big));
+        assert!(matches!(ModuleFile::open(&f).expect("open").crc32(1 << 20), Err(ModuleFileError::TooLarge(..))));
+        let _ = std::fs::remove_file(&f);
     }
 
     #[test]

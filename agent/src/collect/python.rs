@@ -7,10 +7,13 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc};
 use tierscope_common::stack::PyProcess;
 
 use super::{
-    module_file::{Elf, ModuleFileError},
+    module_file::ModuleFileError,
+    process_file::open_mapped,
+    process_memory::read_mem,
+    process_memory::Mapping,
     python_layout::{from_debug_offsets, table_for, DebugOffsetsError, PyLayout, DEBUG_OFFSETS_LEN},
     python_lines::{line_of, line_of_310},
-    unwind::{exec_bias, Mapping},
+    unwind::exec_bias,
 };
 use crate::model::site::SiteFrame;
 
@@ -30,6 +33,8 @@ pub enum PyError {
     Unreadable(u32),
     #[error("the interpreter's file: {0}")]
     ModuleUnreadable(String),
+    #[error("the interpreter's file: {0}")]
+    ModuleMismatch(String),
 }
 
 /// A recognised CPython process.
@@ -61,16 +66,13 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
     if !(10..=13).contains(&minor) {
         return Err(PyError::Unsupported(minor));
     }
-    let through = PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-    let elf = match Elf::open(&through) {
-        Err(ModuleFileError::Open(..)) => Elf::open(&m.path),
-        r => r,
+    // The interpreter's file as the process maps it (its container's build), checked.
+    let unreadable = |e: ModuleFileError| match (e.is_unreadable(), e.is_mismatch()) {
+        (true, _) => PyError::ModuleUnreadable(e.to_string()),
+        (_, true) => PyError::ModuleMismatch(e.to_string()),
+        _ => PyError::NoRuntime(m.path.clone()),
     };
-    let unreadable = |e: ModuleFileError| match e.is_unreadable() {
-        true => PyError::ModuleUnreadable(e.to_string()),
-        false => PyError::NoRuntime(m.path.clone()),
-    };
-    let elf = elf.map_err(unreadable)?;
+    let elf = open_mapped(tgid, m).map_err(unreadable)?.elf;
     let runtime =
         elf.symbol_address("_PyRuntime").map_err(unreadable)?.ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
     let bias = exec_bias(&elf, m).ok_or_else(|| PyError::NoRuntime(m.path.clone()))?;
@@ -89,15 +91,6 @@ pub fn detect(tgid: u32, mappings: &[Mapping]) -> Result<Option<PyTarget>, PyErr
     let process =
         PyProcess { interpreters_head: runtime.wrapping_add(layout.runtime_interpreters_head), ..layout.process };
     Ok(Some(PyTarget { layout, process }))
-}
-
-/// Reads `buf.len()` bytes at `addr` of process `tgid`.
-pub fn read_mem(tgid: u32, addr: u64, buf: &mut [u8]) -> bool {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: one local iovec over `buf`; the kernel checks the remote range.
-    let n = unsafe { libc::process_vm_readv(tgid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    n == buf.len() as isize
 }
 
 fn read_u64(tgid: u32, addr: u64) -> Option<u64> {
@@ -310,7 +303,9 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).expect("maps");
-        let t = detect(tgid, &super::super::unwind::parse_maps(&text)).expect("readable").expect("a Python process");
+        let t = detect(tgid, &super::super::process_memory::parse_maps(&text))
+            .expect("readable")
+            .expect("a Python process");
         let p = t.process;
         // The walk the kernel program does, here through process_vm_readv.
         let interp = read_u64(tgid, p.interpreters_head).expect("interpreters.head");

@@ -22,8 +22,9 @@ use tierscope_common::stack::{
 };
 
 use super::{
+    process_file::ModuleFailures,
     python::{self, PyResolver, RawPyFrame},
-    symbols::{site_id, FrameNamer, FrameNormalizer, NormalFrame, MAX_FRAMES},
+    symbols::{site_id, FrameNamer, FrameNormalizer, ModuleHandle, NormalFrame, MAX_FRAMES},
     unwind::{Fallback, Unwinders},
 };
 use crate::model::site::{splice_python, SiteFrame, SiteTally, StackFigures};
@@ -58,6 +59,7 @@ pub struct SiteReaderStats {
     python_bad_debug_offsets: AtomicU64,
     python_frames_unresolved: AtomicU64,
     module_unreadable: AtomicU64,
+    module_mismatch: AtomicU64,
 }
 
 impl SiteReaderStats {
@@ -86,12 +88,22 @@ impl SiteReaderStats {
             python_bad_debug_offsets: l(&self.python_bad_debug_offsets),
             python_frames_unresolved: l(&self.python_frames_unresolved),
             module_unreadable: l(&self.module_unreadable),
+            module_mismatch: l(&self.module_mismatch),
         }
     }
 }
 
 fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
+}
+
+impl SiteReaderStats {
+    /// Adds the module failures a reader or namer counted, and clears them there.
+    fn take_failures(&self, f: &mut ModuleFailures) {
+        let f = std::mem::take(f);
+        self.module_unreadable.fetch_add(f.unreadable, Ordering::Relaxed);
+        self.module_mismatch.fetch_add(f.mismatch, Ordering::Relaxed);
+    }
 }
 
 /// A decoded site sample.
@@ -176,6 +188,8 @@ struct NameJob {
     tgid: u32,
     site: u64,
     frames: Vec<NormalFrame>,
+    /// The open, checked files of the frames' modules.
+    files: Vec<ModuleHandle>,
     /// The Python frames of each interpreter call, innermost first, already named.
     python: Vec<Vec<SiteFrame>>,
 }
@@ -212,7 +226,7 @@ impl Stacks {
     /// and only then are failures counted.
     fn examine_ahead(&mut self, tgid: u32, st: &SiteReaderStats) -> bool {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else { return false };
-        let maps = super::unwind::parse_maps(&text);
+        let maps = super::process_memory::parse_maps(&text);
         let found = adopt_python(&mut self.py_procs, &mut self.python, tgid, &maps, st, false);
         if found {
             bump(&st.python_examined_ahead);
@@ -229,7 +243,7 @@ impl Stacks {
         }
         let t = std::time::Instant::now();
         let r = self.unwinders.unwind(s.tgid, s.regs, s.stack_start, &s.stack, MAX_FRAMES);
-        st.module_unreadable.fetch_add(std::mem::take(&mut self.unwinders.unreadable), Ordering::Relaxed);
+        st.take_failures(&mut self.unwinders.failures);
         match r {
             Ok(u) => {
                 st.unwind_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -258,7 +272,7 @@ fn adopt_python(
     py_procs: &mut Option<BpfHashMap<MapData, u32, PyProcess>>,
     resolver: &mut PyResolver,
     tgid: u32,
-    maps: &[super::unwind::Mapping],
+    maps: &[super::process_memory::Mapping],
     st: &SiteReaderStats,
     count_failures: bool,
 ) -> bool {
@@ -289,6 +303,7 @@ fn adopt_python(
                 python::PyError::NoRuntime(_) => &st.python_no_runtime,
                 python::PyError::DebugOffsets(..) | python::PyError::Unreadable(_) => &st.python_bad_debug_offsets,
                 python::PyError::ModuleUnreadable(_) => &st.module_unreadable,
+                python::PyError::ModuleMismatch(_) => &st.module_mismatch,
             });
             false
         }
@@ -393,8 +408,9 @@ pub fn spawn(
                 }
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
             };
-            let frames = splice_python(namer.name(job.tgid, &job.frames), job.python);
-            namer_st.module_unreadable.fetch_add(std::mem::take(&mut namer.unreadable), Ordering::Relaxed);
+            let frames = splice_python(namer.name(job.tgid, &job.frames, &job.files), job.python);
+            drop(job.files);
+            namer_st.take_failures(&mut namer.failures);
             named.lock().unwrap_or_else(|e| e.into_inner()).named.push((job.tgid, job.site, frames));
         }
     })?;
@@ -456,6 +472,7 @@ pub fn spawn(
             }
             if last_trim.elapsed() >= TRIM_EVERY {
                 stacks.unwinders.trim();
+                normalizer.trim();
                 last_trim = std::time::Instant::now();
             }
             // Records came: let more gather before the next wake-up. Woken per record, the
@@ -501,11 +518,16 @@ fn site_of(
             return site;
         }
     }
-    let frames = normalizer.normalize(s.tgid, &native);
-    st.module_unreadable.fetch_add(std::mem::take(&mut normalizer.unreadable), Ordering::Relaxed);
-    let frames = frames.unwrap_or_else(|| {
+    // The modules are checked against the process's mappings (the unwinder's, read while it
+    // lives).
+    let ip = native.first().copied().unwrap_or(s.regs.0);
+    let mappings = stacks.unwinders.mappings(s.tgid, ip).map(<[_]>::to_vec).unwrap_or_default();
+    let normal = normalizer.normalize(s.tgid, &native, &mappings);
+    st.take_failures(&mut normalizer.failures);
+    st.take_failures(&mut stacks.unwinders.failures);
+    let (frames, files) = normal.unwrap_or_else(|| {
         st.unnormalized.fetch_add(1, Ordering::Relaxed);
-        native.iter().map(|&addr| NormalFrame::Unknown { addr }).collect()
+        (native.iter().map(|&addr| NormalFrame::Unknown { addr }).collect(), Vec::new())
     });
     let mut unresolved = 0;
     let python = stacks.python.frames(s.tgid, &s.python, &mut unresolved);
@@ -522,7 +544,7 @@ fn site_of(
     }
     table.insert(raw, site);
     if !dedup.named.contains(&(s.tgid, site)) {
-        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames, python }) {
+        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames, files, python }) {
             Ok(()) => {
                 dedup.named.insert((s.tgid, site));
             }

@@ -4,7 +4,11 @@
 //! symbol names prints as `module+0xoffset`; names are cached per (module, offset). Module files
 //! are read into owned buffers (`module_file`), never mapped: blazesym maps every ELF file it
 //! reads, and a user who truncates a mapped library would kill the agent (SIGBUS), so its
-//! build-id reading is off and its symbolizer is not used.
+//! build-id reading is off and its symbolizer is not used. A module's file is opened once while
+//! its process lives, through the process's own mount namespace and checked against the mapping
+//! (`process_file`); the open file travels with the site to the namer, so a frame is only ever
+//! named from the file its process ran, and still after the process exited. A module whose
+//! file could not be checked keeps `module+0xoffset` frames (counted).
 use std::{
     collections::{hash_map::DefaultHasher, HashMap},
     hash::{Hash as _, Hasher as _},
@@ -17,7 +21,11 @@ use blazesym::{
     Pid,
 };
 
-use super::module_file::{Elf, Functions, ModuleFileError};
+use super::{
+    module_file::{Elf, Functions, ModuleFileError},
+    process_file::{debug_file, open_mapped, FileCheck, ModuleFailures},
+    process_memory::Mapping,
+};
 use crate::model::site::SiteFrame;
 
 /// Frames kept per site (innermost first): enough to tell call paths apart, and a bound on
@@ -30,7 +38,24 @@ pub struct Module {
     /// The path as the process maps it (in its own mount namespace).
     pub path: PathBuf,
     pub build_id: Option<Vec<u8>>,
+    /// Whether its file was found to be the one the process maps, and so what names it.
+    pub checked: Checked,
 }
+
+/// How far a module's file can be trusted to name its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Checked {
+    /// Not found to be the mapped file (unreadable, another build, the process gone): never
+    /// named from any file.
+    No,
+    /// Its build id: the same build wherever (whichever container) it is mapped from.
+    BuildId,
+    /// A file without a build id, known by the (device, inode) its process maps.
+    Inode(u64, u64),
+}
+
+/// A module's checked file, open: what the namer reads its symbols from.
+pub type ModuleHandle = (Arc<Module>, Arc<Elf>);
 
 impl Module {
     /// The file name a frame shows (`libcuda.so.1`).
@@ -74,15 +99,19 @@ pub fn site_id(frames: &[NormalFrame]) -> u64 {
 pub struct FrameNormalizer {
     normalizer: Normalizer,
     /// Modules seen, shared by the frames that name them.
-    modules: HashMap<(PathBuf, Option<Vec<u8>>), Arc<Module>>,
-    /// Build ids by (process, path as it maps it), read from the file.
-    build_ids: HashMap<(u32, PathBuf), Option<Vec<u8>>>,
-    /// Module files that could not be read since the caller last took the count.
-    pub unreadable: u64,
+    modules: HashMap<(PathBuf, Option<Vec<u8>>, Checked), Arc<Module>>,
+    /// The module of each (process, mapped file), checked once.
+    checked: HashMap<(u32, (u64, u64)), Arc<Module>>,
+    /// The open files of checked modules (one per module, whichever process it was opened for).
+    files: HashMap<Arc<Module>, Arc<Elf>>,
+    /// Module files that could not be read or were not the mapped file since the caller last
+    /// took the counts.
+    pub failures: ModuleFailures,
 }
 
-/// Build ids kept before that cache starts over.
-const MAX_BUILD_IDS: usize = 4096;
+/// Files checked (and kept open) before those caches start over.
+const MAX_CHECKED: usize = 4096;
+const MAX_OPEN_MODULES: usize = 512;
 
 impl Default for FrameNormalizer {
     fn default() -> Self {
@@ -91,13 +120,26 @@ impl Default for FrameNormalizer {
         // blazesym would map the file.
         let procmap = blazesym::helper::is_procmap_query_supported().unwrap_or(false);
         let normalizer = Normalizer::builder().enable_build_ids(false).enable_procmap_query(procmap).build();
-        FrameNormalizer { normalizer, modules: HashMap::new(), build_ids: HashMap::new(), unreadable: 0 }
+        FrameNormalizer {
+            normalizer,
+            modules: HashMap::new(),
+            checked: HashMap::new(),
+            files: HashMap::new(),
+            failures: ModuleFailures::default(),
+        }
     }
 }
 
 impl FrameNormalizer {
-    /// Normalises `addrs` of process `tgid`; `None` when its maps cannot be read (it exited).
-    pub fn normalize(&mut self, tgid: u32, addrs: &[u64]) -> Option<Vec<NormalFrame>> {
+    /// Normalises `addrs` of process `tgid`, whose executable mappings are `mappings`; `None`
+    /// when its maps cannot be read (it exited). With the frames, the open files of their
+    /// checked modules (for the namer).
+    pub fn normalize(
+        &mut self,
+        tgid: u32,
+        addrs: &[u64],
+        mappings: &[Mapping],
+    ) -> Option<(Vec<NormalFrame>, Vec<ModuleHandle>)> {
         let out = match self.normalizer.normalize_user_addrs(Pid::from(tgid), addrs) {
             Ok(out) => out,
             Err(e) => {
@@ -105,64 +147,91 @@ impl FrameNormalizer {
                 return None;
             }
         };
-        if self.build_ids.len() > MAX_BUILD_IDS {
-            self.build_ids.clear();
+        if self.checked.len() > MAX_CHECKED || self.files.len() > MAX_OPEN_MODULES {
+            self.checked.clear();
+            self.files.clear();
         }
-        let frames = out
+        // What blazesym found, owned (its output borrows the normalizer).
+        let found: Vec<(u64, u64, Option<PathBuf>, Option<NormalFrame>)> = out
             .outputs
             .iter()
             .zip(addrs)
             .map(|(&(offset, idx), &addr)| match out.meta.get(idx) {
-                Some(UserMeta::Elf(elf)) => {
-                    let build_id = self
-                        .build_ids
-                        .entry((tgid, elf.path.clone()))
-                        .or_insert_with(|| match build_id_of(&elf.path, tgid) {
-                            Ok(id) => id,
-                            Err(e) => {
-                                if e.is_unreadable() {
-                                    tracing::debug!("the build id of a module of {tgid}: {e}");
-                                    self.unreadable += 1;
-                                }
-                                None
-                            }
-                        })
-                        .clone();
-                    let key = (elf.path.clone(), build_id);
-                    let module = self
-                        .modules
-                        .entry(key)
-                        .or_insert_with_key(|(path, build_id)| {
-                            Arc::new(Module { path: path.clone(), build_id: build_id.clone() })
-                        })
-                        .clone();
-                    NormalFrame::File { module, offset }
-                }
+                Some(UserMeta::Elf(elf)) => (addr, offset, Some(elf.path.clone()), None),
                 Some(UserMeta::Sym(sym)) => {
-                    NormalFrame::Named { module: "[vdso]", name: sym.name.to_string(), offset: sym.offset as u64 }
+                    let named =
+                        NormalFrame::Named { module: "[vdso]", name: sym.name.to_string(), offset: sym.offset as u64 };
+                    (addr, offset, None, Some(named))
                 }
-                _ => NormalFrame::Unknown { addr },
+                _ => (addr, offset, None, Some(NormalFrame::Unknown { addr })),
             })
             .collect();
-        Some(frames)
+        let mut handles: Vec<ModuleHandle> = Vec::new();
+        let mut frames = Vec::with_capacity(found.len());
+        for (addr, offset, path, done) in found {
+            let Some(path) = path else {
+                frames.push(done.unwrap_or(NormalFrame::Unknown { addr }));
+                continue;
+            };
+            let module = match mappings.iter().find(|m| m.range.contains(&addr) && m.path == path) {
+                Some(m) => self.module_of(tgid, m),
+                None => self.module(path, None, Checked::No),
+            };
+            if let Some(f) = self.files.get(&module) {
+                if !handles.iter().any(|(h, _)| Arc::ptr_eq(h, &module)) {
+                    handles.push((module.clone(), f.clone()));
+                }
+            }
+            frames.push(NormalFrame::File { module, offset });
+        }
+        Some((frames, handles))
     }
 
-    /// Drops modules no frame holds any more.
+    fn module(&mut self, path: PathBuf, build_id: Option<Vec<u8>>, checked: Checked) -> Arc<Module> {
+        self.modules
+            .entry((path, build_id, checked))
+            .or_insert_with_key(|(path, build_id, checked)| {
+                Arc::new(Module { path: path.clone(), build_id: build_id.clone(), checked: *checked })
+            })
+            .clone()
+    }
+
+    /// The module of mapping `m` of `tgid`: its file opened and checked once per process.
+    fn module_of(&mut self, tgid: u32, m: &Mapping) -> Arc<Module> {
+        if let Some(module) = self.checked.get(&(tgid, m.file)) {
+            return module.clone();
+        }
+        let opened = open_mapped(tgid, m).and_then(|f| Ok((f.elf.build_id()?, f)));
+        let module = match opened {
+            Ok((build_id, f)) => {
+                let checked = match (&build_id, f.check) {
+                    (Some(_), _) => Checked::BuildId,
+                    (None, FileCheck::Inode(dev, ino)) => Checked::Inode(dev, ino),
+                    // Matched by build id, yet it has none: cannot be.
+                    (None, FileCheck::BuildId) => Checked::No,
+                };
+                let module = self.module(m.path.clone(), build_id, checked);
+                if checked != Checked::No {
+                    self.files.entry(module.clone()).or_insert_with(|| Arc::new(f.elf));
+                }
+                module
+            }
+            Err(e) => {
+                self.failures.count(tgid, &e);
+                self.module(m.path.clone(), None, Checked::No)
+            }
+        };
+        self.checked.insert((tgid, m.file), module.clone());
+        module
+    }
+
+    /// Drops modules no frame holds any more, and the checks and open files (checked again
+    /// on the next new stack).
     pub fn trim(&mut self) {
+        self.checked.clear();
+        self.files.clear();
         self.modules.retain(|_, m| Arc::strong_count(m) > 1);
-        self.build_ids.clear();
     }
-}
-
-/// The build id of module `path` of live process `tgid`: through its root (its mount
-/// namespace), else here.
-fn build_id_of(path: &Path, tgid: u32) -> Result<Option<Vec<u8>>, ModuleFileError> {
-    let inside = path.strip_prefix("/").map(|rel| Path::new("/proc").join(tgid.to_string()).join("root").join(rel));
-    let elf = match inside.map(|p| Elf::open(&p)) {
-        Ok(Err(ModuleFileError::Open(..))) | Err(_) => Elf::open(path),
-        Ok(r) => r,
-    }?;
-    elf.build_id()
 }
 
 /// Names normalised frames from their modules' ELF symbols.
@@ -172,9 +241,9 @@ pub struct FrameNamer {
     tables: HashMap<Arc<Module>, Option<ModuleFunctions>>,
     /// (module, file offset) -> (function, offset in it), `None` when nothing names it.
     names: HashMap<(Arc<Module>, u64), Option<FunctionAt>>,
-    /// Module files that could not be read since the caller last took the count (their frames
-    /// stay `module+0xoffset`).
-    pub unreadable: u64,
+    /// Module and debug files that could not be read, or were another build, since the caller
+    /// last took the counts (their frames stay `module+0xoffset`).
+    pub failures: ModuleFailures,
 }
 
 /// A function's name and the frame's offset from its start.
@@ -194,8 +263,13 @@ struct ModuleFunctions {
 }
 
 impl ModuleFunctions {
-    fn read(path: &Path) -> Result<ModuleFunctions, ModuleFileError> {
-        let elf = Elf::open(path)?;
+    /// The functions of `elf`, module `path` of process `tgid` (whose root has its debug file).
+    fn read(
+        tgid: u32,
+        elf: &Elf,
+        path: &Path,
+        failures: &mut ModuleFailures,
+    ) -> Result<ModuleFunctions, ModuleFileError> {
         let loads = elf
             .segments
             .iter()
@@ -204,9 +278,11 @@ impl ModuleFunctions {
             .collect();
         let mut symtab = elf.functions(false)?;
         if symtab.is_empty() {
-            // A debug file that cannot be read is as if there were none.
-            if let Some(debug) = super::unwind::debug_file_of(&elf, path)?.and_then(|p| Elf::open(&p).ok()) {
-                symtab = debug.functions(false).unwrap_or_default();
+            // A debug file that cannot be read, or of another build, is as if there were none.
+            match debug_file(tgid, elf, path) {
+                Ok(Some(debug)) => symtab = debug.functions(false).unwrap_or_default(),
+                Ok(None) => {}
+                Err(e) => failures.count(tgid, &e),
             }
         }
         Ok(ModuleFunctions { loads, symtab, dynsym: elf.functions(true)? })
@@ -230,9 +306,9 @@ fn demangle(name: &str) -> String {
 }
 
 impl FrameNamer {
-    /// The frames as the model shows them. `tgid` finds a module of a container through
-    /// `/proc/TGID/root` while the process lives.
-    pub fn name(&mut self, tgid: u32, frames: &[NormalFrame]) -> Vec<SiteFrame> {
+    /// The frames as the model shows them, named from `files` (the checked modules' open
+    /// files); `tgid` finds their debug files in its root while it lives.
+    pub fn name(&mut self, tgid: u32, frames: &[NormalFrame], files: &[ModuleHandle]) -> Vec<SiteFrame> {
         if self.names.len() > MAX_NAMES {
             self.names.clear();
         }
@@ -241,14 +317,15 @@ impl FrameNamer {
             if self.names.contains_key(&(module.clone(), *offset)) {
                 continue;
             }
+            let failures = &mut self.failures;
             let table = self.tables.entry(module.clone()).or_insert_with(|| {
-                let path = elf_file(&module.path, tgid)?;
-                match ModuleFunctions::read(&path) {
+                // A module never checked against its mapping names nothing (counted when it
+                // was opened).
+                let (_, elf) = files.iter().find(|(m, _)| m == module)?;
+                match ModuleFunctions::read(tgid, elf, &module.path, failures) {
                     Ok(t) => Some(t),
                     Err(e) => {
-                        if e.is_unreadable() {
-                            self.unreadable += 1;
-                        }
+                        failures.count(tgid, &e);
                         tracing::debug!("naming frames in {}: {e}", module.path.display());
                         None
                     }
@@ -290,23 +367,15 @@ impl FrameNamer {
     }
 }
 
-/// Where to read a module: its path here, or through the process's root (a container) while it
-/// lives.
-fn elf_file(path: &Path, tgid: u32) -> Option<PathBuf> {
-    if path.is_file() {
-        return Some(path.to_path_buf());
-    }
-    let inside = Path::new("/proc").join(tgid.to_string()).join("root").join(path.strip_prefix("/").ok()?);
-    inside.is_file().then_some(inside)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn site_ids_follow_build_ids_and_offsets() {
-        let m = |p: &str, id: Option<u8>| Arc::new(Module { path: p.into(), build_id: id.map(|b| vec![b; 20]) });
+        let m = |p: &str, id: Option<u8>| {
+            Arc::new(Module { path: p.into(), build_id: id.map(|b| vec![b; 20]), checked: Checked::BuildId })
+        };
         let a = [NormalFrame::File { module: m("/usr/lib/libc.so.6", Some(1)), offset: 0x10 }];
         // The same build id under another path (another container) is the same site.
         let b = [NormalFrame::File { module: m("/opt/x/libc.so.6", Some(1)), offset: 0x10 }];
@@ -321,18 +390,31 @@ mod tests {
         // A function of this test binary, normalised in this (live) process, then named from
         // the file by its offset, as an exited process's frames would be.
         let addr = this_process_frames_are_normalised_and_named as fn() as usize as u64;
+        let me = std::process::id();
+        let maps =
+            super::super::process_memory::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
         let mut n = FrameNormalizer::default();
-        let frames = n.normalize(std::process::id(), &[addr]).expect("own maps readable");
+        let (frames, files) = n.normalize(me, &[addr], &maps).expect("own maps readable");
         let NormalFrame::File { module, offset } = &frames[0] else { panic!("not in a file: {frames:?}") };
         assert!(module.path.is_absolute() && *offset > 0 && *offset != addr);
-        // Named by a namer that cannot see the process (a pid no process has): from the file.
-        let named = FrameNamer::default().name(u32::MAX - 1, &frames);
+        assert_eq!(module.checked, Checked::BuildId, "the test binary has a build id");
+        assert_eq!(files.len(), 1, "its open file travels with the frames");
+        // Named by a namer that cannot see the process (a pid no process has): from the file
+        // opened while it lived.
+        let named = FrameNamer::default().name(u32::MAX - 1, &frames, &files);
         let f = named[0].function.as_deref().unwrap_or_default();
         assert!(f.contains("this_process_frames_are_normalised_and_named"), "{}", named[0]);
+        // Without the checked file, nothing names it (never the agent's own path of that name).
+        let unnamed = FrameNamer::default().name(me, &frames, &[]);
+        assert_eq!(unnamed[0].function, None, "{}", unnamed[0]);
+        // Mappings that do not hold the address: the module is not checked, so not named.
+        let (frames, files) = n.normalize(me, &[addr], &[]).expect("own maps readable");
+        assert!(matches!(&frames[0], NormalFrame::File { module, .. } if module.checked == Checked::No));
+        assert!(files.is_empty());
         // An address in no mapping stays an address, shown with its module placeholder.
-        let frames = n.normalize(std::process::id(), &[0x10]).expect("own maps readable");
+        let (frames, _) = n.normalize(me, &[0x10], &maps).expect("own maps readable");
         assert_eq!(frames, vec![NormalFrame::Unknown { addr: 0x10 }]);
-        assert_eq!(FrameNamer::default().name(1, &frames)[0].to_string(), "[unknown]+0x10");
+        assert_eq!(FrameNamer::default().name(1, &frames, &[])[0].to_string(), "[unknown]+0x10");
     }
 
     #[test]
@@ -342,7 +424,8 @@ mod tests {
         assert!(Path::new(measured[0]).is_file(), "{} missing: apt-get install python3", measured[0]);
         for path in measured.iter().map(Path::new).filter(|p| p.is_file()) {
             let t = std::time::Instant::now();
-            let f = ModuleFunctions::read(path).expect("readable");
+            let elf = Elf::open(path).expect("readable");
+            let f = ModuleFunctions::read(1, &elf, path, &mut ModuleFailures::default()).expect("readable");
             let took = t.elapsed();
             let held = f.symtab.bytes() + f.dynsym.bytes();
             let len = std::fs::metadata(path).expect("stat").len();

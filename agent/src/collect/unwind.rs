@@ -2,13 +2,13 @@
 //! (`.eh_frame` with its `.eh_frame_hdr` index, else `.debug_frame`, from the file or its
 //! separate debug file found by build id), as `perf --call-graph dwarf` does after the fact: code
 //! built without frame pointers (CPython, PyTorch, glibc) walks correctly. framehop does the
-//! unwinding; this file finds the modules of a process (`/proc/PID/maps`, each file opened
-//! through `/proc/PID/map_files` so deleted files and containers' files work), reads their
-//! unwind sections once per file and keeps a per-process unwinder.
+//! unwinding; this file finds the modules of a process (`/proc/PID/maps`, each file opened and
+//! checked against its mapping by `process_file`: through `/proc/PID/map_files` or the
+//! process's own root, never the agent's path of that name), reads their unwind sections once
+//! per file and keeps a per-process unwinder.
 use std::{
     collections::HashMap,
     ops::Range,
-    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -18,41 +18,11 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
 };
 
-use super::module_file::{Elf, ModuleFileError};
-
-/// An executable mapping of a process: where a file's code lies.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub range: Range<u64>,
-    /// Offset in the file of the mapping's start.
-    pub offset: u64,
-    /// (device, inode): the file's identity whatever path it is seen by.
-    pub file: (u64, u64),
-    pub path: PathBuf,
-}
-
-/// The executable file mappings of `/proc/PID/maps` text. Pure.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut it = line.split_ascii_whitespace();
-    let (range, perms, offset, dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
-    let path = it.collect::<Vec<_>>().join(" ");
-    if !perms.contains('x') || !path.starts_with('/') {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let dev = (u64::from_str_radix(major, 16).ok()? << 32) | u64::from_str_radix(minor, 16).ok()?;
-    Some(Mapping {
-        range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        file: (dev, inode.parse().ok()?),
-        path: PathBuf::from(path.trim_end_matches(" (deleted)")),
-    })
-}
+use super::process_memory::{parse_maps, Mapping};
+use super::{
+    module_file::{Elf, ModuleFileError},
+    process_file::{debug_file, open_mapped, ModuleFailures},
+};
 
 /// The load bias of mapping `m` of ELF file `elf`: what is added to the file's addresses.
 pub fn exec_bias(elf: &Elf, m: &Mapping) -> Option<u64> {
@@ -147,33 +117,19 @@ impl UnwindSections {
     }
 }
 
-/// The separate debug file of an ELF file: `/usr/lib/debug/.build-id/xx/rest.debug` by build
-/// id, else the `.gnu_debuglink` name beside the file or under `/usr/lib/debug`.
-pub fn debug_file_of(elf: &Elf, path: &Path) -> Result<Option<PathBuf>, ModuleFileError> {
-    if let Some(id) = elf.build_id()? {
-        if id.len() > 1 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            let p = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
-            if p.is_file() {
-                return Ok(Some(p));
-            }
+/// Reads the unwind sections of the file mapping `m` of process `tgid` holds (checked against
+/// the mapping by `process_file`) into owned memory: only the headers and those sections (the
+/// file may be gigabytes). A debug file of another build counts as a mismatch and is not used.
+fn read_sections(tgid: u32, m: &Mapping, failures: &mut ModuleFailures) -> Result<UnwindSections, ModuleFileError> {
+    let f = open_mapped(tgid, m)?;
+    let debug = match debug_file(tgid, &f.elf, &m.path) {
+        Ok(d) => d,
+        Err(e) => {
+            failures.count(tgid, &e);
+            None
         }
-    }
-    let Some(name) = elf.debuglink()? else { return Ok(None) };
-    let (Some(dir), false) = (path.parent(), name.contains('/')) else { return Ok(None) };
-    let Ok(rel) = dir.strip_prefix("/") else { return Ok(None) };
-    Ok([dir.join(&name), dir.join(".debug").join(&name), Path::new("/usr/lib/debug").join(rel).join(&name)]
-        .into_iter()
-        .find(|p| p.is_file()))
-}
-
-/// Reads a file's unwind sections into owned memory (only the headers and those sections: the
-/// file may be gigabytes).
-fn read_sections(path: &Path) -> Result<UnwindSections, ModuleFileError> {
-    let elf = Elf::open(path)?;
-    // A debug file that cannot be read is as if there were none: the file's own tables count.
-    let debug = debug_file_of(&elf, path)?.and_then(|p| Elf::open(&p).ok());
-    UnwindSections::from_elf(&elf, debug.as_ref())
+    };
+    UnwindSections::from_elf(&f.elf, debug.as_ref())
 }
 
 /// How one stack unwound.
@@ -243,13 +199,18 @@ pub struct Unwinders {
     files: HashMap<(u64, u64), Option<Arc<UnwindSections>>>,
     cache: CacheX86_64,
     /// Module files that could not be read (truncated, not a regular file, a table past the
-    /// bound) since the caller last took the count.
-    pub unreadable: u64,
+    /// bound) or were another build than the mapping's, since the caller last took the counts.
+    pub failures: ModuleFailures,
 }
 
 impl Default for Unwinders {
     fn default() -> Self {
-        Unwinders { procs: HashMap::new(), files: HashMap::new(), cache: CacheX86_64::new(), unreadable: 0 }
+        Unwinders {
+            procs: HashMap::new(),
+            files: HashMap::new(),
+            cache: CacheX86_64::new(),
+            failures: ModuleFailures::default(),
+        }
     }
 }
 
@@ -301,22 +262,11 @@ impl Unwinders {
             let sections = self
                 .files
                 .entry(m.file)
-                .or_insert_with(|| {
-                    let through =
-                        PathBuf::from(format!("/proc/{tgid}/map_files/{:x}-{:x}", m.range.start, m.range.end));
-                    let read = match read_sections(&through) {
-                        Err(ModuleFileError::Open(..)) => read_sections(&m.path),
-                        r => r,
-                    };
-                    match read {
-                        Ok(s) => Some(Arc::new(s)),
-                        Err(e) => {
-                            if e.is_unreadable() {
-                                tracing::debug!("process {tgid}: no unwind tables: {e}");
-                                self.unreadable += 1;
-                            }
-                            None
-                        }
+                .or_insert_with(|| match read_sections(tgid, m, &mut self.failures) {
+                    Ok(s) => Some(Arc::new(s)),
+                    Err(e) => {
+                        self.failures.count(tgid, &e);
+                        None
                     }
                 })
                 .clone();
@@ -347,26 +297,9 @@ impl Unwinders {
 
 #[cfg(test)]
 mod tests {
-    use std::fs::File;
+    use std::{fs::File, path::Path};
 
     use super::*;
-
-    #[test]
-    fn maps_lines_give_executable_file_mappings() {
-        let text = "\
-55d0c0a00000-55d0c0a2c000 r--p 00000000 fe:01 1835063   /usr/bin/python3.11
-55d0c0a2c000-55d0c0d13000 r-xp 0002c000 fe:01 1835063   /usr/bin/python3.11
-7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0
-7ffd1c7e8000-7ffd1c7ea000 r-xp 00000000 00:00 0         [vdso]
-7f1c2b000000-7f1c2b100000 r-xp 00001000 00:1f 42        /tmp/my lib.so (deleted)
-";
-        let m = parse_maps(text);
-        assert_eq!(m.len(), 2, "{m:?}");
-        assert_eq!(m[0].range, 0x55d0c0a2c000..0x55d0c0d13000);
-        assert_eq!(m[0].offset, 0x2c000);
-        assert_eq!(m[0].file, ((0xfe << 32) | 1, 1835063));
-        assert_eq!(m[1].path, PathBuf::from("/tmp/my lib.so"));
-    }
 
     #[inline(never)]
     fn here(depth: u32, out: &mut Option<(u64, u64, u64, u64, Vec<u8>)>) {
@@ -440,7 +373,7 @@ mod tests {
         assert!(Path::new(MEASURED[0]).is_file(), "{} missing: apt-get install python3", MEASURED[0]);
         for path in MEASURED.iter().map(Path::new).filter(|p| p.is_file()) {
             let t = Instant::now();
-            let s = read_sections(path).expect("readable");
+            let s = UnwindSections::from_elf(&Elf::open(path).expect("readable"), None).expect("readable");
             let took = t.elapsed();
             let elf = Elf::open(path).expect("readable");
             let size = |n: &str| elf.section(n).map_or(0, |s| s.size as usize);

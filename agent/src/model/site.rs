@@ -303,6 +303,11 @@ pub struct StackFigures {
     /// Reads of module files that failed (truncated, not a regular file, a table past the
     /// bound): their samples keep frame-pointer frames, their frames stay `module+0xoffset`.
     pub module_unreadable: u64,
+    /// Module files (or their debug files) that were another build than what the process maps:
+    /// a container's file read by its path inside the container's root whose inode and build
+    /// id differ from the mapping's (replaced since it was mapped), a debug file whose build id
+    /// or debuglink CRC32 differs. Their frames stay `module+0xoffset`, never named from it.
+    pub module_mismatch: u64,
 }
 
 #[cfg(test)]
