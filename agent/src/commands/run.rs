@@ -192,9 +192,6 @@ impl Tracking {
                 }
                 continue;
             }
-            let id = std::fs::read_to_string(format!("/proc/{}/cgroup", p.tgid))
-                .map(|t| cgroup::parse(&t))
-                .unwrap_or_default();
             self.tracked.insert(
                 p.tgid,
                 Tracked {
@@ -202,8 +199,8 @@ impl Tracking {
                     executable: p.comm.clone(),
                     job: p.job.clone(),
                     rank: p.rank.rank,
-                    pod_uid: id.pod_uid,
-                    container_id: id.container_id,
+                    // Read once by the session when it first saw the process.
+                    container: p.container.clone(),
                 },
             );
         }
