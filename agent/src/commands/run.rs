@@ -167,6 +167,9 @@ impl Tracking {
                 // Jobs are assigned once the launcher is known; ranks once environ was read.
                 t.job = p.job.clone();
                 t.rank = p.rank.rank;
+                // Its container is read again at each exec: a runtime moves the process into the
+                // container's cgroup and namespaces before it execs the container's command.
+                t.container = p.container.clone();
                 continue;
             }
             if p.exited_at_ns.is_some() || p.tgid == 0 {
@@ -199,7 +202,6 @@ impl Tracking {
                     executable: p.comm.clone(),
                     job: p.job.clone(),
                     rank: p.rank.rank,
-                    // Read once by the session when it first saw the process.
                     container: p.container.clone(),
                 },
             );
