@@ -610,21 +610,93 @@ fn insight_records_open_and_close(bin: &std::path::PathBuf) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A process of a pod made by hand (`tierscope_tests::pod`: kubepods-shaped cgroup, its own UTS
+/// namespace named after the pod, the service account's namespace file): its series carry the
+/// pod and container as OpenTelemetry semantic-convention attributes, and the Prometheus
+/// endpoint of the same agent as labels.
+fn a_pods_process_carries_its_pod(bin: &std::path::PathBuf) {
+    use tierscope_tests::pod::{remove_pod_cgroup, start_in_pod, wait_in_pod, CONTAINER_ID, POD_NAME, POD_UID};
+    let marker = format!("tierscope-otlp-pod-{}", std::process::id());
+    let GrpcSetup { rt, received, stop, dir, config, .. } = grpc_setup(&marker, "[export]\ninterval_ms = 500\n");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let agent = Agent::start(bin, &["--config", config.to_str().unwrap(), "--prometheus", &listen], &[]);
+    let exe = std::env::current_exe().expect("current_exe");
+    let (mut child, cgroup) = start_in_pod(&[exe.to_str().unwrap(), "touch", "256", &marker]);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.0.stdout.as_mut().expect("stdout")), &mut line)
+        .expect("workload output");
+    assert_eq!(line.trim(), "touched 256", "the pod's workload did not report");
+    let pid = child.0.id();
+    wait_in_pod(pid, &std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string());
+    let pid = pid.to_string();
+    let want = [
+        ("process.pid", pid.as_str()),
+        ("k8s.pod.uid", POD_UID),
+        ("k8s.pod.name", POD_NAME),
+        ("k8s.namespace.name", "ml"),
+        ("container.id", CONTAINER_ID),
+        ("container.runtime", "containerd"),
+    ];
+    let batch = wait_for(Duration::from_secs(30), || {
+        all(&received).into_iter().rev().find(|b| !find(b, "tierscope.process.faults", &want).is_empty())
+    })
+    .unwrap_or_else(|| {
+        let last = all(&received).pop().unwrap_or_default();
+        panic!(
+            "no batch with the pod's attributes {want:?}; the process's points: {:?}; stderr:\n{}",
+            find(&last, "tierscope.process.faults", &[("process.pid", &pid)])
+                .iter()
+                .map(|p| &p.attrs)
+                .collect::<Vec<_>>(),
+            agent.stderr.lock().unwrap()
+        )
+    });
+    let f = find(&batch, "tierscope.process.faults", &want)[0];
+    assert!(!f.attrs.contains_key("container.name"), "no runtime state names it: {:?}", f.attrs);
+    assert!(f.value > 0.0);
+    // The same series on the Prometheus endpoint, labels with underscores.
+    let labels = [
+        ("process_pid", pid.as_str()),
+        ("k8s_pod_uid", POD_UID),
+        ("k8s_pod_name", POD_NAME),
+        ("k8s_namespace_name", "ml"),
+        ("container_id", CONTAINER_ID),
+        ("container_runtime", "containerd"),
+    ];
+    let scraped = wait_for(Duration::from_secs(10), || {
+        let (status, body) = http_get(&listen, "/metrics").ok()?;
+        (status == 200).then_some(body).filter(|b| sample(b, "tierscope_process_faults_total", &labels).is_some())
+    });
+    assert!(scraped.is_some(), "no Prometheus sample with the pod's labels {labels:?}");
+    drop(child);
+    remove_pod_cgroup(&cgroup);
+    assert_eq!(agent.stop(), Some(0));
+    let _ = stop.send(());
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("export_otlp pod: ok");
+}
+
 fn main() {
     if child_mode() {
         return;
     }
     type Part = fn(&std::path::PathBuf);
-    let parts: [(&str, Part); 4] = [
+    let parts: [(&str, Part); 5] = [
+        ("export_otlp::a_pods_process_carries_its_pod", a_pods_process_carries_its_pod),
         ("export_otlp::insight_records_open_and_close", insight_records_open_and_close),
         ("export_otlp::bad_config_is_one_line_and_exit_1", bad_config_is_one_line_and_exit_1),
         ("export_otlp::http_protobuf_through_the_environment", http_protobuf_through_the_environment),
         ("export_otlp::grpc_workload_and_outage", grpc_workload_and_outage),
     ];
     let Some(bin) = agent_bin("export_otlp") else { return summary(0, parts.len()) };
-    for (name, part) in parts {
+    // A filter, as libtest takes one: the parts whose name contains it.
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let chosen: Vec<_> =
+        parts.iter().filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str()))).collect();
+    for (name, part) in &chosen {
         part(&bin);
         passed(name);
     }
-    summary(parts.len(), 0);
+    summary(chosen.len(), parts.len() - chosen.len());
 }

@@ -5,6 +5,8 @@ use std::{
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
 };
 
+pub mod pod;
+
 /// A fresh private anonymous read-write mapping of `bytes` (the workloads' memory).
 pub fn map_anon(bytes: usize) -> std::io::Result<*mut u8> {
     map_anon_with(bytes, 0)

@@ -12,14 +12,15 @@ use tierscope_common::names::map;
 use tokio::sync::mpsc;
 
 use super::{
-    caps, counters,
+    caps,
+    container::IdentityReader,
+    counters,
     events::Decoder,
     probes::{LoadOptions, Probes},
     procfs, ringbuf, site_watch, sites, task_faults,
 };
 use crate::{
     model::{
-        cgroup,
         event::Event,
         job, liveness,
         redact::Redaction,
@@ -107,6 +108,7 @@ pub struct Session {
     site_watch: site_watch::SiteWatch,
     pattern: Option<regex::Regex>,
     redaction: Redaction,
+    identity: IdentityReader,
     identified: HashSet<u32>,
     /// Per process: what its residency depended on at its last scan.
     scan_marks: HashMap<u32, ScanMark>,
@@ -137,6 +139,8 @@ impl Session {
 
     /// Like [`Session::start`], with options.
     pub fn start_with(opts: SessionOptions) -> Result<Session> {
+        // Before anything is loaded: in another PID namespace every pid would be wrong.
+        super::pid_namespace::require_host()?;
         if let Some(mask) = caps::read_self() {
             if !caps::can_trace(mask) {
                 bail!("tierscope needs root or CAP_BPF+CAP_PERFMON to load its eBPF programs: run it with sudo");
@@ -217,6 +221,7 @@ impl Session {
             site_watch: site_watch::SiteWatch::with_capacity(site_watch_capacity),
             pattern: opts.pattern,
             redaction: opts.redaction.unwrap_or_default(),
+            identity: IdentityReader::new(),
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
             insight_reads: HashMap::new(),
@@ -550,12 +555,14 @@ impl Session {
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
-        // The cgroup path names the pod and container (the same parser the exporter uses).
-        let origin =
-            std::fs::read_to_string(format!("/proc/{tgid}/cgroup")).map(|t| cgroup::parse(&t)).unwrap_or_default();
-        self.model.set_origin(tgid, origin.pod_uid, origin.container_id, start_time);
         let environ =
             std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
+        // The cgroup path names the pod and container; the runtime's state and the container's
+        // own root name them (collect/container.rs).
+        let origin = self.identity.identify(tgid, &environ);
+        self.model.set_origin(tgid, origin, start_time);
+        self.model.container_processes = self.identity.counts.in_containers;
+        self.model.container_files_unreadable = self.identity.counts.unreadable;
         // Only python-like processes need the (longer) maps read to find libtorch.
         let maps = (comm.starts_with("python") || comm.starts_with("pt_") || cmdline.contains("python"))
             && std::fs::read_to_string(format!("/proc/{tgid}/maps")).is_ok_and(|m| job::maps_show_training_runtime(&m));

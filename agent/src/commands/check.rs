@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::check_memory::KernelMemoryReport;
 use crate::{
-    collect::{caps, probes::Probes, tracefs},
+    collect::{caps, pid_namespace, probes::Probes, tracefs},
     model::{
         agent::{Attach, ProgramStatus},
         privilege::{self, Missing},
@@ -84,6 +84,12 @@ pub fn run(json: bool) -> Result<i32> {
         tracefs: tracefs_state.clone(),
         kernel: privilege::kernel_version(&report.kernel),
     });
+    // `run`, `top`, `snapshot` and `record` refuse to start there (collect/pid_namespace.rs).
+    let pid_namespace = crate::model::pid_namespace::problem(&pid_namespace::view());
+    if let Some(m) = &pid_namespace {
+        report.advice.push(format!("{}: {}", m.what, m.fix));
+    }
+    report.missing.extend(pid_namespace.clone());
     if report.tracefs.is_none() {
         report.tracefs = match tracefs_state {
             privilege::Tracefs::Readable(p) => Some(p),
@@ -122,7 +128,7 @@ pub fn run(json: bool) -> Result<i32> {
     } else {
         print_text(&report, attached);
     }
-    Ok(if report.load_error.is_some() || attached == 0 { 1 } else { 0 })
+    Ok(if report.load_error.is_some() || attached == 0 || pid_namespace.is_some() { 1 } else { 0 })
 }
 
 fn print_text(r: &Report, attached: usize) {

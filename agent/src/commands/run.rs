@@ -177,6 +177,9 @@ impl Tracking {
                 // Jobs are assigned once the launcher is known; ranks once environ was read.
                 t.job = p.job.clone();
                 t.rank = p.rank.rank;
+                // Its container is read again at each exec: a runtime moves the process into the
+                // container's cgroup and namespaces before it execs the container's command.
+                t.container = p.container.clone();
                 continue;
             }
             if p.exited_at_ns.is_some() || p.tgid == 0 {
@@ -205,9 +208,6 @@ impl Tracking {
                 }
                 continue;
             }
-            let id = std::fs::read_to_string(format!("/proc/{}/cgroup", p.tgid))
-                .map(|t| cgroup::parse(&t))
-                .unwrap_or_default();
             self.tracked.insert(
                 p.tgid,
                 Tracked {
@@ -215,8 +215,7 @@ impl Tracking {
                     executable: p.comm.clone(),
                     job: p.job.clone(),
                     rank: p.rank.rank,
-                    pod_uid: id.pod_uid,
-                    container_id: id.container_id,
+                    container: p.container.clone(),
                 },
             );
         }

@@ -16,14 +16,15 @@ use std::collections::BTreeMap;
 use opentelemetry::KeyValue;
 
 use super::instruments::{
-    process::PROCESS_FAULTS, Kind, Point, Points, Value, CATALOG, CONTAINER_ID, EXE, JOB, OTHER, PID, POD_UID,
+    process::PROCESS_FAULTS, Kind, Point, Points, Value, CATALOG, CONTAINER_ID, EXE, JOB, OTHER, PID, POD_NAME, POD_UID,
 };
 
 /// How long a series outlives its last process.
 pub const KEEP_ENDED_NS: u64 = 10 * 60 * 1_000_000_000;
 
-/// Attributes fleet series do not carry: they change when a process or its pod restarts.
-const DROPPED: [&str; 3] = [PID, POD_UID, CONTAINER_ID];
+/// Attributes fleet series do not carry: they change when a process or its pod restarts (a
+/// Deployment's or Job's pod gets a new name; the namespace and container name stay).
+const DROPPED: [&str; 4] = [PID, POD_UID, POD_NAME, CONTAINER_ID];
 
 /// A process point's attributes in a fleet series: no pid, pod or container; in a job, no
 /// executable name either (a rank's data workers count with their rank).

@@ -2,6 +2,7 @@
 //! aya, no tokio: everything here is driven by values and unit tested.
 pub mod agent;
 pub mod cgroup;
+pub mod container;
 pub mod departed;
 pub mod event;
 pub mod faults;
@@ -14,6 +15,7 @@ pub mod job;
 pub mod kernel_memory;
 pub mod liveness;
 pub mod migration;
+pub mod pid_namespace;
 pub mod policy;
 pub mod privilege;
 pub mod process;
@@ -100,6 +102,10 @@ pub struct Model {
     /// whose pid another process took before their exit was seen.
     pub exits_found_late: u64,
     pub pids_reused: u64,
+    /// Processes seen in a container or pod, and files of containers or runtimes that could not
+    /// be read for their names (`collect/container.rs`).
+    pub container_processes: u64,
+    pub container_files_unreadable: u64,
     /// Pids whose record left the model because another process took the pid, since the
     /// collector last took them (it forgets what it kept about them).
     pub reused_pending: Vec<u32>,
@@ -488,10 +494,9 @@ impl Model {
     }
 
     /// Records where a process runs (pod, container) and when it started.
-    pub fn set_origin(&mut self, tgid: u32, pod_uid: Option<String>, container_id: Option<String>, start_time: u64) {
+    pub fn set_origin(&mut self, tgid: u32, container: container::ContainerIdentity, start_time: u64) {
         let p = self.process(tgid);
-        p.pod_uid = pod_uid;
-        p.container_id = container_id;
+        p.container = container;
         p.start_time = start_time;
     }
 

@@ -51,9 +51,8 @@ pub struct Process {
     pub rank: Rank,
     /// The job this process belongs to (its launcher's name, or its own for a lone worker).
     pub job: Option<String>,
-    /// Kubernetes pod uid and container id, when its cgroup path names them.
-    pub pod_uid: Option<String>,
-    pub container_id: Option<String>,
+    /// Its container and pod (`model/container.rs`); all `None` for a process of the host.
+    pub container: super::container::ContainerIdentity,
     /// Start time in clock ticks after boot (`/proc/PID/stat` field 22): with the pid, a
     /// process's identity across pid reuse.
     pub start_time: u64,

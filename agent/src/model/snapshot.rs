@@ -61,10 +61,9 @@ pub struct ProcessSnapshot {
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
     pub world_size: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
+    /// Its container and pod: id, runtime, pod_uid, pod_name, pod_namespace, name (null when
+    /// unknown) and the source of each name (docs/containers.md).
+    pub container: super::container::ContainerIdentity,
     /// Minor plus major faults in the window: the kernel's own count (`minflt` + `majflt`).
     pub faults: u64,
     /// `faults` by the path that took them.
@@ -260,6 +259,10 @@ pub struct AgentSnapshot {
     /// rewritten for memory onlined or removed.
     pub memory_block_checks: u64,
     pub memory_block_slots_rewritten: u64,
+    /// Processes seen in a container or pod, and container or runtime files that could not be
+    /// read for their names (those names are null or came from the next source).
+    pub container_processes: u64,
+    pub container_files_unreadable: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -396,8 +399,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 rank: p.rank.rank,
                 local_rank: p.rank.local_rank,
                 world_size: p.rank.world_size,
-                pod_uid: p.pod_uid.clone(),
-                container_id: p.container_id.clone(),
+                container: p.container.clone(),
                 alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 cxl_alloc_site_count: p.cxl_sites.len(),
                 top_cxl_alloc_sites: sites,
@@ -498,6 +500,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             exited_with_map_entries: model.exited_holding_entries(),
             memory_block_checks: ctx.memory_block_checks,
             memory_block_slots_rewritten: ctx.memory_block_slots_rewritten,
+            container_processes: model.container_processes,
+            container_files_unreadable: model.container_files_unreadable,
         },
     }
 }

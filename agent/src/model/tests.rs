@@ -291,7 +291,7 @@ fn a_pid_reused_after_the_entries_were_freed_is_a_new_process_with_its_own_total
     let mut r = reading(10, &[(5, 100)], &[((5, 1), 40)]);
     r.migrations.insert((5, 8, 0), t(9));
     m.apply_reading(&r);
-    m.set_origin(5, None, None, 1000);
+    m.set_origin(5, Default::default(), 1000);
     m.apply_event(Event::Exit { tgid: 5, comm: "old".into(), ts_ns: 12 });
     assert_eq!(m.entries_to_free(), vec![5]);
     m.entries_freed(&[5]);

@@ -87,6 +87,7 @@ impl Capture {
                 rank: p.rank,
                 local_rank: p.local_rank,
                 world_size: p.world_size,
+                container: (!p.container.is_host()).then(|| p.container.clone()),
             };
             let changed =
                 self.identities.get(&p.pid).is_none_or(|old| ProcessInfo { t_ms: old.t_ms, ..info.clone() } != *old);

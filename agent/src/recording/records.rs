@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::insights::{InsightId, Severity, Subject};
+use crate::model::{
+    container::ContainerIdentity,
+    insights::{InsightId, Severity, Subject},
+};
 
 /// The schema name in the `meta` record.
 pub const SCHEMA: &str = "tierscope.session/v1";
@@ -76,6 +79,10 @@ pub struct ProcessInfo {
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
     pub world_size: Option<u32>,
+    /// Its container and pod, for a process in one (absent for the host's processes and in
+    /// recordings made before containers were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerIdentity>,
 }
 
 /// The model at one moment.

@@ -173,6 +173,7 @@ pub fn model_of(rec: &Recording, index: &Index, i: usize, f: &Frame, look: &Look
             p.cmdline = info.cmdline.clone();
             p.ppid = info.ppid;
             p.job = info.job.clone();
+            p.container = info.container.clone().unwrap_or_default();
             p.rank = Rank { rank: info.rank, local_rank: info.local_rank, world_size: info.world_size };
             p.role = match (info.rank, &info.job) {
                 (Some(_), _) => Some(TrainingRole::Worker),
@@ -316,6 +317,7 @@ mod tests {
                     rank: Some(3),
                     local_rank: None,
                     world_size: None,
+                    container: None,
                 },
             )]
             .into(),

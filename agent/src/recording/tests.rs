@@ -284,3 +284,27 @@ fn frames_read_on_from_any_place_the_first_pass_found_are_the_frames_there() {
     assert!(e.ends_with("seek.tscope: the file changed while it was being read (its frames are not those of the first pass): read it again once it is complete"), "{e}");
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn process_records_carry_the_container_and_old_ones_still_read() {
+    // A record as sessions wrote it before containers were recorded.
+    let old = r#"{"process":{"t_ms":0,"pid":7,"ppid":1,"comm":"ts-alloc","cmdline":"ts-alloc 64","job":null,"rank":null,"local_rank":null,"world_size":null}}"#;
+    let Record::Process(p) = serde_json::from_str::<Record>(old).expect("old record") else { panic!("not a process") };
+    assert_eq!((p.pid, &p.container), (7, &None));
+    let c = crate::model::container::ContainerIdentity {
+        id: Some("a18263a04de5ed0f5b8428dfd2e2f5cb1a9334d4786017922c8aae2e675a0acf".into()),
+        runtime: Some(crate::model::container::Runtime::Podman),
+        name: Some("identtest3".into()),
+        sources: crate::model::container::Sources {
+            name: Some(crate::model::container::Source::RuntimeState),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let new = Record::Process(records::ProcessInfo { container: Some(c.clone()), ..p.clone() });
+    let text = serde_json::to_string(&new).unwrap();
+    assert!(text.contains(r#""runtime":"podman""#), "{text}");
+    assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), new);
+    // A host process writes no container at all (files stay as small as before).
+    assert!(!serde_json::to_string(&Record::Process(p)).unwrap().contains("container"));
+}

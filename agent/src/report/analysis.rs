@@ -97,6 +97,9 @@ pub struct ProcessUse {
     pub cmdline: String,
     pub job: Option<String>,
     pub rank: Option<u32>,
+    /// Its container and pod, when it ran in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::model::container::ContainerIdentity>,
     pub faults: u64,
     pub faults_per_s: f64,
     pub alloc_pages_by_node: BTreeMap<u32, u64>,
@@ -397,6 +400,7 @@ pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
                 cmdline: info.map(|i| i.cmdline.clone()).unwrap_or_default(),
                 job: info.and_then(|i| i.job.clone()),
                 rank: info.and_then(|i| i.rank),
+                container: info.and_then(|i| i.container.clone()),
                 faults: p.faults,
                 faults_per_s: p.faults as f64 / alive_s,
                 alloc_pages_by_node: p.alloc_pages_by_node.clone(),

@@ -122,19 +122,20 @@ pub fn render(a: &Analysis, title: &str) -> String {
     for (i, h) in a.histograms.iter().enumerate() {
         s.push_str(&histogram_chart(h, &i.to_string()));
     }
-    s.push_str("</div><h2>Processes</h2><table><tr><th>pid</th><th>command</th><th>job</th><th>rank</th><th>faults</th><th>faults/s</th><th>peak per tier</th><th>pages allocated per node</th><th>exited</th></tr>");
+    s.push_str("</div><h2>Processes</h2><table><tr><th>pid</th><th>command</th><th>job</th><th>rank</th><th>pod/container</th><th>faults</th><th>faults/s</th><th>peak per tier</th><th>pages allocated per node</th><th>exited</th></tr>");
     for p in &a.processes {
         let tiers: Vec<String> =
             p.peak_bytes_by_tier.iter().map(|(t, b)| format!("{t} {}", human(*b as f64, "bytes"))).collect();
         let nodes: Vec<String> = p.alloc_pages_by_node.iter().map(|(n, v)| format!("{n}: {v}")).collect();
         let _ = write!(
             s,
-            r#"<tr><td class="n">{}</td><td title="{}">{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr><td class="n">{}</td><td title="{}">{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             p.pid,
             escape(&p.cmdline),
             escape(&p.comm),
             escape(p.job.as_deref().unwrap_or("")),
             p.rank.map(|r| r.to_string()).unwrap_or_default(),
+            escape(&super::container_label(p)),
             p.faults,
             human(p.faults_per_s, "faults/s"),
             escape(&tiers.join(", ")),

@@ -71,17 +71,18 @@ pub fn render(a: &Analysis, title: &str) -> String {
             l(|l| l.p99_ns)
         );
     }
-    s.push_str("\n## Processes\n\n| pid | command | job | rank | faults | faults/s | peak per tier | exited |\n|---:|---|---|---:|---:|---:|---|---|\n");
+    s.push_str("\n## Processes\n\n| pid | command | job | rank | pod/container | faults | faults/s | peak per tier | exited |\n|---:|---|---|---:|---|---:|---:|---|---|\n");
     for p in &a.processes {
         let tiers: Vec<String> =
             p.peak_bytes_by_tier.iter().map(|(t, b)| format!("{t} {}", human(*b as f64, "bytes"))).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.pid,
             cell(&p.comm),
             cell(p.job.as_deref().unwrap_or("")),
             p.rank.map(|r| r.to_string()).unwrap_or_default(),
+            cell(&super::container_label(p)),
             p.faults,
             human(p.faults_per_s, "faults/s"),
             tiers.join(", "),

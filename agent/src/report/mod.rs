@@ -16,3 +16,18 @@ pub mod svg;
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// A process's pod or container as a report's table shows it: `namespace/pod` for a pod's
+/// process, the container's name or short id and its runtime for a container's; empty on the
+/// host.
+pub fn container_label(p: &analysis::ProcessUse) -> String {
+    let Some(c) = &p.container else { return String::new() };
+    match (&c.pod_namespace, &c.pod_name, c.label()) {
+        (Some(ns), Some(pod), _) => format!("{ns}/{pod}"),
+        (_, _, Some(l)) => match c.runtime {
+            Some(r) if c.pod_name.is_none() => format!("{l} ({})", r.as_str()),
+            _ => l,
+        },
+        _ => String::new(),
+    }
+}

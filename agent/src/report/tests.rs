@@ -49,6 +49,14 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
         rank: None,
         local_rank: None,
         world_size: None,
+        container: Some(crate::model::container::ContainerIdentity {
+            id: Some("3f1c9a0e7b2d4c5e8f6a1b2c3d4e5f60718293a4b5c6d7e8f9012345678abcde".into()),
+            runtime: Some(crate::model::container::Runtime::Containerd),
+            pod_uid: Some("8a1d2c3e-4f5a-6b7c-8d9e-0f1a2b3c4d5e".into()),
+            pod_name: Some("llama-0".into()),
+            pod_namespace: Some("ml".into()),
+            ..Default::default()
+        }),
     }))
     .unwrap();
     for i in 0..=10u64 {
@@ -180,8 +188,13 @@ fn html_is_self_contained_with_charts_and_markdown_has_the_tables() {
     let md = markdown::render(&a, "r");
     assert!(md.contains("| syscall_or_cpuset | 1 | 16384 | 0 |"), "{md}");
     assert!(md.contains("`touch+0x10 (ts-alloc)`"));
+    // The process's pod, in both forms and the JSON one.
+    assert!(md.contains("| 7 | ts-alloc |  |  | ml/llama-0 |"), "{md}");
+    assert!(page.contains("<td>ml/llama-0</td>"), "{page}");
     let json = serde_json::to_value(&a).unwrap();
     assert_eq!(json["schema"], "tierscope.report/v1");
+    assert_eq!(json["processes"][0]["container"]["pod_name"], "llama-0");
+    assert_eq!(json["processes"][0]["container"]["runtime"], "containerd");
     std::fs::remove_dir_all(d).unwrap();
 }
 
@@ -245,6 +258,7 @@ fn a_ranks_data_loader_workers_count_with_the_rank() {
             rank: Some(rank),
             local_rank: Some(rank),
             world_size: Some(2),
+            container: None,
         }))
         .expect("record");
     }

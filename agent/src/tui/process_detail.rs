@@ -104,6 +104,9 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     if let Some(d) = scene.demo.filter(|d| d.pid == pid) {
         out.push(Line::from(Span::styled(format!("demo workload: {}", d.placement), theme::warn())));
     }
+    if let Some(line) = container_line(&p.container) {
+        out.push(Line::from(Span::styled(format::truncate(&line, width), theme::accent())));
+    }
     if let Some(role) = p.role {
         let mut s = format!("training {}, job {}", role.word(), p.job.as_deref().unwrap_or("-"));
         if let Some(r) = p.rank.rank {
@@ -325,4 +328,27 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         out.push(Line::from(format!("  {} {}", pad(reason, 18), summary_line(h))));
     }
     out
+}
+
+/// `pod ml/llama-train-0 (uid 8a1d…), container trainer 3f1c9a0e7b2d (containerd)`; `None` on
+/// the host.
+fn container_line(c: &crate::model::container::ContainerIdentity) -> Option<String> {
+    if c.is_host() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(uid) = &c.pod_uid {
+        let name = match (&c.pod_namespace, &c.pod_name) {
+            (Some(ns), Some(n)) => format!("{ns}/{n}"),
+            (None, Some(n)) => n.clone(),
+            _ => "?".into(),
+        };
+        parts.push(format!("pod {name} (uid {uid})"));
+    }
+    if let Some(id) = &c.id {
+        let runtime = c.runtime.map_or(String::new(), |r| format!(" ({})", r.as_str()));
+        let name = c.name.as_ref().map_or(String::new(), |n| format!("{n} "));
+        parts.push(format!("container {name}{}{runtime}", &id[..id.len().min(12)]));
+    }
+    Some(parts.join(", "))
 }

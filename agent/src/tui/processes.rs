@@ -1,5 +1,6 @@
 //! Processes: every tracked process (exited ones marked, with their final totals) with its residency per tier, fault and allocation rates,
-//! promotions and demotions; sortable (`s`, `S`), filterable (`/`), training-only toggle (`t`).
+//! promotions and demotions, and (120 columns or more) its pod or container; sortable (`s`, `S`),
+//! filterable (`/`: pid, name, command, job, pod, namespace, container), training-only toggle (`t`).
 use ratatui::{
     layout::{Constraint, Flex, Layout, Rect},
     text::{Line, Span},
@@ -102,7 +103,7 @@ pub fn draw(
         })
         .collect();
     if wide {
-        header.push(Cell::from("JOB              COMMAND"));
+        header.push(Cell::from("POD/CONTAINER        JOB              COMMAND"));
     }
     // Only the rows that fit are formatted: the window a fresh table state scrolls to (the
     // selection on the last line once it is below the first screenful), so a thousand processes
@@ -130,7 +131,9 @@ pub fn draw(
                 .collect();
             if wide {
                 let job = format::truncate(r.job.as_deref().unwrap_or("-"), 16);
-                let mut spans = Vec::new();
+                // The pod's name, else the container's name or short id: what a user knows it by.
+                let pod = format::truncate(r.container.label().as_deref().unwrap_or("-"), 20);
+                let mut spans = vec![Span::styled(format!("{pod:<20} "), theme::accent())];
                 if let Some(at) = r.exited_at_ns {
                     spans.push(Span::styled(format!("exited {}  ", format::age(at, scene.now_ns)), theme::bad()));
                 }

@@ -20,6 +20,8 @@ pub struct ProcessRow {
     /// Part of a training job (launcher or worker), as classified by the collector.
     pub training: bool,
     pub job: Option<String>,
+    /// Its container and pod (all unknown for a process of the host).
+    pub container: crate::model::container::ContainerIdentity,
     pub rank: Option<u32>,
     /// For a data-loader worker or other child of a rank: the rank's pid (listed under it).
     pub rank_pid: Option<u32>,
@@ -72,6 +74,7 @@ impl ProcessRow {
             demo: scene.demo.is_some_and(|d| d.pid == p.tgid),
             training: p.role.is_some(),
             job: p.job.clone(),
+            container: p.container.clone(),
             rank: p.rank.rank,
             rank_pid: p.rank_pid,
             rss_bytes,
@@ -126,6 +129,7 @@ impl ProcessRow {
             || (self.demo && "demo".contains(&needle))
             || (self.exited_at_ns.is_some() && "exited".contains(&needle))
             || self.job.as_ref().is_some_and(|j| j.to_lowercase().contains(&needle))
+            || self.container.matches(&needle)
     }
 }
 
@@ -264,6 +268,9 @@ mod tests {
         assert_eq!(pids("TRAIN.PY"), vec![4242, 4243]);
         assert_eq!(pids("1200"), vec![1200]);
         assert_eq!(pids("nothing-like-this"), Vec::<u32>::new());
+        // By pod name, namespace and container id (rank 0 in a pod, rank 1 in podman).
+        assert_eq!(pids("LLAMA-TRAIN-0"), vec![4242]);
+        assert_eq!(pids("a18263a04de5"), vec![4243]);
     }
 
     #[test]

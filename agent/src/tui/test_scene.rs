@@ -154,6 +154,22 @@ impl Fixture {
             history.observe(&model, &nodes, at);
         }
         model.kernel_stats.insert("agent_filtered", 496);
+        // Rank 0 runs in a pod (named by its hostname), rank 1 in a podman container.
+        let pod = crate::model::cgroup::parse(
+            "0::/kubepods.slice/kubepods-pod8a1d2c3e_4f5a_6b7c_8d9e_0f1a2b3c4d5e.slice/cri-containerd-3f1c9a0e7b2d4c5e8f6a1b2c3d4e5f60718293a4b5c6d7e8f9012345678abcde.scope\n",
+        );
+        let evidence = crate::model::container::Evidence {
+            cgroup: pod,
+            hostname_file: Some(b"llama-train-0\n"),
+            service_account_namespace: Some(b"ml"),
+            ..Default::default()
+        };
+        model.processes.get_mut(&4242).expect("fixture").container = crate::model::container::resolve(&evidence);
+        let podman = crate::model::cgroup::parse(
+            "0::/libpod_parent/libpod-a18263a04de5ed0f5b8428dfd2e2f5cb1a9334d4786017922c8aae2e675a0acf\n",
+        );
+        let evidence = crate::model::container::Evidence { cgroup: podman, ..Default::default() };
+        model.processes.get_mut(&4243).expect("fixture").container = crate::model::container::resolve(&evidence);
         if let Some(p) = model.processes.get_mut(&4242) {
             p.cxl_sites = BTreeMap::from(
                 [(3, 700), (9, 250), (11, 50)]

@@ -99,8 +99,12 @@ fn tracked(procs: &[(u32, &'static str, Option<u32>)]) -> BTreeMap<u32, Tracked>
                 executable: comm.into(),
                 job: Some("llama-pretrain".into()),
                 rank,
-                pod_uid: Some(format!("0b7c2f4e-1111-4222-8333-{pid:012}")),
-                container_id: Some(format!("{pid:064x}")),
+                container: crate::model::container::ContainerIdentity {
+                    pod_uid: Some(format!("0b7c2f4e-1111-4222-8333-{pid:012}")),
+                    pod_name: Some(format!("train-{pid}")),
+                    id: Some(format!("{pid:064x}")),
+                    ..Default::default()
+                },
             };
             (pid, t)
         })

@@ -3,7 +3,8 @@
 use opentelemetry::KeyValue;
 
 use super::{
-    node_attrs, process, push, with, ExportInput, Points, Value, CONTAINER_ID, EXE, JOB, NODE, PID, POD_UID, RANK, TIER,
+    node_attrs, process, push, with, ExportInput, Points, Value, CONTAINER_ID, CONTAINER_NAME, CONTAINER_RUNTIME, EXE,
+    JOB, NAMESPACE, NODE, PID, POD_NAME, POD_UID, RANK, TIER,
 };
 use crate::model::hotness::Heat;
 
@@ -25,7 +26,21 @@ def!(
     "By",
     Gauge,
     false,
-    &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, NODE, TIER, CLASS],
+    &[
+        PID,
+        EXE,
+        JOB,
+        RANK,
+        POD_UID,
+        POD_NAME,
+        NAMESPACE,
+        CONTAINER_ID,
+        CONTAINER_RUNTIME,
+        CONTAINER_NAME,
+        NODE,
+        TIER,
+        CLASS
+    ],
     "Resident memory of a tracked process by node, tier and DAMON access class (hot, warm, cold)"
 );
 def!(

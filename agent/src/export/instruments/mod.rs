@@ -52,6 +52,10 @@ pub const JOB: &str = "tierscope.job";
 pub const RANK: &str = "tierscope.rank";
 pub const POD_UID: &str = "k8s.pod.uid";
 pub const CONTAINER_ID: &str = "container.id";
+pub const CONTAINER_RUNTIME: &str = "container.runtime";
+pub const CONTAINER_NAME: &str = "container.name";
+pub const POD_NAME: &str = "k8s.pod.name";
+pub const NAMESPACE: &str = "k8s.namespace.name";
 pub const QUANTILE: &str = "tierscope.quantile";
 pub const VMSTAT: &str = "tierscope.vmstat.counter";
 pub const DROP_REASON: &str = "tierscope.drop.reason";
@@ -198,8 +202,8 @@ pub struct Tracked {
     pub executable: String,
     pub job: Option<String>,
     pub rank: Option<u32>,
-    pub pod_uid: Option<String>,
-    pub container_id: Option<String>,
+    /// Its container and pod: `container.*` and `k8s.*` attributes where known.
+    pub container: crate::model::container::ContainerIdentity,
 }
 
 /// The agent's own health besides what the model holds.

@@ -3,15 +3,33 @@
 use opentelemetry::KeyValue;
 
 use super::{
-    agent::TRACKED, node_attrs, push, with, ExportInput, Points, Tracked, Value, CONTAINER_ID, EXE, FAULT_PATH, JOB,
-    NODE, OTHER, PID, POD_UID, RANK, REASON, RESULT, TIER,
+    agent::TRACKED, node_attrs, push, with, ExportInput, Points, Tracked, Value, CONTAINER_ID, CONTAINER_NAME,
+    CONTAINER_RUNTIME, EXE, FAULT_PATH, JOB, NAMESPACE, NODE, OTHER, PID, POD_NAME, POD_UID, RANK, REASON, RESULT,
+    TIER,
 };
 use crate::model::faults::PathTotals;
 
-const PROC: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID];
-const PROC_NODE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, NODE, TIER];
-const PROC_MIGRATE: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, REASON, RESULT];
-const PROC_PATH: &[&str] = &[PID, EXE, JOB, RANK, POD_UID, CONTAINER_ID, FAULT_PATH];
+/// The attributes that say which process: pid, name, job and rank, its pod and container.
+pub const PROC: &[&str] =
+    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME];
+const PROC_NODE: &[&str] =
+    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME, NODE, TIER];
+const PROC_MIGRATE: &[&str] = &[
+    PID,
+    EXE,
+    JOB,
+    RANK,
+    POD_UID,
+    POD_NAME,
+    NAMESPACE,
+    CONTAINER_ID,
+    CONTAINER_RUNTIME,
+    CONTAINER_NAME,
+    REASON,
+    RESULT,
+];
+const PROC_PATH: &[&str] =
+    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME, FAULT_PATH];
 
 def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
     "Page faults of the process as the kernel counts them (minflt + majflt), whichever path took them; untracked processes are summed under process.executable.name=\"other\"");
@@ -64,11 +82,20 @@ pub(super) fn attrs(t: &Tracked) -> Vec<KeyValue> {
     if let Some(r) = t.rank {
         a.push(KeyValue::new(RANK, r as i64));
     }
-    if let Some(p) = &t.pod_uid {
-        a.push(KeyValue::new(POD_UID, p.clone()));
+    let c = &t.container;
+    for (key, value) in [
+        (POD_UID, &c.pod_uid),
+        (POD_NAME, &c.pod_name),
+        (NAMESPACE, &c.pod_namespace),
+        (CONTAINER_ID, &c.id),
+        (CONTAINER_NAME, &c.name),
+    ] {
+        if let Some(v) = value {
+            a.push(KeyValue::new(key, v.clone()));
+        }
     }
-    if let Some(c) = &t.container_id {
-        a.push(KeyValue::new(CONTAINER_ID, c.clone()));
+    if let Some(r) = c.runtime {
+        a.push(KeyValue::new(CONTAINER_RUNTIME, r.as_str()));
     }
     a
 }

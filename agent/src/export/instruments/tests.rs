@@ -5,7 +5,13 @@ use super::{
     probe::{HMAT_READ_BANDWIDTH, HMAT_READ_LATENCY, MEMORY_LATENCY, MEMORY_READ_BANDWIDTH, PROBE_ROUNDS},
     *,
 };
-use crate::model::{agent::Attach, migration::MigrationTotals, reading::CounterReading, residency::NumaResidency};
+use crate::model::{
+    agent::Attach,
+    container::{ContainerIdentity, Runtime},
+    migration::MigrationTotals,
+    reading::CounterReading,
+    residency::NumaResidency,
+};
 
 pub(super) fn find<'a>(p: &'a Points, name: &str, want: &[(&str, &str)]) -> Vec<&'a Point> {
     p.get(name)
@@ -291,11 +297,35 @@ fn every_point_belongs_to_a_cataloged_metric_with_its_declared_attributes() {
             executable: "python3".into(),
             job: Some("j".into()),
             rank: Some(0),
-            pod_uid: Some("u".into()),
-            container_id: Some("c".into()),
+            container: ContainerIdentity {
+                id: Some("c".into()),
+                runtime: Some(Runtime::Containerd),
+                pod_uid: Some("u".into()),
+                pod_name: Some("p".into()),
+                pod_namespace: Some("ns".into()),
+                name: Some("trainer".into()),
+                ..Default::default()
+            },
         },
     )]);
     let p = run(&tracked);
+    // Every container and pod attribute is on the process series (semantic-convention names).
+    let faults = &p[process::PROCESS_FAULTS.name];
+    let mine = faults.iter().find(|pt| pt.attributes.iter().any(|kv| kv.key.as_str() == PID)).expect("pid 10's point");
+    for (k, v) in [
+        ("container.id", "c"),
+        ("container.runtime", "containerd"),
+        ("container.name", "trainer"),
+        ("k8s.pod.uid", "u"),
+        ("k8s.pod.name", "p"),
+        ("k8s.namespace.name", "ns"),
+    ] {
+        assert!(
+            mine.attributes.iter().any(|kv| kv.key.as_str() == k && kv.value.as_str() == v),
+            "{k}={v} missing: {:?}",
+            mine.attributes
+        );
+    }
     for (name, pts) in &p {
         let def = CATALOG.iter().find(|d| d.name == *name).unwrap_or_else(|| panic!("{name} not in the catalog"));
         for pt in pts {
