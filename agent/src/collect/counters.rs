@@ -174,6 +174,41 @@ pub fn traced_faults_of(ebpf: &Ebpf, tgid: u32) -> TracedFaults {
     TracedFaults { cpu_user: by_path[0], cpu_kernel: by_path[FAULT_PATH_KERNEL as usize] }
 }
 
+/// The tracepoints' counts of `tgids` read again, after their `/proc` counters: paired with
+/// those, every fault the CPU took that the kernel had counted is in them, so the kernel's count
+/// less these (the faults taken on the process's behalf) is never more than the truth. Read
+/// before `/proc`, a process faulting meanwhile would show its last microseconds' faults as on
+/// its behalf. One lookup per path and tgid, and the pending slots once.
+pub fn retrace(ebpf: &Ebpf, r: &mut CounterReading, tgids: impl Iterator<Item = u32>) {
+    let faults = hash::<FaultKey, u64>(ebpf, map::FAULTS);
+    let mut pending: std::collections::BTreeMap<(u32, u32), u64> = Default::default();
+    if let Some(cache) = per_cpu_array::<TgidPending>(ebpf, map::FAULT_CACHE) {
+        for path in 0..FAULT_PATHS {
+            if let Ok(vals) = cache.get(&path, 0) {
+                for s in vals.iter().filter(|s| s.pending > 0) {
+                    *pending.entry((s.tgid, path)).or_default() += s.pending;
+                }
+            }
+        }
+    }
+    for tgid in tgids {
+        let mut by_path = [0u64; FAULT_PATHS as usize];
+        for (path, n) in by_path.iter_mut().enumerate() {
+            let key = FaultKey { tgid, path: path as u32 };
+            *n = faults.as_ref().and_then(|m| m.get(&key, 0).ok()).unwrap_or(0)
+                + pending.get(&(tgid, path as u32)).copied().unwrap_or(0);
+        }
+        let (total, kernel) = (by_path.iter().sum::<u64>(), by_path[FAULT_PATH_KERNEL as usize]);
+        // Counts only grow: a flush between the two reads above can only make this lag.
+        let t = r.faults.entry(tgid).or_default();
+        if total > *t {
+            *t = total;
+            let k = r.faults_kernel_mode.entry(tgid).or_default();
+            *k = (*k).max(kernel);
+        }
+    }
+}
+
 /// Deletes every kernel map entry of the given tgids (exited, pruned from the model and held
 /// by no per-CPU pending slot), so the maps never fill up on a long-running node. The keys come
 /// from `last`, the reading the pruning was decided on: one delete per entry, no walk over the

@@ -160,8 +160,11 @@ impl Session {
             tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
             ..LoadOptions::default()
         };
-        let watch_start_ticks = task_faults::boot_ticks_now();
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
+        // After every program is attached: a process started in a later clock tick was watched
+        // from its first fault (the tick is 10 ms; one started in this tick or before counts
+        // from when the agent first sees it).
+        let watch_start_ticks = task_faults::boot_ticks_now();
         let site_watch_capacity = probes.sizing.1.site_watch;
         let ring = probes
             .ebpf
@@ -299,7 +302,27 @@ impl Session {
         let mut r = counters::read(&self.probes.ebpf);
         // After the maps: a run the counters show was counted by the kernel before this read.
         r.program_counters = super::prog_stats::read(&self.probes.ebpf, &self.probes.programs);
-        for (tgid, pid_reused) in self.read_live_faults(&mut r) {
+        // A process not yet identified (first seen in these maps, or brought in by an event)
+        // that started before the agent: its window starts at its counters now, before its
+        // first reading is applied; applied first, the account would count from its exec (a
+        // reading fixes a window's start once). Its tracepoint counts are read again below.
+        let first_seen: std::collections::BTreeSet<u32> = r
+            .faults
+            .keys()
+            .chain(r.allocs.keys().map(|(t, _)| t))
+            .chain(self.model.processes.keys())
+            .filter(|t| **t != 0 && !self.identified.contains(t))
+            .copied()
+            .collect();
+        for tgid in first_seen {
+            if let Some(st) = procfs::read_stat(tgid) {
+                self.note_start(tgid, &st);
+            }
+        }
+        let gone = self.read_live_faults(&mut r);
+        let read: Vec<u32> = r.live_faults.keys().copied().collect();
+        counters::retrace(&self.probes.ebpf, &mut r, read.into_iter());
+        for (tgid, pid_reused) in gone {
             if pid_reused {
                 self.model.exit_found_late(tgid, r.at_ns, true);
             } else {
@@ -494,7 +517,7 @@ impl Session {
     /// A process that started before the agent counts its faults from now on: the tracepoints'
     /// count for it, then its counters, read back to back.
     fn note_start(&mut self, tgid: u32, st: &procfs::ProcStat) {
-        if st.start_time < self.watch_start_ticks {
+        if st.start_time <= self.watch_start_ticks {
             let traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
             let Some((counters, start)) = task_faults::read_process(tgid) else { return };
             if start == st.start_time {
