@@ -25,7 +25,11 @@ fn top_site(bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) 
 
 /// Runs `bin args` as a container's process: under `unshare` with its own PID and mount
 /// namespaces (and `/proc` of its own), in `root` where given; returns its top site.
-fn top_site_in_namespaces(root: Option<&str>, bin: &str, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+fn top_site_in_namespaces(
+    root: Option<&str>,
+    bin: &str,
+    args: &[&str],
+) -> (serde_json::Value, serde_json::Value, (u64, u64)) {
     let mut argv = vec!["-pfm".to_string(), "--mount-proc".to_string()];
     if let Some(r) = root {
         // Its own /proc is mounted there (a root laid out before this had no mount point).
@@ -48,19 +52,31 @@ fn top_site_in_namespaces(root: Option<&str>, bin: &str, args: &[&str]) -> (serd
         std::fs::read_link("/proc/self/ns/pid").expect("ours"),
         "the workload is in a PID namespace of its own"
     );
-    site_of(w)
+    site_and_faults_of(w)
 }
 
-fn site_of(mut w: Workload) -> (serde_json::Value, serde_json::Value) {
+fn site_of(w: Workload) -> (serde_json::Value, serde_json::Value) {
+    let (top, sampling, _) = site_and_faults_of(w);
+    (top, sampling)
+}
+
+/// The top site, the sampling figures, and (the window's faults, the kernel's own count over
+/// it): read while the workload waits on its stdin before and after its work.
+fn site_and_faults_of(mut w: Workload) -> (serde_json::Value, serde_json::Value, (u64, u64)) {
     let pid = w.pid;
+    tierscope_tests::wait_blocked_on_pipe(pid);
+    let before = tierscope_tests::kernel_faults(pid);
     let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0"]);
     w.go();
     // It lives on while the agent reads its memory (as a training process does).
     let snap = agent.finish();
+    tierscope_tests::wait_blocked_on_pipe(pid);
+    let truth = tierscope_tests::kernel_faults(pid) - before;
     w.finish();
     let p = process(&snap, pid);
     eprintln!("stacks: {}", snap["agent"]["site_sampling"]);
-    (p["top_cxl_alloc_sites"][0].clone(), snap["agent"]["site_sampling"].clone())
+    let faults = p["faults"].as_u64().unwrap_or(0);
+    (p["top_cxl_alloc_sites"][0].clone(), snap["agent"]["site_sampling"].clone(), (faults, truth))
 }
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_sites.py");
@@ -136,8 +152,9 @@ fn a_python_310_allocation_is_named_through_its_frame_objects() {
 #[ignore = "requires root"]
 fn a_python_allocation_in_its_own_pid_namespace_is_named() {
     require_root_and_agent!();
-    let (top, sampling) = top_site_in_namespaces(None, PYTHON, &[SCRIPT, "256"]);
+    let (top, sampling, faults) = top_site_in_namespaces(None, PYTHON, &[SCRIPT, "256"]);
     assert_python_site(&top, &sampling, SCRIPT);
+    assert_faults_are_the_kernels(faults);
     assert_eq!(sampling["stacks"]["python_other_namespace"], 0, "{sampling}");
 }
 
@@ -150,9 +167,10 @@ fn a_python_313_allocation_in_a_container_of_its_own_root_is_named() {
     let root = debian_python("trixie", 13);
     std::fs::copy(SCRIPT, root.join("tmp/python_sites.py")).expect("copy the script into the root");
     let root_arg = root.to_str().expect("utf-8 path");
-    let (top, sampling) =
+    let (top, sampling, faults) =
         top_site_in_namespaces(Some(root_arg), "/usr/bin/python3.13", &["/tmp/python_sites.py", "256"]);
     assert_python_site(&top, &sampling, "/tmp/python_sites.py");
+    assert_faults_are_the_kernels(faults);
     assert_eq!(sampling["stacks"]["python_unsupported"], 0, "{sampling}");
 }
 
@@ -181,6 +199,16 @@ fn python_312_and_313_0_allocations_are_named() {
         let (top, sampling) = top_site(&pyenv_python(minor), &[SCRIPT, "256"]);
         assert_python_site(&top, &sampling, SCRIPT);
     }
+}
+
+/// A container's process's faults over the window are its own `minflt` + `majflt` over it (never
+/// fewer; more only by exceptions the tracepoint saw twice, as in kernel_probes).
+fn assert_faults_are_the_kernels((faults, truth): (u64, u64)) {
+    eprintln!("faults: agent {faults}, the kernel's {truth}");
+    assert!(
+        (truth..=truth + truth / 100).contains(&faults),
+        "the window's faults {faults} vs the kernel's own count {truth}"
+    );
 }
 
 /// The top site shows the allocating line of `python_sites.py` (as the interpreter knows it,
