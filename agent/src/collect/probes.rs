@@ -42,7 +42,7 @@ pub struct Probes {
 }
 
 /// `collect.max_tracked`'s default (`export/config.rs`), for commands without that setting.
-pub const DEFAULT_TRACKED_MAX: u32 = 64;
+pub const DEFAULT_TRACKED_MAX: u32 = 512;
 
 /// The running kernel's BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
