@@ -52,6 +52,8 @@ pub enum Part {
     Frame,
     /// What --hotness (DAMON) costs.
     Hotness,
+    /// The agent's kernel maps (`tierscope check`): bytes per possible CPU and at 256/384 CPUs.
+    Kmem,
 }
 
 impl BenchArgs {
@@ -213,7 +215,39 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.runs(Part::Hotness) {
         crate::bench_hotness::run(&agent, &storm_bin, &args)?;
     }
+    if args.runs(Part::Kmem) {
+        kernel_memory(&agent)?;
+    }
     println!("bench: machine load after: {}", load_average());
+    Ok(())
+}
+
+/// The agent's kernel maps as `tierscope check --json` measures them (each map's fdinfo memlock)
+/// and its arithmetic for bigger machines, against the targets (under 64 MiB at 256 CPUs, the
+/// agent within its 256 MiB limit at 384).
+fn kernel_memory(agent: &Path) -> Result<()> {
+    const MAX_AT_256_MIB: f64 = 64.0;
+    let out = Command::new(agent)
+        .args(["check", "--json"])
+        .stderr(Stdio::null())
+        .output()
+        .context("running tierscope check")?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("check gave no JSON")?;
+    let km = &v["kernel_memory"];
+    let mib = |b: &serde_json::Value| b.as_f64().unwrap_or(f64::NAN) / (1 << 20) as f64;
+    let at = |cpus: u64| {
+        km["at_cpus"].as_array().and_then(|a| a.iter().find(|p| p[0].as_u64() == Some(cpus))).map(|p| mib(&p[1]))
+    };
+    let (total, per_cpu) =
+        (mib(&km["total_bytes"]), km["bytes_per_possible_cpu"].as_f64().unwrap_or(f64::NAN) / 1024.0);
+    let cpus = km["machine"]["possible_cpus"].as_u64().unwrap_or(0);
+    let a256 = at(256).unwrap_or(f64::NAN);
+    println!(
+        "bench: kernel maps: {total:.1} MiB at {cpus} possible CPUs (measured), {per_cpu:.1} KiB per possible CPU; by arithmetic {:.1} MiB at 64, {a256:.1} MiB at 256 (target: under {MAX_AT_256_MIB} MiB: {}), {:.1} MiB at 384",
+        at(64).unwrap_or(f64::NAN),
+        verdict(a256, MAX_AT_256_MIB),
+        at(384).unwrap_or(f64::NAN)
+    );
     Ok(())
 }
 
@@ -294,7 +328,7 @@ mod tests {
         }
         use clap::Parser as _;
         let all = Cli::try_parse_from(["bench"]).expect("no flags").bench;
-        assert!([Part::Storm, Part::Bpf, Part::Tracked, Part::Residency, Part::Frame, Part::Hotness]
+        assert!([Part::Storm, Part::Bpf, Part::Tracked, Part::Residency, Part::Frame, Part::Hotness, Part::Kmem]
             .iter()
             .all(|&p| all.runs(p)));
         let some = Cli::try_parse_from(["bench", "--only", "storm,bpf"]).expect("a comma list").bench;

@@ -98,10 +98,7 @@ mod tests {
 
     #[test]
     fn the_loader_sizes_for_the_configured_default_of_tracked_processes() {
-        assert_eq!(
-            crate::collect::probes::DEFAULT_TRACKED_MAX as usize,
-            crate::export::config::DEFAULT_MAX_TRACKED
-        );
+        assert_eq!(crate::collect::probes::DEFAULT_TRACKED_MAX as usize, crate::export::config::DEFAULT_MAX_TRACKED);
     }
     use crate::model::kernel_memory::{size_maps, MapKind, MapMemory, MapShape};
 
