@@ -302,15 +302,15 @@ impl Session {
         let mut r = counters::read(&self.probes.ebpf);
         // After the maps: a run the counters show was counted by the kernel before this read.
         r.program_counters = super::prog_stats::read(&self.probes.ebpf, &self.probes.programs);
-        // A process not yet identified (first seen in these maps, or brought in by an event)
-        // that started before the agent: its window starts at its counters now, before its
+        // A live process not yet identified (first seen in these maps, or brought in by an
+        // event) that started before the agent (an exited one's pid may be another's now): its window starts at its counters now, before its
         // first reading is applied; applied first, the account would count from its exec (a
         // reading fixes a window's start once). Its tracepoint counts are read again below.
         let first_seen: std::collections::BTreeSet<u32> = r
             .faults
             .keys()
             .chain(r.allocs.keys().map(|(t, _)| t))
-            .chain(self.model.processes.keys())
+            .chain(self.model.processes.values().filter(|p| p.exited_at_ns.is_none()).map(|p| &p.tgid))
             .filter(|t| **t != 0 && !self.identified.contains(t))
             .copied()
             .collect();
