@@ -378,16 +378,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     // The processes tracked from the start have their first allocations' sites sampled.
     tracking.update(&s.model, &cfg);
     s.watch_sites(&tracking.live().into_iter().collect());
-    latest.publish_within(
-        keyed(
-            current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity),
-            cfg.granularity,
-            &mut fleet,
-            s.model.last_reading_ns,
-        ),
-        &limits,
-        &stats,
-    );
+    let points = current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity);
+    latest.publish_within(keyed(points, cfg.granularity, &mut fleet, s.model.last_reading_ns), &limits, &stats);
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
     let mut next_scan = Instant::now();
@@ -479,16 +471,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
                 stats.logs_dropped.fetch_add(missed + insights_missed, Ordering::Relaxed);
             }
         }
-        latest.publish_within(
-            keyed(
-                current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity),
-                cfg.granularity,
-                &mut fleet,
-                s.model.last_reading_ns,
-            ),
-            &limits,
-            &stats,
-        );
+        let points = current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity);
+        latest.publish_within(keyed(points, cfg.granularity, &mut fleet, s.model.last_reading_ns), &limits, &stats);
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());
