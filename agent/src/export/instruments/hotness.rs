@@ -2,10 +2,7 @@
 //! process, and what the kdamonds cost.
 use opentelemetry::KeyValue;
 
-use super::{
-    node_attrs, process, push, with, ExportInput, Points, Value, CONTAINER_ID, CONTAINER_NAME, CONTAINER_RUNTIME, EXE,
-    JOB, NAMESPACE, NODE, PID, POD_NAME, POD_UID, RANK, TIER,
-};
+use super::{node_attrs, process, push, with, ExportInput, Points, Value, NODE, TIER};
 use crate::model::hotness::Heat;
 
 /// The access class of the bytes: `hot`, `warm` or `cold` (thresholds in `[hotness]`).
@@ -26,21 +23,7 @@ def!(
     "By",
     Gauge,
     false,
-    &[
-        PID,
-        EXE,
-        JOB,
-        RANK,
-        POD_UID,
-        POD_NAME,
-        NAMESPACE,
-        CONTAINER_ID,
-        CONTAINER_RUNTIME,
-        CONTAINER_NAME,
-        NODE,
-        TIER,
-        CLASS
-    ],
+    super::process::process_attributes!(NODE, TIER, CLASS),
     "Resident memory of a tracked process by node, tier and DAMON access class (hot, warm, cold)"
 );
 def!(
@@ -87,7 +70,7 @@ mod tests {
 
     use super::{super::tests::one, *};
     use crate::{
-        export::instruments::{points as all_points, AgentHealth, NodeState, Tracked, CATALOG},
+        export::instruments::{points as all_points, AgentHealth, NodeState, Tracked, CATALOG, EXE},
         model::{
             hotness::{HotnessReading, Intervals, Region, Thresholds},
             Model,

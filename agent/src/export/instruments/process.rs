@@ -9,27 +9,32 @@ use super::{
 };
 use crate::model::faults::PathTotals;
 
-/// The attributes that say which process: pid, name, job and rank, its pod and container.
-pub const PROC: &[&str] =
-    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME];
-const PROC_NODE: &[&str] =
-    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME, NODE, TIER];
-const PROC_MIGRATE: &[&str] = &[
-    PID,
-    EXE,
-    JOB,
-    RANK,
-    POD_UID,
-    POD_NAME,
-    NAMESPACE,
-    CONTAINER_ID,
-    CONTAINER_RUNTIME,
-    CONTAINER_NAME,
-    REASON,
-    RESULT,
-];
-const PROC_PATH: &[&str] =
-    &[PID, EXE, JOB, RANK, POD_UID, POD_NAME, NAMESPACE, CONTAINER_ID, CONTAINER_RUNTIME, CONTAINER_NAME, FAULT_PATH];
+/// The attributes that say which process (pid, name, job and rank, its pod and container),
+/// followed by `$more`: one list, so a new identity attribute reaches every per-process series.
+macro_rules! process_attributes {
+    ($($more:expr),*) => {
+        &[
+            $crate::export::instruments::PID,
+            $crate::export::instruments::EXE,
+            $crate::export::instruments::JOB,
+            $crate::export::instruments::RANK,
+            $crate::export::instruments::POD_UID,
+            $crate::export::instruments::POD_NAME,
+            $crate::export::instruments::NAMESPACE,
+            $crate::export::instruments::CONTAINER_ID,
+            $crate::export::instruments::CONTAINER_RUNTIME,
+            $crate::export::instruments::CONTAINER_NAME,
+            $($more),*
+        ]
+    };
+}
+pub(super) use process_attributes;
+
+/// The attributes that say which process.
+pub const PROC: &[&str] = process_attributes!();
+const PROC_NODE: &[&str] = process_attributes!(NODE, TIER);
+const PROC_MIGRATE: &[&str] = process_attributes!(REASON, RESULT);
+const PROC_PATH: &[&str] = process_attributes!(FAULT_PATH);
 
 def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
     "Page faults of the process as the kernel counts them (minflt + majflt), whichever path took them; untracked processes are summed under process.executable.name=\"other\"");
