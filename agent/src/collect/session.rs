@@ -238,6 +238,10 @@ impl Session {
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
         session.discover(|_, _, _| true);
+        // Whoever hears that the agent is watching (tests and scripts start their workload on
+        // that line) starts processes in a later tick than the watch start, so those are counted
+        // from their first fault, never from when a reading first sees them.
+        task_faults::wait_past_tick(watch_start_ticks);
         Ok(session)
     }
 

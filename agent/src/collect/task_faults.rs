@@ -44,6 +44,16 @@ pub fn boot_ticks_now() -> u64 {
     ts.tv_sec as u64 * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
 }
 
+/// Returns once [`boot_ticks_now`] has passed `tick` (at most one tick, 10 ms at the usual
+/// USER_HZ, from a tick just read).
+/// Gives up after a second (a clock that does not move, or reads as 0).
+pub fn wait_past_tick(tick: u64) {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while boot_ticks_now() <= tick && std::time::Instant::now() < give_up {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +69,21 @@ mod tests {
         let (after, _) = read_process(me).expect("own stat");
         assert!(threads.minor <= after.minor, "threads {threads:?} > group {after:?}");
         assert_eq!(read_process(u32::MAX), None);
+    }
+
+    /// A process forked once the wait returns has a later start time than the tick waited
+    /// past: what lets a session count it from its first fault.
+    #[test]
+    fn a_process_started_after_the_wait_starts_in_a_later_tick() {
+        for _ in 0..5 {
+            let tick = boot_ticks_now();
+            wait_past_tick(tick);
+            let mut child = std::process::Command::new("sleep").arg("5").spawn().expect("sleep");
+            let started = read_process(child.id()).map(|(_, s)| s);
+            let _ = child.kill();
+            let _ = child.wait();
+            let started = started.expect("the child's stat");
+            assert!(started > tick, "child started at tick {started}, the wait was past {tick}");
+        }
     }
 }
