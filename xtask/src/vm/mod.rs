@@ -12,6 +12,7 @@ mod insights;
 mod insights_cxl;
 mod insights_split;
 mod insights_tiering;
+mod kmem;
 mod qemu;
 mod qmp;
 mod scenarios;
@@ -77,6 +78,8 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
     let image = initramfs::build(&fetched, &cache, &extra)?;
 
     let mut failed = Vec::new();
+    // The kernel-memory guests, judged together once both ran.
+    let mut kmem_reports: std::collections::BTreeMap<&str, Report> = Default::default();
     for s in &selected {
         let run_dir = qemu::run_dir(&cache, s.name);
         let boot = qemu::Boot {
@@ -156,6 +159,20 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         }
         if !problems.is_empty() {
             failed.push(s.name);
+        }
+        if s.name.starts_with("kmem-") {
+            kmem_reports.insert(s.name, report);
+        }
+    }
+    if let (Some(few), Some(many)) = (kmem_reports.get("kmem-2"), kmem_reports.get("kmem-64")) {
+        let (figures, summary) = kmem::line(few, many);
+        let ok = figures.iter().all(|f| f.ok);
+        println!("vm: {} kmem-line: {summary}", if ok { "PASS" } else { "FAIL" });
+        for f in figures.iter().filter(|f| !f.ok) {
+            println!("      {} off: agent={} kernel={} ({})", f.name, show(f.agent), show(f.kernel), f.rule);
+        }
+        if !ok {
+            failed.push("kmem-line");
         }
     }
     println!("vm: {} scenario(s) in {:.0} s", selected.len(), total.elapsed().as_secs_f64());

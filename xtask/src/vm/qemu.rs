@@ -25,6 +25,11 @@ pub enum Shape {
     /// Two sockets: node 0 with CPU 0 and node 1 with CPU 1, 512 MiB each, one memory tier (no
     /// HMAT): the CPU/memory affinity question without a slow tier.
     TwoSockets,
+    /// One node of 1536 MiB with 2 CPUs: the few-CPU end of the kernel-memory line.
+    Cpus2,
+    /// The same memory with 64 CPUs (about two minutes of boot under TCG on two host cores):
+    /// every per-CPU map is allocated for 64 possible CPUs.
+    Cpus64,
 }
 
 impl Shape {
@@ -33,6 +38,16 @@ impl Shape {
             Shape::Hmat => "hmat",
             Shape::Cxl => "cxl",
             Shape::TwoSockets => "two-sockets",
+            Shape::Cpus2 => "cpus-2",
+            Shape::Cpus64 => "cpus-64",
+        }
+    }
+
+    /// The guest's CPUs.
+    pub fn cpus(self) -> u32 {
+        match self {
+            Shape::Cpus64 => 64,
+            _ => 2,
         }
     }
 
@@ -40,8 +55,14 @@ impl Shape {
         let machine = match self {
             Shape::Hmat => "q35,accel=tcg,hmat=on",
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
-            Shape::TwoSockets => "q35,accel=tcg",
+            Shape::TwoSockets | Shape::Cpus2 | Shape::Cpus64 => "q35,accel=tcg",
         };
+        if matches!(self, Shape::Cpus2 | Shape::Cpus64) {
+            return ["-machine", machine, "-cpu", "max,hypervisor=off", "-smp", &self.cpus().to_string(), "-m", "1536M"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        }
         let mut a: Vec<String> = [
             "-machine",
             machine,
