@@ -647,7 +647,13 @@ impl Session {
                             procfs::read_resident_pages(p.tgid)
                         })
                     });
-                ScanState { tgid: p.tgid, last_at_ns, last_cost_ns: p.residency_cost_ns, unchanged }
+                ScanState {
+                    tgid: p.tgid,
+                    last_at_ns,
+                    last_cost_ns: p.residency_cost_ns,
+                    unchanged,
+                    last_hold_ns: p.residency_hold_ns,
+                }
             })
             .collect();
         let due = budget.due(&states, now);

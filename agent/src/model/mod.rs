@@ -623,7 +623,9 @@ impl Model {
         self.residency_scans += 1;
         self.residency_scan_ns += cost_ns;
         self.residency_longest_hold_ns = self.residency_longest_hold_ns.max(longest_hold_ns);
-        self.process(tgid).residency_cost_ns = Some(cost_ns);
+        let p = self.process(tgid);
+        p.residency_cost_ns = Some(cost_ns);
+        p.residency_hold_ns = Some(longest_hold_ns);
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Process {
     pub residency: Option<(NumaResidency, u64)>,
     /// What the last numa_maps read of this process cost (ns).
     pub residency_cost_ns: Option<u64>,
+    /// The longest single hold of its mmap lock in that read (ns).
+    pub residency_hold_ns: Option<u64>,
     pub exited_at_ns: Option<u64>,
     /// Its kernel map entries were deleted after it exited: later counts under its pid belong to
     /// another process.
