@@ -5,6 +5,7 @@
 //! per scenario under TCG (qemu) -> the guest script prints the kernel's figures and runs the
 //! agent -> the host compares them (scenarios) and prints one line per scenario.
 mod apt_sources;
+mod demo;
 mod fetch;
 mod hotness;
 mod initramfs;
@@ -50,7 +51,7 @@ pub struct VmTestArgs {
 }
 
 /// Host tools the image is built with (bookworm packages).
-const HOST_PACKAGES: &[&str] = &["busybox-static", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
+const HOST_PACKAGES: &[&str] = &["busybox-static", "python3.11-minimal", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
 
 /// Runs the selected scenarios; returns how many ran (all passed).
 pub fn run(args: VmTestArgs) -> Result<usize> {
@@ -117,6 +118,11 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         for f in figures.iter().filter(|f| !f.ok) {
             if !(args.kernel_only && f.agent.is_none()) {
                 problems.push(format!("{} off", f.name));
+            }
+        }
+        if s.name == "recorded-demo" && args.update_fixtures && problems.is_empty() && figures.iter().all(|f| f.ok) {
+            if let Err(e) = demo::ship(&run_dir.join("out/demo.tscope")) {
+                problems.push(format!("{e:#}"));
             }
         }
         if s.kind == Kind::Fixtures && problems.is_empty() {
