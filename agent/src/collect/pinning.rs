@@ -128,8 +128,10 @@ impl PinWatch {
         let paths = HOST_LIBRARIES.iter().copied().chain(extra.split(':').filter(|p| !p.is_empty()));
         for path in paths {
             if let Ok(file) = ModuleFile::open(Path::new(path)) {
-                if let Ok(id) = identity(file.file()) {
-                    w.attach_file(ebpf, id, file);
+                // Several paths may name one file (links): it is probed once.
+                match identity(file.file()) {
+                    Ok(id) if !w.libraries.contains_key(&id) => w.attach_file(ebpf, id, file),
+                    _ => {}
                 }
             }
         }
