@@ -97,8 +97,9 @@ pub struct PinWatch {
     loaded: Result<(), String>,
     /// Libraries by (device, inode) as `/proc/PID/maps` writes them.
     libraries: BTreeMap<(u64, u64), CudaLibrary>,
-    /// Per watched process: when its mappings were last looked at and whether the driver was there.
-    looked: HashMap<u32, (u64, bool)>,
+    /// Per watched process: when its mappings were last looked at, its faults then, and whether
+    /// the driver was there.
+    looked: HashMap<u32, (u64, u64, bool)>,
     /// A range's (key, bytes) -> its pages by node and its pages with none.
     placed: HashMap<(PinKey, u64), (BTreeMap<u32, u64>, u64)>,
     pub status: PinningStatus,
@@ -139,21 +140,22 @@ impl PinWatch {
         w
     }
 
-    /// Looks for the driver in the mappings of the watched processes `tgids` not looked at
-    /// lately, and probes any library not probed yet.
-    pub fn look_at(&mut self, ebpf: &mut Ebpf, tgids: &[u32], now_ns: u64) {
-        let wanted: HashSet<u32> = tgids.iter().copied().collect();
+    /// Looks for the driver in the mappings of the watched processes `tgids` (with their fault
+    /// counts) not looked at lately, and probes any library not probed yet. A process that took
+    /// no fault since its last look mapped nothing new (loading a library faults): not read again.
+    pub fn look_at(&mut self, ebpf: &mut Ebpf, tgids: &[(u32, u64)], now_ns: u64) {
+        let wanted: HashSet<u32> = tgids.iter().map(|&(t, _)| t).collect();
         self.looked.retain(|t, _| wanted.contains(t));
-        for &tgid in tgids {
-            if let Some(&(at, found)) = self.looked.get(&tgid) {
-                if found || now_ns.saturating_sub(at) < LOOK_AGAIN_NS {
+        for &(tgid, faults) in tgids {
+            if let Some(&(at, faults_then, found)) = self.looked.get(&tgid) {
+                if found || faults == faults_then || now_ns.saturating_sub(at) < LOOK_AGAIN_NS {
                     continue;
                 }
             }
             let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else { continue };
             self.status.processes_checked += 1;
             let driver = process_memory::parse_maps(&text).into_iter().find(|m| pinned::is_cuda_driver(&m.path));
-            self.looked.insert(tgid, (now_ns, driver.is_some()));
+            self.looked.insert(tgid, (now_ns, faults, driver.is_some()));
             let Some(m) = driver else { continue };
             if self.libraries.contains_key(&m.file) {
                 continue;
@@ -245,7 +247,7 @@ impl PinWatch {
 
     fn update_status(&mut self) {
         self.status.libraries = self.libraries.values().cloned().collect();
-        self.status.processes_without_cuda = self.looked.values().filter(|(_, found)| !found).count() as u64;
+        self.status.processes_without_cuda = self.looked.values().filter(|(_, _, found)| !found).count() as u64;
         self.status.cuda = match (&self.loaded, self.libraries.values().find(|l| l.status == Attach::Attached)) {
             (Err(e), _) => format!("unsupported: {e}"),
             (Ok(()), Some(_)) => "watching".into(),

@@ -424,8 +424,13 @@ impl Session {
             }
         }
         // The CUDA driver's ranges first: a locked mapping also registered with it counts there.
-        let watched: Vec<u32> =
-            self.model.processes.values().filter(|p| p.exited_at_ns.is_none() && p.role.is_some()).map(|p| p.tgid).collect();
+        let watched: Vec<(u32, u64)> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
+            .map(|p| (p.tgid, p.faults))
+            .collect();
         self.pin_watch.look_at(&mut self.probes.ebpf, &watched, now_ns);
         let driver = self.pin_watch.read(&self.probes.ebpf);
         let reads = &self.insight_reads;
