@@ -16,6 +16,7 @@ pub mod kernel_memory;
 pub mod liveness;
 pub mod migration;
 pub mod pid_namespace;
+pub mod pinned;
 pub mod policy;
 pub mod privilege;
 pub mod process;
@@ -77,6 +78,8 @@ pub struct Model {
     /// those it could not take (its map full).
     pub sites_watched: usize,
     pub site_watch_refused: u64,
+    /// How the CUDA driver's pinning is watched (`collect/pinning.rs`).
+    pub pinning: pinned::PinningStatus,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,

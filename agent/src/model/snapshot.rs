@@ -76,6 +76,11 @@ pub struct ProcessSnapshot {
     pub resident_pages_by_node: BTreeMap<String, u64>,
     pub resident_anon_pages_by_node: BTreeMap<String, u64>,
     pub resident_bytes_by_tier: BTreeMap<String, u64>,
+    /// Pinned host memory by node (bytes), whoever pinned it: the CUDA driver's ranges and the
+    /// mlocked mappings, page by page (`VmPin` has no node: in `pinned.vm_pin_bytes`).
+    pub pinned_bytes_by_node: BTreeMap<String, u64>,
+    /// Pinned bytes by source; null until read.
+    pub pinned: Option<super::pinned::PinnedMemory>,
     /// Age of the residency figures (ms) at snapshot time; absent when numa_maps was unreadable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residency_age_ms: Option<u64>,
@@ -230,6 +235,9 @@ pub struct AgentSnapshot {
     pub events_received: u64,
     /// The CXL allocation-site sampler: attempts and how each ended.
     pub site_sampling: SiteSampling,
+    /// How the CUDA driver's pinned memory is watched: `cuda` (`watching`, `no CUDA library
+    /// mapped`, `unsupported: why`), the libraries probed, processes looked at.
+    pub pinning: super::pinned::PinningStatus,
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
@@ -415,6 +423,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 resident_pages_by_node: res,
                 resident_anon_pages_by_node: anon,
                 resident_bytes_by_tier: by_tier,
+                pinned_bytes_by_node: p.pinned.as_ref().map(|x| keyed(&x.bytes_by_node)).unwrap_or_default(),
+                pinned: p.pinned.clone(),
                 residency_age_ms: age,
                 migrations: p.migrations.clone(),
                 policy_events: p.policy_events.iter().cloned().collect(),
@@ -485,6 +495,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 ctx.site_unnormalized,
                 ctx.site_stacks,
             ),
+            pinning: model.pinning.clone(),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
             residency_longest_hold_ms: model.residency_longest_hold_ns as f64 / 1e6,
