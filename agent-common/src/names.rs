@@ -117,6 +117,7 @@ pub mod program {
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
     pub const TASK_EXIT_FAULTS: &str = "task_exit_faults";
+    pub const SITE_WATCH_FORK: &str = "site_watch_fork";
     pub const FAULT_LATENCY_ENTRY: &str = "handle_mm_fault_entry";
     pub const FAULT_LATENCY_EXIT: &str = "handle_mm_fault_exit";
     pub const CXL_GENERAL_MEDIA: &str = "cxl_general_media";

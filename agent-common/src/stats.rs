@@ -32,6 +32,12 @@ pub enum Stat {
     PinReadFailed = 10,
     /// `PINNED` or `PIN_CALLS` was full: a pinned range was not recorded.
     PinMapFull = 11,
+    /// A watched process forked: its child was watched from its birth (a `SITE_BUDGET` entry
+    /// inherited at `sched_process_fork`), its first allocations sampled like its parent's.
+    SiteWatchInherited = 12,
+    /// `SITE_BUDGET` was full when a watched process forked: the child is watched from the
+    /// agent's next reading, if it wants it.
+    SiteWatchInheritFull = 13,
     /// CXL-tier allocations chosen for a site sample (one in `site_sample_every`). Every attempt
     /// ends as exactly one of the `Site*` outcomes below, so attempts = delivered + the causes.
     SiteAttempts = 16,
@@ -58,7 +64,7 @@ pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 19] = [
+    pub const ALL: [(Stat, &'static str); 21] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -71,6 +77,8 @@ impl Stat {
         (Stat::PinNoEntry, "pin_no_entry"),
         (Stat::PinReadFailed, "pin_read_failed"),
         (Stat::PinMapFull, "pin_map_full"),
+        (Stat::SiteWatchInherited, "site_watch_inherited"),
+        (Stat::SiteWatchInheritFull, "site_watch_inherit_full"),
         (Stat::SiteAttempts, "site_attempts"),
         (Stat::SiteDelivered, "site_delivered"),
         (Stat::SiteNoUserStack, "site_no_user_stack"),

@@ -530,7 +530,8 @@ impl Session {
     pub fn watch_sites(&mut self, tgids: &std::collections::BTreeSet<u32>) {
         // Python runtimes first, then the budgets that start the kernel sampling.
         self.site_reader.examine(self.site_watch.joining(tgids), SITE_EXAMINE_WAIT);
-        self.site_watch.set(&mut self.probes.ebpf, tgids);
+        let model = &self.model;
+        self.site_watch.set(&mut self.probes.ebpf, tgids, |t| model.processes.contains_key(&t));
         self.model.sites_watched = self.site_watch.len();
         self.model.site_watch_refused = self.site_watch.refused_total;
     }

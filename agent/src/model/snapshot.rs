@@ -155,6 +155,9 @@ pub struct SiteSampling {
     /// Processes whose sites are sampled now, and those the kernel's map had no room for.
     pub watched: usize,
     pub watch_refused: u64,
+    /// Children of watched processes watched from their fork by the kernel (before any
+    /// reading saw them); `kernel.site_watch_inherit_full` in drops counts those it had no room for.
+    pub inherited: u64,
     /// Delivered samples that reached the model.
     pub received: u64,
     /// New stacks whose process was gone before its mappings were read (shown as
@@ -199,6 +202,7 @@ impl SiteSampling {
             unaccounted: 0,
             watched: model.sites_watched,
             watch_refused: model.site_watch_refused,
+            inherited: k("site_watch_inherited"),
             received: model.site_samples_received,
             unnormalized,
             stacks,
@@ -460,7 +464,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         // Not losses: filtered on purpose, or the site sampler's own tally (`site_sampling`).
         .filter(|(k, _)| {
             **k != "agent_filtered"
-                && !matches!(**k, "site_attempts" | "site_delivered" | "site_rate_limited" | "site_not_watched")
+                && !matches!(
+                    **k,
+                    "site_attempts" | "site_delivered" | "site_rate_limited" | "site_not_watched" | "site_watch_inherited"
+                )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
