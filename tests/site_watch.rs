@@ -21,6 +21,30 @@ fn assert_touch_is_named(p: &serde_json::Value) -> Vec<serde_json::Value> {
     sites
 }
 
+/// A copy of `bin` under a name of its own (for `--match`), in a folder of its own: (folder, path).
+fn named_copy(bin: &str, prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tierscope-{prefix}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join(format!("{prefix}{}", std::process::id() % 100_000));
+    std::fs::copy(bin, &copy).unwrap_or_else(|e| panic!("copying {bin}: {e}"));
+    (dir, copy)
+}
+
+/// A snapshot until interrupted, node 0 declared cxl, of the processes named like `copy`.
+fn watching_copy(copy: &std::path::Path) -> Agent {
+    let name = copy.file_name().and_then(|n| n.to_str()).expect("a name");
+    Agent::snapshot(&[
+        "--duration",
+        UNTIL_INTERRUPTED,
+        "--match",
+        &format!("^{name}"),
+        "--cxl-node",
+        "0",
+        "--site-sample-every",
+        &EVERY.to_string(),
+    ])
+}
+
 #[test]
 #[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn only_the_watched_one_of_two_allocating_processes_is_sampled() {
@@ -82,21 +106,8 @@ fn only_the_watched_one_of_two_allocating_processes_is_sampled() {
 fn a_process_matched_after_the_start_is_sampled_from_the_tick_it_is_seen() {
     require_root_and_agent!();
     // A name of its own for --match: a copy of the workload.
-    let dir = std::env::temp_dir().join(format!("tierscope-site-watch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let name = format!("tswatch{}", std::process::id() % 100_000);
-    let bin = dir.join(&name);
-    std::fs::copy(WORKLOAD, &bin).expect("copy the workload");
-    let agent = Agent::snapshot(&[
-        "--duration",
-        UNTIL_INTERRUPTED,
-        "--match",
-        &format!("^{name}"),
-        "--cxl-node",
-        "0",
-        "--site-sample-every",
-        &EVERY.to_string(),
-    ]);
+    let (dir, bin) = named_copy(WORKLOAD, "tswatch");
+    let agent = watching_copy(&bin);
     // It starts after the agent's "watching" line: not watched until a reading sees it.
     let mut w = Workload::start(bin.to_str().expect("utf-8 path"), &["touch", "16"]);
     let pid = w.pid;
@@ -125,11 +136,7 @@ fn the_child_of_a_watched_process_is_sampled_from_its_birth() {
     const CHURN: &str = env!("CARGO_BIN_EXE_tierscope-churn");
     const MIB: u64 = 16;
     // A name of its own for --match (the forked child keeps it: wanted once a reading sees it).
-    let dir = std::env::temp_dir().join(format!("tierscope-site-fork-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let name = format!("tsfork{}", std::process::id() % 100_000);
-    let bin = dir.join(&name);
-    std::fs::copy(CHURN, &bin).expect("copy tierscope-churn");
+    let (dir, bin) = named_copy(CHURN, "tsfork");
     let mut parent = std::process::Command::new(&bin)
         .args(["fork-touch", &MIB.to_string()])
         .stdin(std::process::Stdio::piped())
@@ -140,16 +147,7 @@ fn the_child_of_a_watched_process_is_sampled_from_its_birth() {
     let mut line = String::new();
     out.read_line(&mut line).expect("ready line");
     assert_eq!(line.trim(), "ready");
-    let agent = Agent::snapshot(&[
-        "--duration",
-        UNTIL_INTERRUPTED,
-        "--match",
-        &format!("^{name}"),
-        "--cxl-node",
-        "0",
-        "--site-sample-every",
-        &EVERY.to_string(),
-    ]);
+    let agent = watching_copy(&bin);
     parent.stdin.take().expect("stdin").write_all(b"go\n").expect("go");
     line.clear();
     out.read_line(&mut line).expect("child line");

@@ -89,40 +89,56 @@ pub fn run_job_shape(agent: &Path) -> Result<()> {
         pids.push(pid);
         pids.extend(kids.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
     }
-    let child = Command::new(agent)
-        .args(["run", "--prometheus", &format!("127.0.0.1:{PORT}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting tierscope run")?;
-    std::thread::sleep(WARM_UP);
-    let before = agent_usage(child.id());
-    std::thread::sleep(WINDOW);
-    let after = agent_usage(child.id());
-    let metrics = scrape().unwrap_or_default();
-    stop_agent(child)?;
+    let usage = measure(Command::new(agent).args(["run", "--prometheus", &format!("127.0.0.1:{PORT}")]))?;
     for r in &ranks.0 {
         // SAFETY: kill has no memory preconditions; the group is the rank's own.
         unsafe { libc::kill(-(r.id() as i32), libc::SIGKILL) };
     }
     drop(ranks);
     let _ = std::fs::remove_dir_all(&dir);
-    let (Some((_, t0)), Some((hwm, t1))) = (before, after) else {
+    let Some(u) = usage else {
         println!("bench: 8-GPU job shape: the agent exited early (run `tierscope run` to see why)");
         return Ok(());
     };
-    let cpu_pct = (t1 - t0) as f64 * 10.0 / WINDOW.as_millis() as f64 * 100.0;
-    let rss = hwm as f64 / 1024.0;
     println!(
         "bench: agent over an 8-GPU job shape ({} processes: {RANKS} ranks x (1 + {WORKERS} pt_data_worker + {HELPERS} helpers); default configuration; {} listed on /metrics), {} s after a {} s warm-up:",
         pids.len(),
-        tracked_on_endpoint(&metrics, &pids),
+        tracked_on_endpoint(&u.metrics, &pids),
         WINDOW.as_secs(),
         WARM_UP.as_secs()
     );
-    println!("bench:   agent CPU {cpu_pct:.2}% of a core (target < {MAX_CPU_PCT}%: {})", verdict(cpu_pct, MAX_CPU_PCT));
-    println!("bench:   agent peak RSS {rss:.1} MiB (target < {MAX_RSS_MIB} MiB: {})", verdict(rss, MAX_RSS_MIB));
+    u.print();
     Ok(())
+}
+
+/// The agent's CPU over the window, its peak RSS and its endpoint's answer at the end.
+struct Usage {
+    cpu_pct: f64,
+    rss_mib: f64,
+    metrics: String,
+}
+
+impl Usage {
+    fn print(&self) {
+        let (cpu, rss) = (self.cpu_pct, self.rss_mib);
+        println!("bench:   agent CPU {cpu:.2}% of a core (target < {MAX_CPU_PCT}%: {})", verdict(cpu, MAX_CPU_PCT));
+        println!("bench:   agent peak RSS {rss:.1} MiB (target < {MAX_RSS_MIB} MiB: {})", verdict(rss, MAX_RSS_MIB));
+    }
+}
+
+/// Starts the agent (`run` serving Prometheus on PORT), measures it over WINDOW after WARM_UP,
+/// scrapes it and stops it; `None` when it exited early.
+fn measure(agent: &mut Command) -> Result<Option<Usage>> {
+    let child = agent.stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting tierscope run")?;
+    std::thread::sleep(WARM_UP);
+    let before = agent_usage(child.id());
+    std::thread::sleep(WINDOW);
+    let after = agent_usage(child.id());
+    let metrics = scrape().unwrap_or_default();
+    stop_agent(child)?;
+    let (Some((_, t0)), Some((hwm, t1))) = (before, after) else { return Ok(None) };
+    let cpu_pct = (t1 - t0) as f64 * 10.0 / WINDOW.as_millis() as f64 * 100.0;
+    Ok(Some(Usage { cpu_pct, rss_mib: hwm as f64 / 1024.0, metrics }))
 }
 
 /// Distinct pids of the idle processes on the endpoint.
@@ -155,37 +171,26 @@ pub fn run(agent: &Path, n: u32) -> Result<()> {
         idle.0.push(c);
     }
     let pids: Vec<u32> = idle.0.iter().map(Child::id).collect();
-    let child = Command::new(agent)
-        .args(["run", "--config"])
-        .arg(&config)
-        .args(["--match", "^tierscope-idle", "--prometheus", &format!("127.0.0.1:{PORT}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting tierscope run")?;
-    std::thread::sleep(WARM_UP);
-    let before = agent_usage(child.id());
-    std::thread::sleep(WINDOW);
-    let after = agent_usage(child.id());
-    let metrics = scrape().unwrap_or_default();
-    stop_agent(child)?;
+    let usage = measure(Command::new(agent).args(["run", "--config"]).arg(&config).args([
+        "--match",
+        "^tierscope-idle",
+        "--prometheus",
+        &format!("127.0.0.1:{PORT}"),
+    ]))?;
     drop(idle);
     let _ = std::fs::remove_dir_all(&dir);
-    let (Some((_, t0)), Some((hwm, t1))) = (before, after) else {
+    let Some(u) = usage else {
         println!(
             "bench: tracked processes: the agent exited early (run `tierscope run --match ^tierscope-idle` to see why)"
         );
         return Ok(());
     };
-    let cpu_pct = (t1 - t0) as f64 * 10.0 / WINDOW.as_millis() as f64 * 100.0;
-    let rss = hwm as f64 / 1024.0;
     println!(
         "bench: agent with {n} idle processes matched (`tierscope run`, [collect] max_tracked = {n}; {} listed on /metrics), {} s after a {} s warm-up:",
-        tracked_on_endpoint(&metrics, &pids),
+        tracked_on_endpoint(&u.metrics, &pids),
         WINDOW.as_secs(),
         WARM_UP.as_secs()
     );
-    println!("bench:   agent CPU {cpu_pct:.2}% of a core (target < {MAX_CPU_PCT}%: {})", verdict(cpu_pct, MAX_CPU_PCT));
-    println!("bench:   agent peak RSS {rss:.1} MiB (target < {MAX_RSS_MIB} MiB: {})", verdict(rss, MAX_RSS_MIB));
+    u.print();
     Ok(())
 }
