@@ -13,7 +13,6 @@ use std::{
 
 use aya::programs::{tp_btf::BtfTracePointLink, ProgramFd};
 
-use super::counters::monotonic_ns;
 use crate::model::page_path::{ClockFigures, DutyCycle};
 
 /// One cycled program: its name (for errors), its descriptor and, while attached by aya at
@@ -90,6 +89,15 @@ impl Drop for PageCycle {
             let _ = t.join();
         }
     }
+}
+
+/// Monotonic nanoseconds (the clock of the readings' `at_ns`; `counters.rs` has the same, which
+/// this file may not use: counters -> map_batch -> probes -> here would be a circle).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Sleeps until `until_ns` (monotonic) unless told to stop; `false` when stopped.
