@@ -17,6 +17,7 @@ use super::{
     counters,
     events::Decoder,
     probes::{LoadOptions, Probes},
+    pinning::{self, PinWatch},
     procfs, ringbuf, site_watch, sites, task_faults,
 };
 use crate::{
@@ -134,6 +135,10 @@ pub struct Session {
     zombies: HashSet<u32>,
     /// The sampled page path's counts turned into estimates (unused when every event counts).
     page_scaler: Scaler,
+    /// Pinned host memory: the uprobes on the CUDA driver and the placement of its ranges.
+    pin_watch: PinWatch,
+    /// Each process's kernel-counted pinned and locked memory, as its last insight read found it.
+    kernel_pinned: HashMap<u32, pinning::KernelPinned>,
 }
 
 impl Session {
@@ -202,6 +207,7 @@ impl Session {
         let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
         let site_reader = sites::spawn(site_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
+        let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
         model.insights = crate::model::insights::InsightEngine::new(opts.insights.clone().unwrap_or_default());
@@ -241,6 +247,8 @@ impl Session {
             look_before_flush: None,
             zombies: HashSet::new(),
             page_scaler: Scaler::default(),
+            pin_watch,
+            kernel_pinned: HashMap::new(),
         };
         let note = session.probes.page_path_note.clone();
         session.model.page_path = match &session.probes.page_cycle {
@@ -365,6 +373,7 @@ impl Session {
         let free = self.model.entries_to_free();
         if !free.is_empty() {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &free, &r) as u64;
+            self.entries_forgotten += self.pin_watch.forget(&mut self.probes.ebpf, &free) as u64;
             self.model.entries_freed(&free);
         }
         let mut holding = r.tgids();
@@ -411,6 +420,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
+            self.kernel_pinned.remove(&tgid);
             self.site_reader.forget(tgid);
         }
     }
@@ -430,6 +440,16 @@ impl Session {
                 n.mem_free_bytes = info.free_bytes;
             }
         }
+        // The CUDA driver's ranges first: a locked mapping also registered with it counts there.
+        let watched: Vec<(u32, u64)> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
+            .map(|p| (p.tgid, p.faults))
+            .collect();
+        self.pin_watch.look_at(&mut self.probes.ebpf, &watched, now_ns);
+        let driver = self.pin_watch.read(&self.probes.ebpf);
         let reads = &self.insight_reads;
         let due: Vec<(u32, u64)> = self
             .model
@@ -450,15 +470,24 @@ impl Session {
                 .get(&tgid)
                 .copied()
                 .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
-            let pinned = std::fs::read_to_string(format!("/proc/{tgid}/status"))
-                .ok()
-                .and_then(|s| procfs::parse_pinned_bytes(&s));
+            let driver_ranges = driver.get(&tgid).map(|d| d.ranges.clone()).unwrap_or_default();
+            match self.pin_watch.read_kernel(tgid, &driver_ranges) {
+                Some(k) => self.kernel_pinned.insert(tgid, k),
+                None => self.kernel_pinned.remove(&tgid),
+            };
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);
-                p.pinned_bytes = pinned;
             }
         }
+        // Every live process with pinned memory from either source, read this reading.
+        for p in self.model.processes.values_mut().filter(|p| p.exited_at_ns.is_none()) {
+            let (d, k) = (driver.get(&p.tgid), self.kernel_pinned.get(&p.tgid));
+            if d.is_some() || k.is_some() {
+                p.pinned = Some(pinning::combine(d, k));
+            }
+        }
+        self.model.pinning = self.pin_watch.status.clone();
         self.model.update_insights(&nodes, self.page_size);
     }
 
@@ -518,7 +547,8 @@ impl Session {
     pub fn watch_sites(&mut self, tgids: &std::collections::BTreeSet<u32>) {
         // Python runtimes first, then the budgets that start the kernel sampling.
         self.site_reader.examine(self.site_watch.joining(tgids), SITE_EXAMINE_WAIT);
-        self.site_watch.set(&mut self.probes.ebpf, tgids);
+        let model = &self.model;
+        self.site_watch.set(&mut self.probes.ebpf, tgids, |t| model.processes.contains_key(&t));
         self.model.sites_watched = self.site_watch.len();
         self.model.site_watch_refused = self.site_watch.refused_total;
     }
@@ -668,7 +698,13 @@ impl Session {
                             procfs::read_resident_pages(p.tgid)
                         })
                     });
-                ScanState { tgid: p.tgid, last_at_ns, last_cost_ns: p.residency_cost_ns, unchanged }
+                ScanState {
+                    tgid: p.tgid,
+                    last_at_ns,
+                    last_cost_ns: p.residency_cost_ns,
+                    unchanged,
+                    last_hold_ns: p.residency_hold_ns,
+                }
             })
             .collect();
         let due = budget.due(&states, now);
