@@ -8,8 +8,8 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 /// 256 ms duty cycle.
 const CHURN_SECS: &str = "4";
 
-/// The error allowed for a process watched this long: measured here -0.2% to +3.9% against the
-/// pages touched in 4 runs (exact: +0.6%), under load 6-13 (docs/how-it-measures.md).
+/// The error allowed for a process watched this long: measured here -0.2% to +5.3% against the
+/// pages touched in 5 runs (exact: +0.6%), under load 6-13 (docs/how-it-measures.md).
 const MAX_ERROR: f64 = 0.15;
 
 struct Run {

@@ -8,19 +8,22 @@
 # a bootstrap 95% interval and how many pairs went each way, and the agent's CPU.
 # Targets (issue 30): paired median <= +0.5%, the interval's upper end < +1.5%, over >= 10 pairs.
 # (Fresh torchrun starts per round, as before, took ~75 s a pair: 10 pairs did not fit a call.)
+# Blocks of 6 steps of the 128 M loop (0.19 s a step) were too short on 2026-12-02 (BENCHMARKS.md):
+# the defaults are the 552 M loop of realworld.md (~0.55 s a step) and 20-step blocks.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BIN=${BIN:-./target/release/tierscope}
 PAIRS=${PAIRS:-10}
-BLOCK=${BLOCK:-8}
+BLOCK=${BLOCK:-20}
 SKIP=${SKIP:-2}
 NPROC=${NPROC:-1}
+PARAMS_M=${PARAMS_M:-552}
 PAGE_PATHS=${PAGE_PATHS:-"sampled exact"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOG="$OUT/train.log"
 printf '[tiers]\ncxl = [0]\n' > "$OUT/cxl0.toml"
 
-torchrun --standalone --nproc-per-node "$NPROC" "$HERE/offload_train.py" --steps 100000 > "$LOG" 2>&1 &
+torchrun --standalone --nproc-per-node "$NPROC" "$HERE/offload_train.py" --steps 100000 --params-m "$PARAMS_M" > "$LOG" 2>&1 &
 TRAIN=$!
 trap 'kill $TRAIN 2>/dev/null' EXIT
 # Warm-up: the first steps allocate the pinned state.
