@@ -133,6 +133,11 @@ pub struct TierFlags {
     /// A TOML file of insight thresholds (the keys of `[insights]`; see docs/insights.md).
     #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
     pub insights_config: Option<crate::model::insights::InsightConfig>,
+    /// `exact`: every page allocation, free and fault runs a kernel program (per-event counts);
+    /// `sampled`: those programs are attached 1/8 of the time and allocations, frees and the
+    /// fault split are estimates (fault totals stay exact; docs/how-it-measures.md).
+    #[arg(long, value_name = "MODE", default_value = "exact", value_parser = page_path_mode)]
+    pub page_path: crate::model::page_path::PagePathMode,
 }
 
 /// The flags' own defaults (what clap gives when none is passed: bare `tierscope` is `top`).
@@ -145,8 +150,14 @@ impl Default for TierFlags {
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
             event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
             insights_config: None,
+            page_path: crate::model::page_path::PagePathMode::default(),
         }
     }
+}
+
+/// Parses `--page-path`.
+pub fn page_path_mode(s: &str) -> Result<crate::model::page_path::PagePathMode, String> {
+    s.parse()
 }
 
 /// Parses `--event-ring-kib`: a power of two, 4 to 262144.
@@ -268,6 +279,9 @@ pub struct RunArgs {
     /// Monitor hot/warm/cold memory per tier, node and process with DAMON (`[hotness]` in the config).
     #[arg(long)]
     pub hotness: bool,
+    /// `exact` or `sampled` page path (like `[collect] page_path`; see `snapshot --page-path`).
+    #[arg(long, value_name = "MODE", value_parser = page_path_mode)]
+    pub page_path: Option<crate::model::page_path::PagePathMode>,
     /// Read the config file, the OTEL_* environment and these flags, say where the agent would
     /// export, and exit (0, or 1 with the problem) without loading anything into the kernel.
     #[arg(long)]

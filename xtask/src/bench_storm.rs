@@ -1,8 +1,10 @@
-//! The fault storm four ways, in interleaved rounds (each round runs every way once, the order
+//! The fault storm five ways, in interleaved rounds (each round runs every way once, the order
 //! rotating from round to round, so drift on a busy machine falls on every side): alone; with
-//! `tierscope snapshot` (every probe on); with bpftrace counting per pid on the same events
-//! (`page_fault_user`, `mm_page_alloc`, `mm_page_free`); and with tierscope and node 0 declared
-//! CXL, so every allocation takes the site-sampling path at the default rate. Medians per way.
+//! `tierscope snapshot` (every probe on, the exact page path); with its sampled page path (the
+//! per-event programs attached 1/8 of the time); with bpftrace counting per pid on the same
+//! events (`page_fault_user`, `mm_page_alloc`, `mm_page_free`); and with tierscope and node 0
+//! declared CXL, so every allocation takes the site-sampling path at the default rate. Medians
+//! per way, with the spread (quartiles) of the runs.
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -28,17 +30,21 @@ const MAX_SHARE_OF_BPFTRACE: f64 = 0.25;
 enum Way {
     Alone,
     Tierscope,
+    TierscopeSampled,
     Bpftrace,
     TierscopeCxl,
 }
 
-const WAYS: [Way; 4] = [Way::Alone, Way::Tierscope, Way::Bpftrace, Way::TierscopeCxl];
+const WAYS: [Way; 5] = [Way::Alone, Way::Tierscope, Way::TierscopeSampled, Way::Bpftrace, Way::TierscopeCxl];
+const ALONE: usize = 0;
+const BPFTRACE: usize = 3;
 
 impl Way {
     fn label(self) -> &'static str {
         match self {
             Way::Alone => "alone",
-            Way::Tierscope => "tierscope (every probe)",
+            Way::Tierscope => "tierscope (every probe), exact",
+            Way::TierscopeSampled => "tierscope, --page-path sampled",
             Way::Bpftrace => "bpftrace, same events",
             Way::TierscopeCxl => "tierscope, node 0 declared cxl",
         }
@@ -112,9 +118,9 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
         println!("bench: WARNING: other BPF programs are loaded (another tierscope or tracer?): {}; every way pays for them, the alone baseline included", others.join(", "));
     }
     storm(storm_bin, args)?; // warm-up: page cache, binaries, the kernel's allocator
-    let mut ns: [Vec<f64>; 4] = Default::default();
-    let mut cpu: [Vec<f64>; 4] = Default::default();
-    let mut cost: [AgentCost; 4] = Default::default();
+    let mut ns: [Vec<f64>; 5] = Default::default();
+    let mut cpu: [Vec<f64>; 5] = Default::default();
+    let mut cost: [AgentCost; 5] = Default::default();
     for round in 0..args.pairs as usize {
         for k in 0..WAYS.len() {
             let i = (round + k) % WAYS.len();
@@ -127,8 +133,12 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
                     stop_bpftrace(b)?;
                     s?
                 }
-                Way::Tierscope | Way::TierscopeCxl => {
-                    let extra: &[&str] = if way == Way::TierscopeCxl { &["--cxl-node", "0"] } else { &[] };
+                Way::Tierscope | Way::TierscopeSampled | Way::TierscopeCxl => {
+                    let extra: &[&str] = match way {
+                        Way::TierscopeCxl => &["--cxl-node", "0"],
+                        Way::TierscopeSampled => &["--page-path", "sampled"],
+                        _ => &[],
+                    };
                     let child = start_agent(agent, extra)?;
                     let before = agent_usage(child.id()).map_or(0, |u| u.1);
                     let s = storm(storm_bin, args);
@@ -157,7 +167,7 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
     println!("bench: fault storm, medians of {} runs each (load now {}):", args.pairs, crate::bench::load_average());
     table("wall time per fault (what the issue's figures are; swayed by other load on a busy machine)", &ns, false);
     table("the storm's own CPU time per fault (probes run in its context; steadier on a busy machine)", &cpu, true);
-    for (i, way) in WAYS.iter().enumerate().filter(|(_, w)| matches!(w, Way::Tierscope | Way::TierscopeCxl)) {
+    for (i, way) in WAYS.iter().enumerate().filter(|(_, w)| w.is_tierscope()) {
         let c = &cost[i];
         // USER_HZ is 100 on every Linux the agent targets.
         println!(
@@ -184,35 +194,76 @@ fn others_on_the_hooks() -> Vec<String> {
         .collect()
 }
 
-/// One table of medians: each way beside the storm alone, with the targets where `verdicts`.
-fn table(what: &str, runs: &[Vec<f64>; 4], verdicts: bool) {
+impl Way {
+    fn is_tierscope(self) -> bool {
+        matches!(self, Way::Tierscope | Way::TierscopeSampled | Way::TierscopeCxl)
+    }
+}
+
+/// The first and third quartiles (linear interpolation), NaN-free.
+fn quartiles(v: &[f64]) -> (f64, f64) {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let pos = q * (v.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+    };
+    (at(0.25), at(0.75))
+}
+
+/// One table of medians: each way beside the storm alone, the quartiles of its runs as added
+/// percent, with the targets where `verdicts`; then each tierscope way's added cost over
+/// bpftrace's.
+fn table(what: &str, runs: &[Vec<f64>; 5], verdicts: bool) {
     let med: Vec<f64> = runs.iter().map(|v| median(v)).collect();
-    let alone = med[0];
+    let alone = med[ALONE];
     println!("bench:   {what}:");
-    println!("bench:   {:<34} {:>8} {:>10} {:>8} {:>6}  target", "", "ns/fault", "added", "added %", "ratio");
+    println!(
+        "bench:   {:<34} {:>8} {:>10} {:>8} {:>17} {:>6}  target",
+        "", "ns/fault", "added", "added %", "runs' quartiles %", "ratio"
+    );
     for (i, way) in WAYS.iter().enumerate() {
         let (add, pct) = overhead(alone, med[i]);
-        let target = match way {
-            Way::Tierscope | Way::TierscopeCxl => {
-                format!("<= +{MAX_OVERHEAD_PCT}%: {}", verdict(pct, MAX_OVERHEAD_PCT))
-            }
-            _ => String::new(),
+        let (q1, q3) = quartiles(&runs[i]);
+        let spread = format!("{:+.1} .. {:+.1}", overhead(alone, q1).1, overhead(alone, q3).1);
+        let target = if verdicts && way.is_tierscope() {
+            format!("<= +{MAX_OVERHEAD_PCT}%: {}", verdict(pct, MAX_OVERHEAD_PCT))
+        } else {
+            String::new()
         };
-        let target = if verdicts { target } else { String::new() };
         println!(
-            "bench:   {:<34} {:>8.0} {:>+10.0} {:>+7.1}% {:>6.3}  {target}",
+            "bench:   {:<34} {:>8.0} {:>+10.0} {:>+7.1}% {:>17} {:>6.3}  {target}",
             way.label(),
             med[i],
             add,
             pct,
+            spread,
             med[i] / alone
         );
     }
-    let share = (med[1] - alone) / (med[2] - alone);
-    let target = if verdicts {
-        format!(" (target <= {MAX_SHARE_OF_BPFTRACE}: {})", verdict(share, MAX_SHARE_OF_BPFTRACE))
-    } else {
-        String::new()
-    };
-    println!("bench:   tierscope's added cost / bpftrace's on the same events: {share:.2}{target}");
+    for (i, way) in WAYS.iter().enumerate().filter(|(_, w)| w.is_tierscope()) {
+        let share = (med[i] - alone) / (med[BPFTRACE] - alone);
+        let target = if verdicts {
+            format!(" (target <= {MAX_SHARE_OF_BPFTRACE}: {})", verdict(share, MAX_SHARE_OF_BPFTRACE))
+        } else {
+            String::new()
+        };
+        println!("bench:   {}: added cost / bpftrace's on the same events: {share:.2}{target}", way.label());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quartiles;
+
+    #[test]
+    fn quartiles_interpolate() {
+        assert_eq!(quartiles(&[1.0, 2.0, 3.0, 4.0, 5.0]), (2.0, 4.0));
+        assert_eq!(quartiles(&[4.0, 1.0, 3.0, 2.0]), (1.75, 3.25));
+        assert!(quartiles(&[]).0.is_nan());
+    }
 }

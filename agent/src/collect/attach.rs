@@ -3,7 +3,7 @@
 use std::{io, path::PathBuf};
 
 use aya::{
-    programs::{BtfTracePoint, FEntry, FExit, ProgramError, TracePoint},
+    programs::{tp_btf::BtfTracePointLink, BtfTracePoint, FEntry, FExit, ProgramError, TracePoint},
     Btf, Ebpf,
 };
 
@@ -16,6 +16,18 @@ pub fn attach(
     btf: Result<&Btf, &String>,
     tracefs: Result<&PathBuf, &String>,
 ) -> ProgramStatus {
+    attach_with_link(ebpf, spec, btf, tracefs, false).0
+}
+
+/// Like [`attach`]; with `take_link`, a tp_btf program's link is handed to the caller (the
+/// page path's duty cycle detaches it by dropping it) instead of staying with the program.
+pub fn attach_with_link(
+    ebpf: &mut Ebpf,
+    spec: &ProgramSpec,
+    btf: Result<&Btf, &String>,
+    tracefs: Result<&PathBuf, &String>,
+    take_link: bool,
+) -> (ProgramStatus, Option<BtfTracePointLink>) {
     let hook = spec.hook.describe();
     let status = |status, reason: Option<String>| ProgramStatus {
         name: spec.name,
@@ -28,48 +40,54 @@ pub fn attach(
     if let Hook::Tracepoint { group, name } | Hook::TpBtf { group, name } = spec.hook {
         match tracefs {
             Ok(t) if !t.join("events").join(group).join(name).is_dir() => {
-                return status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}")));
+                return (status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}"))), None);
             }
             Err(why) if matches!(spec.hook, Hook::Tracepoint { .. }) => {
-                return status(Attach::Failed, Some(why.clone()));
+                return (status(Attach::Failed, Some(why.clone())), None);
             }
             _ => {}
         }
     }
     let Some(prog) = ebpf.program_mut(spec.name) else {
-        return status(Attach::Failed, Some(format!("program {} missing from the object (build bug)", spec.name)));
+        let why = format!("program {} missing from the object (build bug)", spec.name);
+        return (status(Attach::Failed, Some(why)), None);
     };
-    let result: Result<(), ProgramError> = (|| match spec.hook {
+    let result: Result<Option<BtfTracePointLink>, ProgramError> = (|| match spec.hook {
         Hook::Tracepoint { group, name } => {
             let p: &mut TracePoint = prog.try_into()?;
             p.load()?;
-            p.attach(group, name).map(drop)
+            p.attach(group, name).map(|_| None)
         }
         Hook::TpBtf { name, .. } => {
             let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
             let p: &mut BtfTracePoint = prog.try_into()?;
             p.load(name, btf)?;
-            p.attach().map(drop)
+            let id = p.attach()?;
+            if take_link {
+                p.take_link(id).map(Some)
+            } else {
+                Ok(None)
+            }
         }
         Hook::FEntry { function } => {
             let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
             let p: &mut FEntry = prog.try_into()?;
             p.load(function, btf)?;
-            p.attach().map(drop)
+            p.attach().map(|_| None)
         }
         Hook::FExit { function } => {
             let btf = btf.map_err(|e| ProgramError::IOError(io::Error::other(format!("no kernel BTF: {e}"))))?;
             let p: &mut FExit = prog.try_into()?;
             p.load(function, btf)?;
-            p.attach().map(drop)
+            p.attach().map(|_| None)
         }
     })();
     match result {
-        Ok(()) => status(Attach::Attached, None),
+        Ok(link) => (status(Attach::Attached, None), link),
         Err(e) => {
             tracing::debug!("{} ({hook}): {e}", spec.name);
             let (attach, reason) = classify(spec, &e);
-            status(attach, Some(reason))
+            (status(attach, Some(reason)), None)
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod events;
 pub mod kernel_memory;
 pub mod map_batch;
 pub mod module_file;
+pub mod page_cycle;
 pub mod page_path;
 pub mod pid_namespace;
 pub mod pinning;

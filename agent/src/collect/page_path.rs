@@ -10,13 +10,14 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use aya::{
     maps::{Array, HashMap as BpfHashMap},
-    programs::{BtfTracePoint, Program, TracePoint},
+    programs::{tp_btf::BtfTracePointLink, BtfTracePoint, Program, TracePoint},
     Btf, Ebpf,
 };
 use tierscope_common::names::{map, program};
 
 use super::{
-    attach::attach,
+    attach::{attach, attach_with_link},
+    page_cycle::Cycled,
     programs::{Hook, ProgramSpec},
 };
 use crate::model::agent::{Attach, ProgramStatus};
@@ -97,12 +98,15 @@ pub fn object_program(status: &ProgramStatus) -> &'static str {
         .map_or(status.name, |(b, _)| b.name)
 }
 
+/// With `sampled`, the tp_btf programs' links are handed back with their descriptors for the
+/// duty cycle (`page_cycle.rs`); the classic fallback is never cycled.
 pub fn attach_page_path(
     ebpf: &mut Ebpf,
     btf: Result<&Btf, &String>,
     tracefs: Result<&PathBuf, &String>,
     struct_shift: &Result<u32, String>,
-) -> Vec<ProgramStatus> {
+    sampled: bool,
+) -> (Vec<ProgramStatus>, Vec<Cycled>) {
     let why_not = match (btf, struct_shift) {
         (Err(e), _) => Err(format!("no kernel BTF: {e}")),
         (_, Err(e)) => Err(e.clone()),
@@ -110,14 +114,24 @@ pub fn attach_page_path(
     };
     let fallback = match why_not {
         Ok(()) => {
-            let statuses: Vec<ProgramStatus> = BTF_PROGRAMS.iter().map(|s| attach(ebpf, s, btf, tracefs)).collect();
+            let mut cycled = vec![];
+            let mut statuses = vec![];
+            for spec in &BTF_PROGRAMS {
+                let (status, link) = attach_with_link(ebpf, spec, btf, tracefs, sampled);
+                if let Some(c) = link.and_then(|l| cycled_program(ebpf, spec.name, l)) {
+                    cycled.push(c);
+                }
+                statuses.push(status);
+            }
             if statuses.iter().all(|s| s.status == Attach::Attached) {
-                return statuses
+                let statuses = statuses
                     .into_iter()
                     .zip(CLASSIC_PROGRAMS)
                     .map(|(s, c)| ProgramStatus { name: c.name, ..s })
                     .collect();
+                return (statuses, cycled);
             }
+            drop(cycled);
             // One half attached would count the other twice once the classic one joins.
             for spec in BTF_PROGRAMS {
                 unload(ebpf, spec.name);
@@ -128,7 +142,7 @@ pub fn attach_page_path(
         Err(e) => e,
     };
     tracing::info!("page events through classic tracepoints: {fallback}");
-    CLASSIC_PROGRAMS
+    let statuses = CLASSIC_PROGRAMS
         .iter()
         .map(|spec| {
             let mut st = attach(ebpf, spec, btf, tracefs);
@@ -137,7 +151,21 @@ pub fn attach_page_path(
             }
             st
         })
-        .collect()
+        .collect();
+    (statuses, vec![])
+}
+
+/// A tp_btf program attached with its link in hand, ready for the duty cycle: its descriptor
+/// cloned (`None`, the link dropped and so detached, when that fails).
+pub fn cycled_program(ebpf: &Ebpf, name: &'static str, link: BtfTracePointLink) -> Option<Cycled> {
+    let fd = ebpf.program(name)?.fd().ok()?.try_clone();
+    match fd {
+        Ok(fd) => Some(Cycled { name, fd, first_link: link }),
+        Err(e) => {
+            tracing::warn!("{name}: cloning its descriptor for the duty cycle: {e}; left detached");
+            None
+        }
+    }
 }
 
 /// Attaches the calibration pair, makes some page allocations of its own, and elects the base.

@@ -8,10 +8,17 @@ use tierscope_common::{
     names::{global, map, program},
 };
 
-use super::{attach::attach, page_path, programs::PROGRAMS, tracefs};
+use super::{
+    attach::{attach, attach_with_link},
+    page_cycle::PageCycle,
+    page_path,
+    programs::PROGRAMS,
+    tracefs,
+};
 use crate::{
     model::{
         agent::{Attach, ProgramStatus},
+        page_path::{DutyCycle, PagePathMode},
         kernel_memory::{size_maps, MachineShape, MapSizes},
         migration::MigrationNames,
     },
@@ -39,6 +46,10 @@ pub struct Probes {
     pub task_layout: Result<TaskLayout, String>,
     /// The machine the maps were sized for, and the entries each sized map got.
     pub sizing: (MachineShape, MapSizes),
+    /// The sampled page path's duty cycle (`None`: every event counted), and why sampled was
+    /// asked for but is not running.
+    pub page_cycle: Option<PageCycle>,
+    pub page_path_note: Option<String>,
 }
 
 /// `collect.max_tracked`'s default (`export/config.rs`), for commands without that setting.
@@ -63,6 +74,8 @@ pub struct LoadOptions {
     pub user_stack_pages: u32,
     /// The command's limit on processes tracked (`collect.max_tracked`): sizes the site watch.
     pub tracked_max: u32,
+    /// Every page event counted, or the per-event programs duty-cycled (`--page-path`).
+    pub page_path: PagePathMode,
 }
 
 impl Default for LoadOptions {
@@ -74,6 +87,7 @@ impl Default for LoadOptions {
             event_ring_bytes: crate::model::agent::DEFAULT_EVENT_RING_KIB * 1024,
             user_stack_pages: crate::model::site::DEFAULT_USER_STACK_PAGES,
             tracked_max: DEFAULT_TRACKED_MAX,
+            page_path: PagePathMode::default(),
         }
     }
 }
@@ -207,7 +221,10 @@ impl Probes {
         }
 
         let btf = Btf::from_sys_fs().map_err(|e| e.to_string());
-        let mut programs = page_path::attach_page_path(&mut ebpf, btf.as_ref(), tracefs_path.as_ref(), &struct_shift);
+        let sampled = opts.page_path == PagePathMode::Sampled;
+        let (mut programs, mut cycled) =
+            page_path::attach_page_path(&mut ebpf, btf.as_ref(), tracefs_path.as_ref(), &struct_shift, sampled);
+        let page_events_cycled = cycled.len() == 2;
         for spec in PROGRAMS {
             // Without the counters' offsets the exit program would read nothing: not attached.
             if let (program::TASK_EXIT_FAULTS, Err(e)) = (spec.name, &task_layout) {
@@ -222,8 +239,16 @@ impl Probes {
                 });
                 continue;
             }
+            // The fault-path split rides on the page events' windows (the totals are the kernel's).
+            if page_events_cycled && matches!(spec.name, program::PAGE_FAULT_USER | program::PAGE_FAULT_KERNEL) {
+                let (status, link) = attach_with_link(&mut ebpf, spec, btf.as_ref(), tracefs_path.as_ref(), true);
+                cycled.extend(link.and_then(|l| page_path::cycled_program(&ebpf, spec.name, l)));
+                programs.push(status);
+                continue;
+            }
             programs.push(attach(&mut ebpf, spec, btf.as_ref(), tracefs_path.as_ref()));
         }
+        let (page_cycle, page_path_note) = start_cycle(sampled, page_events_cycled, cycled, &mut programs);
         Ok(Probes {
             ebpf,
             programs,
@@ -236,6 +261,8 @@ impl Probes {
             raw_formats,
             task_layout,
             sizing: (shape, sizes),
+            page_cycle,
+            page_path_note,
         })
     }
 
@@ -256,6 +283,52 @@ impl Probes {
         self.block_table = table;
         self.memory_blocks = Some(blocks);
         Ok((written, beyond))
+    }
+}
+
+/// Starts the duty cycle over the cycled programs (sampled mode with both page events on
+/// tp_btf), marking them in `programs`; otherwise says why every event is counted.
+fn start_cycle(
+    sampled: bool,
+    page_events_cycled: bool,
+    cycled: Vec<super::page_cycle::Cycled>,
+    programs: &mut [ProgramStatus],
+) -> (Option<PageCycle>, Option<String>) {
+    if !sampled {
+        return (None, None);
+    }
+    if !page_events_cycled {
+        drop(cycled);
+        let why = "sampled page path asked for, but the page programs are not on tp_btf (see agent.programs): every event is counted";
+        tracing::warn!("{why}");
+        return (None, Some(why.into()));
+    }
+    let duty = DutyCycle::DEFAULT;
+    let names: Vec<&'static str> = cycled.iter().map(|c| c.name).collect();
+    match PageCycle::start(cycled, duty) {
+        Ok(cycle) => {
+            let what = format!(
+                "attached {} ms of every {} ms (sampled page path: its counts are estimates)",
+                duty.on_ns / 1_000_000,
+                duty.period_ns / 1_000_000
+            );
+            for p in programs.iter_mut() {
+                let object = page_path::object_program(p);
+                if p.status == Attach::Attached && names.contains(&object) {
+                    p.reason = Some(what.clone());
+                }
+            }
+            (Some(cycle), None)
+        }
+        Err(e) => {
+            let why = format!("sampled page path: the duty-cycle thread did not start ({e}); the programs are detached");
+            tracing::warn!("{why}");
+            for p in programs.iter_mut().filter(|p| names.contains(&page_path::object_program(p))) {
+                p.status = Attach::Failed;
+                p.reason = Some(why.clone());
+            }
+            (None, Some(why))
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use crate::{
     model::{
         event::Event,
         job, liveness,
+        page_path::{PagePathMode, PagePathView, Scaler},
         redact::Redaction,
         scan_plan::{ScanBudget, ScanMark, ScanState},
         snapshot::NodeInfo,
@@ -75,6 +76,8 @@ pub struct SessionOptions {
     pub tracked_max: Option<u32>,
     /// Insight thresholds (default: [`crate::model::insights::InsightConfig::default`]).
     pub insights: Option<crate::model::insights::InsightConfig>,
+    /// Every page event counted (the default) or the per-event programs duty-cycled.
+    pub page_path: PagePathMode,
 }
 
 pub struct Session {
@@ -130,6 +133,8 @@ pub struct Session {
     /// Model processes whose `/proc/PID/stat` said zombie with no thread left: gone, though
     /// listed until reaped; the looks count them as missing (judged like any other miss).
     zombies: HashSet<u32>,
+    /// The sampled page path's counts turned into estimates (unused when every event counts).
+    page_scaler: Scaler,
     /// Pinned host memory: the uprobes on the CUDA driver and the placement of its ranges.
     pin_watch: PinWatch,
     /// Each process's kernel-counted pinned and locked memory, as its last insight read found it.
@@ -163,6 +168,7 @@ impl Session {
                 .unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB)
                 .saturating_mul(1024),
             tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
+            page_path: opts.page_path,
             ..LoadOptions::default()
         };
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
@@ -240,8 +246,14 @@ impl Session {
             health_poller: Default::default(),
             look_before_flush: None,
             zombies: HashSet::new(),
+            page_scaler: Scaler::default(),
             pin_watch,
             kernel_pinned: HashMap::new(),
+        };
+        let note = session.probes.page_path_note.clone();
+        session.model.page_path = match &session.probes.page_cycle {
+            Some(c) => PagePathView::of(PagePathMode::Sampled, Some((c.duty, c.figures())), None),
+            None => PagePathView::of(PagePathMode::Exact, None, note),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
@@ -341,6 +353,11 @@ impl Session {
                 // Its exit record may be on its way: the next looks judge it.
                 self.zombies.insert(tgid);
             }
+        }
+        if let Some(cycle) = &self.probes.page_cycle {
+            let clock = cycle.figures();
+            self.page_scaler.scale(&mut r, clock);
+            self.model.page_path = PagePathView::of(PagePathMode::Sampled, Some((cycle.duty, clock)), None);
         }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);
@@ -552,7 +569,11 @@ impl Session {
     /// count for it, then its counters, read back to back.
     fn note_start(&mut self, tgid: u32, st: &procfs::ProcStat) {
         if st.start_time <= self.watch_start_ticks {
-            let traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
+            let mut traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
+            if self.probes.page_cycle.is_some() {
+                (traced.cpu_user, traced.cpu_kernel) =
+                    self.page_scaler.traced_estimate(tgid, traced.cpu_user, traced.cpu_kernel);
+            }
             let Some((counters, start)) = task_faults::read_process(tgid) else { return };
             if start == st.start_time {
                 self.model.set_started_before(tgid, counters, traced);

@@ -63,6 +63,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         event_ring_kib: Some(tiers.event_ring_kib),
         insights: tiers.insights_config.clone(),
         tracked_max: None,
+        page_path: tiers.page_path,
     }
 }
 

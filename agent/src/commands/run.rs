@@ -62,6 +62,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         probe_interval_s: args.probe_interval,
         exited_grace: args.exited_grace,
         hotness: args.hotness,
+        page_path: args.page_path,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     if args.check_config {
@@ -282,6 +283,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         event_ring_kib: Some(cfg.event_ring_kib),
         insights: Some(cfg.insights.clone()),
         tracked_max: Some(u32::try_from(cfg.max_tracked).unwrap_or(u32::MAX)),
+        page_path: cfg.page_path,
         ..Default::default()
     })?;
     let kernel_memory = kernel_memory_line(s.probes.sizing.0.possible_cpus);

@@ -114,6 +114,8 @@ pub struct FileCollect {
     pub site_samples_per_sec: Option<u32>,
     /// The kernel's event ring buffer in KiB (a power of two, 4 to 262144; default 1024).
     pub event_ring_kib: Option<u32>,
+    /// `exact` (every page event counted, the default) or `sampled` (duty-cycled, estimates).
+    pub page_path: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -147,6 +149,8 @@ pub struct Flags {
     pub exited_grace: Option<Duration>,
     /// `--hotness`: turns `[hotness]` on.
     pub hotness: bool,
+    /// `--page-path exact|sampled` (wins over `[collect] page_path`).
+    pub page_path: Option<crate::model::page_path::PagePathMode>,
 }
 
 /// The longest probe interval accepted: a week.
@@ -198,6 +202,8 @@ pub struct Config {
     pub site_samples_per_sec: u32,
     /// `[collect] event_ring_kib`: the kernel's event ring buffer in KiB.
     pub event_ring_kib: u32,
+    /// `[collect] page_path` / `--page-path`.
+    pub page_path: crate::model::page_path::PagePathMode,
     pub track_pids: Vec<u32>,
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
@@ -424,6 +430,11 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         file.collect.event_ring_kib.unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB),
     )
     .map_err(|e| bad("collect.event_ring_kib", e))?;
+    let page_path = match (flags.page_path, &file.collect.page_path) {
+        (Some(m), _) => m,
+        (None, Some(s)) => s.parse().map_err(|e| bad("collect.page_path", e))?,
+        (None, None) => crate::model::page_path::PagePathMode::default(),
+    };
 
     let track_pids = if flags.pids.is_empty() { file.track.pids.clone() } else { flags.pids.clone() };
     let (pattern, what) = match (&flags.pattern, &file.track.pattern) {
@@ -466,6 +477,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         max_tracked,
         site_samples_per_sec,
         event_ring_kib,
+        page_path,
         track_pids,
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),
@@ -498,6 +510,20 @@ mod tests {
         let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
         assert!(e.contains("hotness.aggr_ms"), "{e}");
         assert!(parse_file("[hotness]\nbogus = 1\n").is_err(), "unknown keys are errors");
+    }
+
+    #[test]
+    fn page_path_is_exact_unless_asked_for_and_the_flag_wins() {
+        use crate::model::page_path::PagePathMode;
+        let none = &env(&[]);
+        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), none).unwrap().page_path, PagePathMode::Exact);
+        let sampled = parse_file("[collect]\npage_path = \"sampled\"\n").unwrap();
+        assert_eq!(resolve(&sampled, &Flags::default(), none).unwrap().page_path, PagePathMode::Sampled);
+        let flag = Flags { page_path: Some(PagePathMode::Exact), ..Flags::default() };
+        assert_eq!(resolve(&sampled, &flag, none).unwrap().page_path, PagePathMode::Exact, "the flag wins");
+        let bad = parse_file("[collect]\npage_path = \"fast\"\n").unwrap();
+        let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
+        assert!(e.starts_with("collect.page_path") && e.contains("\"sampled\""), "{e}");
     }
 
     #[test]
@@ -591,6 +617,7 @@ mod tests {
             probe_interval_s: None,
             exited_grace: Some(Duration::from_secs(2)),
             hotness: false,
+            page_path: None,
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();

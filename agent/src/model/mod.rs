@@ -15,6 +15,7 @@ pub mod job;
 pub mod kernel_memory;
 pub mod liveness;
 pub mod migration;
+pub mod page_path;
 pub mod pid_namespace;
 pub mod pinned;
 pub mod policy;
@@ -71,6 +72,8 @@ pub struct Model {
     /// (nor its map entries deleted) while a slot could still flush counts into its entry.
     held_by_slots: BTreeSet<u32>,
     pub events_seen: u64,
+    /// How the page path counts and which figures are estimates (set by the collector).
+    pub page_path: page_path::PagePathView,
     /// Site samples that reached the model (the kernel's `site_delivered` less what the agent's
     /// channel dropped).
     pub site_samples_received: u64,
@@ -124,7 +127,8 @@ pub struct Model {
 
 impl Model {
     pub fn new(names: MigrationNames) -> Self {
-        Model { names, ..Default::default() }
+        let page_path = page_path::PagePathView::of(page_path::PagePathMode::Exact, None, None);
+        Model { names, page_path, ..Default::default() }
     }
 
     fn process(&mut self, tgid: u32) -> &mut Process {

@@ -230,6 +230,8 @@ pub struct Drops {
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentSnapshot {
     pub programs: Vec<ProgramStatus>,
+    /// The page path's mode (`exact` or `sampled`) and which figures are exact or estimated.
+    pub page_path: super::page_path::PagePathView,
     /// Everything lost, by where it was lost: kernel-side counters, the agent's channel and the
     /// runs the kernel skipped.
     pub drops: Drops,
@@ -492,6 +494,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         insights: super::insights::view::snapshot(&model.insights, ctx.window_start_ns),
         agent: AgentSnapshot {
             programs: ctx.programs,
+            page_path: model.page_path.clone(),
             drops: Drops { counts: drops, recursion_misses: model.program_counters.recursion_misses() },
             program_counters: model.program_counters.by_program.clone(),
             events_received: model.events_seen,

@@ -1,0 +1,104 @@
+"""ABBA step-time pairs within one long training run: the agent is started and stopped around
+blocks of steps, so that each pair (alone block, agent block; the order alternating from pair to
+pair: A B, B A, A B, ...) compares steps of the same processes minutes apart, not two torchrun
+start-ups (fresh runs took ~75 s a pair: 10 pairs did not fit one device call).
+
+usage: abba_blocks.py LOG PAIRS BLOCK_STEPS SKIP -- AGENT_CMD...
+The training job writes `step N rank R at T took S` lines to LOG (started by the caller). For each
+block the driver waits for BLOCK_STEPS steps of rank 0; the first SKIP steps after each change
+(the agent starting or stopping) are left out. Prints one line per block and the summary: each
+pair's change (median agent step / median alone step - 1), their median, a bootstrap 95% interval
+of that median (10,000 resamples of the pairs), and how many pairs went each way.
+"""
+import os
+import random
+import re
+import signal
+import statistics as st
+import subprocess
+import sys
+import time
+
+STEP = re.compile(r"step (\d+) rank 0 at ([\d.]+) took ([\d.]+)")
+
+
+def steps(log):
+    out = []
+    with open(log) as f:
+        for line in f:
+            if m := STEP.search(line):
+                out.append((int(m.group(1)), float(m.group(3))))
+    return out
+
+
+def wait_steps(log, after, n, deadline_s=600):
+    t = time.time()
+    while time.time() - t < deadline_s:
+        s = [x for x in steps(log) if x[0] > after]
+        if len(s) >= n:
+            return s[:n]
+        time.sleep(0.2)
+    raise SystemExit(f"abba: no {n} steps after step {after} within {deadline_s} s")
+
+
+def last_step(log):
+    s = steps(log)
+    return s[-1][0] if s else 0
+
+
+def agent_cpu_ticks(pid):
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def bootstrap_median(xs, n=10_000, seed=1):
+    rnd = random.Random(seed)
+    meds = sorted(st.median(rnd.choices(xs, k=len(xs))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def main():
+    log, pairs, block, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    agent_cmd = sys.argv[sys.argv.index("--") + 1:]
+    blocks = {"alone": [], "agent": []}
+    cpu = []
+    for p in range(pairs):
+        order = ["alone", "agent"] if p % 2 == 0 else ["agent", "alone"]
+        for way in order:
+            agent = None
+            if way == "agent":
+                agent = subprocess.Popen(agent_cmd, stdout=subprocess.DEVNULL, stderr=open(f"{log}.agent{p}.err", "w"))
+                time.sleep(3)  # load, calibrate, attach
+            start = last_step(log)
+            c0, t0 = (agent_cpu_ticks(agent.pid), time.time()) if agent else (0, 0)
+            got = wait_steps(log, start, skip + block)[skip:]
+            if agent:
+                cpu.append((agent_cpu_ticks(agent.pid) - c0) / 100 / (time.time() - t0) * 100)
+                agent.send_signal(signal.SIGINT)
+                try:
+                    agent.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+                    agent.wait()
+            med = st.median(t for _, t in got)
+            blocks[way].append(med)
+            print(f"pair {p + 1} {way:5}: steps {got[0][0]}..{got[-1][0]} median {med:.4f}s", flush=True)
+    changes = [b / a - 1 for a, b in zip(blocks["alone"], blocks["agent"])]
+    med = st.median(changes)
+    lo, hi = bootstrap_median(changes)
+    slower = sum(c > 0 for c in changes)
+    print("pair changes: " + ", ".join(f"{c * 100:+.2f}%" for c in changes))
+    print(f"paired median step change {med * 100:+.2f}% over {len(changes)} ABBA pairs, "
+          f"bootstrap 95% interval {lo * 100:+.2f}% .. {hi * 100:+.2f}%; "
+          f"{slower} pairs slower with the agent, {len(changes) - slower} faster or equal")
+    print(f"targets: median <= +0.5%: {'met' if med <= 0.005 else 'MISSED'}; "
+          f"interval's upper end < +1.5%: {'met' if hi < 0.015 else 'MISSED'}")
+    if cpu:
+        print(f"agent CPU while watching: {min(cpu):.2f}-{max(cpu):.2f}% of a core (median {st.median(cpu):.2f}%)")
+
+
+if __name__ == "__main__":
+    main()
