@@ -45,6 +45,9 @@ const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
 
+/// The most of a process's environment read to classify it (a normal one is a few KiB).
+const MAX_ENVIRON: u64 = 256 * 1024;
+
 /// How long a watch waits for the site reader to look for the Python runtimes of the processes
 /// joining it (a read of /proc/PID/maps and of the interpreter's memory: milliseconds).
 const SITE_EXAMINE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -198,6 +201,7 @@ impl Session {
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
+        model.gpus = topology.gpus.clone();
         model.insights = crate::model::insights::InsightEngine::new(opts.insights.clone().unwrap_or_default());
         let mut session = Session {
             probes,
@@ -433,13 +437,14 @@ impl Session {
                 .get(&tgid)
                 .copied()
                 .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
-            let pinned = std::fs::read_to_string(format!("/proc/{tgid}/status"))
-                .ok()
-                .and_then(|s| procfs::parse_pinned_bytes(&s));
+            let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
+            let pinned = status.as_deref().and_then(procfs::parse_pinned_bytes);
+            let gpu_facts = super::gpu_use::read(tgid, status.as_deref());
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);
                 p.pinned_bytes = pinned;
+                p.gpu_facts = Some(gpu_facts);
             }
         }
         self.model.update_insights(&nodes, self.page_size);
@@ -582,8 +587,9 @@ impl Session {
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
-        let environ =
-            std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
+        let environ = super::gpu_use::read_bounded(&format!("/proc/{tgid}/environ"), MAX_ENVIRON)
+            .map(|b| job::parse_environ(&b))
+            .unwrap_or_default();
         // The cgroup path names the pod and container; the runtime's state and the container's
         // own root name them (collect/container.rs).
         let origin = self.identity.identify(tgid, &environ);
@@ -601,6 +607,14 @@ impl Session {
             .find(|(k, v)| k == "TORCHELASTIC_RUN_ID" && !v.is_empty() && v != "none")
             .map(|(_, v)| self.redaction.redact(v).into_owned());
         self.model.set_training(tgid, role, job::rank(&environ), run_id);
+        if role.is_some() {
+            let visible = environ.iter().find(|(k, _)| k == "CUDA_VISIBLE_DEVICES").map(|(_, v)| {
+                v.chars().filter(|c| !c.is_control()).take(crate::model::gpu::MAX_VISIBLE_DEVICES).collect::<String>()
+            });
+            if let Some(p) = self.model.processes.get_mut(&tgid) {
+                p.cuda_visible_devices = visible;
+            }
+        }
     }
 
     /// Scans numa_maps of the given processes now (exact residency; costs a page-table walk

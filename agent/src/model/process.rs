@@ -71,6 +71,11 @@ pub struct Process {
     pub rss_pages: Option<u64>,
     /// Bytes pinned or locked (`VmPin` + `VmLck` of `/proc/PID/status`): pages that cannot move.
     pub pinned_bytes: Option<u64>,
+    /// `CUDA_VISIBLE_DEVICES` from its environment (capped at `gpu::MAX_VISIBLE_DEVICES`).
+    pub cuda_visible_devices: Option<String>,
+    /// Its open GPU devices, affinity and threads' CPUs (training processes, read with
+    /// `last_cpu`); see `model/gpu.rs`.
+    pub gpu_facts: Option<super::gpu::GpuFacts>,
     /// Faults/s over the last two readings.
     pub fault_rate: f64,
     prev_faults: Option<(u64, u64)>,

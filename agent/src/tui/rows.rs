@@ -25,6 +25,8 @@ pub struct ProcessRow {
     pub rank: Option<u32>,
     /// For a data-loader worker or other child of a rank: the rank's pid (listed under it).
     pub rank_pid: Option<u32>,
+    /// The GPU a rank drives and that GPU's node, short (`gpu3@n0`; `model/gpu.rs`).
+    pub gpu: Option<String>,
     /// Resident bytes from the last numa_maps scan.
     pub rss_bytes: Option<u64>,
     pub dram_share: Option<f64>,
@@ -40,6 +42,21 @@ pub struct ProcessRow {
     pub demoted: u64,
     /// When it exited (monotonic ns): its figures are final totals, its rates none.
     pub exited_at_ns: Option<u64>,
+}
+
+/// `gpu3@n0` (device minor, else PCI address; the GPU's node) for a rank whose GPU is known.
+fn gpu_short(p: &Process, scene: &Scene<'_>) -> Option<String> {
+    let open = p.gpu_facts.as_ref().map_or(&[][..], |f| &f.open_minors[..]);
+    if scene.model.gpus.is_empty() || (p.gpu_facts.is_none() && p.cuda_visible_devices.is_none()) {
+        return None;
+    }
+    let g =
+        crate::model::gpu::choose(&scene.model.gpus, open, p.cuda_visible_devices.as_deref(), p.rank.local_rank).gpu?;
+    let name = g.minor.map_or_else(|| g.pci_address.clone(), |m| format!("gpu{m}"));
+    Some(match g.numa_node {
+        Some(n) => format!("{name}@n{n}"),
+        None => name,
+    })
 }
 
 impl ProcessRow {
@@ -77,6 +94,7 @@ impl ProcessRow {
             container: p.container.clone(),
             rank: p.rank.rank,
             rank_pid: p.rank_pid,
+            gpu: gpu_short(p, scene),
             rss_bytes,
             dram_share,
             cxl_share,
@@ -100,6 +118,9 @@ impl ProcessRow {
         }
         if let Some(r) = self.rank {
             s.push_str(&format!(" r{r}"));
+        }
+        if let Some(g) = &self.gpu {
+            s.push_str(&format!(" {g}"));
         }
         if self.demo {
             s.push_str(" [demo]");
