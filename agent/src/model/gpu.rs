@@ -4,7 +4,7 @@
 //! and the CPU each of its threads last ran on; mapped onto the machine's GPUs (the topology).
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::topology::{parse::format_id_list, Gpu};
 
@@ -132,8 +132,8 @@ pub fn threads_by_node(node_of_cpu: NodeOfCpu<'_>, thread_cpus: &BTreeMap<u32, u
     out
 }
 
-/// The snapshot's `gpu` of a process.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The snapshot's `gpu` of a process (also in session files' process records).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuView {
     /// The GPU it drives; null when the evidence does not say (see `how`).
     pub pci_address: Option<String>,
@@ -182,6 +182,19 @@ pub fn gpu_view(
         how: choice.how,
         open_devices: open.iter().map(|m| format!("/dev/nvidia{m}")).collect(),
         cuda_visible_devices: visible_devices.map(str::to_string),
+    })
+}
+
+/// GPU facts again from a recorded [`GpuView`] and affinity (`top --replay`): the devices it held
+/// open and its affinity; where its threads ran is not recorded.
+pub fn facts_of_record(gpu: Option<&GpuView>, cpus_allowed: Option<&str>) -> Option<GpuFacts> {
+    if gpu.is_none() && cpus_allowed.is_none() {
+        return None;
+    }
+    Some(GpuFacts {
+        open_minors: gpu.iter().flat_map(|g| g.open_devices.iter()).filter_map(|d| nvidia_minor(d)).collect(),
+        cpus_allowed: cpus_allowed.and_then(|c| crate::topology::parse::id_list(c).ok()),
+        ..GpuFacts::default()
     })
 }
 
