@@ -306,6 +306,45 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_row_names_its_gpu_and_node_and_its_view_the_evidence() {
+        let mut f = Fixture::training();
+        f.model.gpus = (0..2)
+            .map(|i| crate::topology::Gpu {
+                pci_address: format!("0000:{}:00.0", 18 + i * 80),
+                vendor_id: 0x10de,
+                numa_node: Some(i),
+                minor: Some(i),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..Default::default()
+            })
+            .collect();
+        let p = f.model.processes.get_mut(&4242).expect("trainer");
+        p.rank.local_rank = Some(1);
+        p.gpu_facts = Some(crate::model::gpu::GpuFacts {
+            open_minors: vec![0, 1],
+            cpus_allowed: Some(vec![0, 1, 2, 3]),
+            thread_cpus: [(0, 3), (2, 1)].into_iter().collect(),
+            threads_unread: 0,
+        });
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        let trainer = rows.iter().find(|r| r.pid == 4242).expect("trainer row");
+        assert_eq!(trainer.gpu.as_deref(), Some("gpu1@n1"), "LOCAL_RANK 1 of the two devices it holds open");
+        assert_eq!(trainer.label(), "python3 r0 gpu1@n1 [demo]");
+        let lines =
+            crate::tui::process_detail::gpu_lines(scene.model.process_in_window(4242).expect("in window"), &scene);
+        assert_eq!(
+            lines,
+            vec![
+                "GPU 0000:98:00.0 NVIDIA H100 80GB HBM3, node 1 (LOCAL_RANK 1 -> CUDA device 1 (CUDA_VISIBLE_DEVICES unset); holds /dev/nvidia0, /dev/nvidia1 open)".to_string(),
+                "CPUs allowed 0-3; its 4 threads last ran on CPUs 0,2".to_string(),
+            ]
+        );
+        // Rows of processes without GPU facts are as before.
+        assert!(rows.iter().filter(|r| r.pid != 4242).all(|r| r.gpu.is_none()));
+    }
+
+    #[test]
     fn exited_processes_stay_with_final_totals_and_idle_ones_are_left_out() {
         let mut f = Fixture::training();
         f.model.processes.get_mut(&1200).expect("fixture").exited_at_ns = Some(100 * S);
