@@ -45,6 +45,9 @@ const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
 
+/// How often a training process's GPU devices, affinity and threads' CPUs are read again.
+const GPU_READ_EVERY_NS: u64 = 10_000_000_000;
+
 /// The most of a process's environment read to classify it (a normal one is a few KiB).
 const MAX_ENVIRON: u64 = 256 * 1024;
 
@@ -118,6 +121,9 @@ pub struct Session {
     /// When each process's CPU, resident size and pinned bytes were last read for the insights,
     /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
     insight_reads: HashMap<u32, (u64, u64)>,
+    /// When each process's GPU devices, affinity and threads' CPUs were last read: at most every
+    /// `GPU_READ_EVERY_NS` (a read walks its fds and every thread's stat: a few ms for 200 threads).
+    gpu_reads: HashMap<u32, u64>,
     /// The resident pages and last CPU of the processes whose `/proc/PID/stat` the fault reads
     /// of this reading took: the insights use them rather than reading the file again.
     stat_this_reading: HashMap<u32, (u64, Option<u32>)>,
@@ -232,6 +238,7 @@ impl Session {
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
             insight_reads: HashMap::new(),
+            gpu_reads: HashMap::new(),
             stat_this_reading: HashMap::new(),
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
@@ -364,6 +371,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
+            self.gpu_reads.remove(&tgid);
             self.site_reader.forget(tgid);
             // The new process's first counts were in the freed entries: its own counters stand.
             if let Some(st) = procfs::read_stat(tgid) {
@@ -398,6 +406,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
+            self.gpu_reads.remove(&tgid);
             self.site_reader.forget(tgid);
         }
     }
@@ -439,12 +448,18 @@ impl Session {
                 .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
             let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
             let pinned = status.as_deref().and_then(procfs::parse_pinned_bytes);
-            let gpu_facts = super::gpu_use::read(tgid, status.as_deref());
+            let gpu_due = self.gpu_reads.get(&tgid).is_none_or(|&at| now_ns.saturating_sub(at) >= GPU_READ_EVERY_NS);
+            let gpu_facts = gpu_due.then(|| super::gpu_use::read(tgid, status.as_deref()));
+            if gpu_due {
+                self.gpu_reads.insert(tgid, now_ns);
+            }
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);
                 p.pinned_bytes = pinned;
-                p.gpu_facts = Some(gpu_facts);
+                if let Some(f) = gpu_facts {
+                    p.gpu_facts = Some(f);
+                }
             }
         }
         self.model.update_insights(&nodes, self.page_size);
