@@ -545,3 +545,34 @@ fn a_long_recording_replays_in_the_memory_of_a_short_one() {
     assert!(l < s + (8 << 20), "3x the frames took {} KiB more", (l - s.min(l)) / 1024);
     std::fs::remove_dir_all(d).expect("cleanup");
 }
+
+/// The session `cargo xtask run` replays on machines without a slower tier (recorded in the QEMU
+/// guest with a CXL memory expander by `cargo xtask vm-test --only recorded-demo --update-fixtures`)
+/// still reads with this build and shows what tierscope is for: a lower tier, promotions and
+/// demotions, a CXL-tier allocation site named down to the trainer's Python function, and an
+/// insight that opened.
+#[test]
+#[ignore = "needs TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn the_shipped_tiered_session_shows_tiers_migrations_a_python_site_and_an_insight() {
+    require_root_and_agent!();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/fixtures/sessions/tiered-guest.tscope");
+    let r = report_json(&file);
+    let tiers: Vec<&str> = r["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["tier"].as_str()).collect();
+    assert!(tiers.contains(&"dram") && tiers.contains(&"cxl"), "tiers {tiers:?}");
+    assert!(r["promoted_pages"].as_u64().unwrap_or(0) > 0, "promoted {}", r["promoted_pages"]);
+    assert!(r["demoted_pages"].as_u64().unwrap_or(0) > 0, "demoted {}", r["demoted_pages"]);
+    let sites = r["sites"].as_array().expect("sites");
+    let named = sites.iter().any(|s| {
+        s["frames"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f.as_str().is_some_and(|f| f.contains("init_optimizer_state") && f.contains("demo_train.py")))
+        })
+    });
+    assert!(
+        named,
+        "no site names demo_train.py's init_optimizer_state: {:?}",
+        sites.iter().map(|s| &s["frames"]).collect::<Vec<_>>()
+    );
+    let ids: Vec<&str> = r["insights"].as_array().expect("insights").iter().filter_map(|i| i["id"].as_str()).collect();
+    assert!(ids.contains(&"slow_tier_with_fast_room"), "insights {ids:?}");
+}

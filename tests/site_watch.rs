@@ -111,3 +111,60 @@ fn a_process_matched_after_the_start_is_sampled_from_the_tick_it_is_seen() {
     assert_touch_is_named(p);
     assert_eq!(snap["agent"]["site_sampling"]["watched"], 1, "{}", snap["agent"]["site_sampling"]);
 }
+
+/// A watched process forks a child that allocates at once and is gone long before the agent's
+/// next reading (a DataLoader worker, a command's first child): the kernel watches it from its
+/// birth (`site_watch_fork`), so its CXL-tier allocations are sampled, not skipped as an
+/// unwatched process's. Without that, its attempts would end as `not_watched` and only the idle
+/// parent's few as delivered or rate limited.
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn the_child_of_a_watched_process_is_sampled_from_its_birth() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    require_root_and_agent!();
+    const CHURN: &str = env!("CARGO_BIN_EXE_tierscope-churn");
+    const MIB: u64 = 16;
+    // A name of its own for --match (the forked child keeps it: wanted once a reading sees it).
+    let dir = std::env::temp_dir().join(format!("tierscope-site-fork-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let name = format!("tsfork{}", std::process::id() % 100_000);
+    let bin = dir.join(&name);
+    std::fs::copy(CHURN, &bin).expect("copy tierscope-churn");
+    let mut parent = std::process::Command::new(&bin)
+        .args(["fork-touch", &MIB.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tierscope-churn fork-touch");
+    let mut out = BufReader::new(parent.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready line");
+    assert_eq!(line.trim(), "ready");
+    let agent = Agent::snapshot(&[
+        "--duration",
+        UNTIL_INTERRUPTED,
+        "--match",
+        &format!("^{name}"),
+        "--cxl-node",
+        "0",
+        "--site-sample-every",
+        &EVERY.to_string(),
+    ]);
+    parent.stdin.take().expect("stdin").write_all(b"go\n").expect("go");
+    line.clear();
+    out.read_line(&mut line).expect("child line");
+    assert!(parent.wait().expect("parent").success());
+    let snap = agent.interrupt();
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = &snap["agent"]["site_sampling"];
+    eprintln!("{}; site sampling: {s}", line.trim());
+    assert!(site_sampling(&snap, "inherited") >= 1, "the child was not watched at its fork: {s}");
+    // Attempts of watched processes end as delivered or rate limited; the child's 4,096 pages at
+    // one in EVERY are about a thousand, the idle parent's a handful.
+    let watched_outcomes = site_sampling(&snap, "delivered") + site_sampling(&snap, "rate_limited");
+    let child_pages = MIB << 20 >> 12;
+    assert!(
+        watched_outcomes >= child_pages / EVERY / 2,
+        "{watched_outcomes} attempts of watched processes for the child's {child_pages} pages at one in {EVERY}: {s}"
+    );
+}

@@ -71,10 +71,15 @@ pub struct TaskLayout {
     /// whole thread group is gone, whichever thread exits last.
     pub signal: u32,
     pub signal_live: u32,
+    /// Byte offset of `task_struct::tgid` (0: unknown): a forked child's process id, read at
+    /// `sched_process_fork` so the child of a watched process is watched from its birth.
+    pub tgid: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(core::mem::size_of::<TaskLayout>() == 24);
+const _: () = assert!(core::mem::size_of::<TaskLayout>() == 32);
 
 impl TaskLayout {
     /// Nothing known: the exit program reads nothing until the agent fills this in.
-    pub const DEFAULT: TaskLayout = TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, mm: 0, signal: 0, signal_live: 0 };
+    pub const DEFAULT: TaskLayout =
+        TaskLayout { min_flt: 0, maj_flt: 0, valid: 0, mm: 0, signal: 0, signal_live: 0, tgid: 0, _pad: 0 };
 }

@@ -9,6 +9,7 @@ pub mod event;
 pub mod layout;
 pub mod maps;
 pub mod names;
+pub mod pinning;
 pub mod stack;
 pub mod stats;
 

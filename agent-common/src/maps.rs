@@ -17,7 +17,8 @@ pub const SITE_WATCH_MAX: u32 = 16384;
 
 /// A process's site-sample budget (`SITE_BUDGET`, by tgid): a GCRA token bucket. The agent
 /// writes the default for each process it watches and deletes it when the process leaves the
-/// watched set; the kernel programs never insert one, so a missing entry means "not watched".
+/// watched set; the kernel inserts one only for the child a watched process forks (watched from
+/// its birth; the agent adopts or removes it), so a missing entry means "not watched".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteBudget {

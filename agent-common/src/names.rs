@@ -28,6 +28,8 @@ pub mod map {
     pub const PY_PROCS: &str = "PY_PROCS";
     pub const PY_THREADS: &str = "PY_THREADS";
     pub const PY_SEARCH: &str = "PY_SEARCH";
+    pub const PIN_CALLS: &str = "PIN_CALLS";
+    pub const PINNED: &str = "PINNED";
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
@@ -54,6 +56,8 @@ pub mod map {
         PY_PROCS,
         PY_THREADS,
         PY_SEARCH,
+        PIN_CALLS,
+        PINNED,
     ];
 }
 
@@ -113,6 +117,7 @@ pub mod program {
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
     pub const TASK_EXIT_FAULTS: &str = "task_exit_faults";
+    pub const SITE_WATCH_FORK: &str = "site_watch_fork";
     pub const FAULT_LATENCY_ENTRY: &str = "handle_mm_fault_entry";
     pub const FAULT_LATENCY_EXIT: &str = "handle_mm_fault_exit";
     pub const CXL_GENERAL_MEDIA: &str = "cxl_general_media";
@@ -123,4 +128,9 @@ pub mod program {
     pub const CXL_AER_UNCORRECTABLE_ERROR: &str = "cxl_aer_uncorrectable_error";
     pub const CXL_OVERFLOW: &str = "cxl_overflow";
     pub const MC_EVENT: &str = "mc_event";
+    /// Uprobes on the CUDA driver's host-memory entry points (`agent-ebpf/src/pinning.rs`).
+    pub const CU_HOST_ALLOC: &str = "cu_host_alloc";
+    pub const CU_HOST_REGISTER: &str = "cu_host_register";
+    pub const CU_HOST_PIN_RETURN: &str = "cu_host_pin_return";
+    pub const CU_HOST_RELEASE: &str = "cu_host_release";
 }

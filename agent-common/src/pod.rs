@@ -22,3 +22,5 @@ unsafe impl aya::Pod for SiteBudget {}
 unsafe impl aya::Pod for SiteSlot {}
 unsafe impl aya::Pod for PageBaseSlot {}
 unsafe impl aya::Pod for PyProcess {}
+unsafe impl aya::Pod for crate::pinning::PinCall {}
+unsafe impl aya::Pod for crate::pinning::PinKey {}

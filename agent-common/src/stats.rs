@@ -24,6 +24,20 @@ pub enum Stat {
     /// The `POLICY_EVENTS` ring buffer was full: a placement-syscall record was lost (that ring
     /// is apart from `EVENTS`, so a storm of them never pushes out an exit or a health record).
     PolicyRingFull = 8,
+    /// A CUDA host allocation or registration returned with no entry record of its thread (the
+    /// entry's insert failed, or a call nested in another): that range was not recorded.
+    PinNoEntry = 9,
+    /// The address a CUDA host allocation wrote could not be read from the process: that range
+    /// was not recorded.
+    PinReadFailed = 10,
+    /// `PINNED` or `PIN_CALLS` was full: a pinned range was not recorded.
+    PinMapFull = 11,
+    /// A watched process forked: its child was watched from its birth (a `SITE_BUDGET` entry
+    /// inherited at `sched_process_fork`), its first allocations sampled like its parent's.
+    SiteWatchInherited = 12,
+    /// `SITE_BUDGET` was full when a watched process forked: the child is watched from the
+    /// agent's next reading, if it wants it.
+    SiteWatchInheritFull = 13,
     /// CXL-tier allocations chosen for a site sample (one in `site_sample_every`). Every attempt
     /// ends as exactly one of the `Site*` outcomes below, so attempts = delivered + the causes.
     SiteAttempts = 16,
@@ -50,7 +64,7 @@ pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 16] = [
+    pub const ALL: [(Stat, &'static str); 21] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -60,6 +74,11 @@ impl Stat {
         (Stat::MigrateNoStart, "migrate_no_start"),
         (Stat::FaultNoStart, "fault_no_start"),
         (Stat::PolicyRingFull, "policy_ring_full"),
+        (Stat::PinNoEntry, "pin_no_entry"),
+        (Stat::PinReadFailed, "pin_read_failed"),
+        (Stat::PinMapFull, "pin_map_full"),
+        (Stat::SiteWatchInherited, "site_watch_inherited"),
+        (Stat::SiteWatchInheritFull, "site_watch_inherit_full"),
         (Stat::SiteAttempts, "site_attempts"),
         (Stat::SiteDelivered, "site_delivered"),
         (Stat::SiteNoUserStack, "site_no_user_stack"),

@@ -2,6 +2,7 @@
 //! tracefs: they attach without the right to read it). An exit is the thread group's: reported
 //! by whichever thread leaves last (`signal->live` at 0), so a leader that calls `pthread_exit`
 //! while its threads work is not reported gone.
+use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
     macros::btf_tracepoint,
@@ -9,14 +10,48 @@ use aya_ebpf::{
 };
 use tierscope_common::{
     event::{EventKind, LifecycleEvent},
-    maps::{FaultKey, FAULT_PATH_KERNEL, FAULT_PATH_USER},
+    maps::{FaultKey, SiteBudget, FAULT_PATH_KERNEL, FAULT_PATH_USER},
     stats::Stat,
 };
 
 use crate::{
     common::{add_to, count, current_unless_agent, global, header},
-    maps::{ALLOCS, ALLOC_CACHE, EVENTS, FAULTS, FAULT_CACHE, TASK_LAYOUT},
+    maps::{ALLOCS, ALLOC_CACHE, EVENTS, FAULTS, FAULT_CACHE, SITE_BUDGET, TASK_LAYOUT},
 };
+
+/// A watched process forked (the current task is the parent): the new process is watched from
+/// its birth, so the allocations it makes before the agent's next reading (a command `record`
+/// started, a DataLoader worker) are sampled too. A new thread (the same tgid) changes nothing.
+/// The agent adopts the entry when it wants the child and deletes it when it does not.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn site_watch_fork(ctx: BtfTracePointContext) -> i32 {
+    let off = global(&TASK_LAYOUT).tgid;
+    if off == 0 {
+        return 0;
+    }
+    let Some((parent, _)) = current_unless_agent() else { return 0 };
+    // SAFETY: only whether the entry exists is used.
+    if unsafe { SITE_BUDGET.get(&parent) }.is_none() {
+        return 0;
+    }
+    let child: *const u8 = ctx.arg(1);
+    // SAFETY: a bounds-checked kernel read at the offset this kernel's BTF gave.
+    let Ok(tgid) = (unsafe { bpf_probe_read_kernel(child.wrapping_add(off as usize) as *const i32) }) else {
+        count(Stat::ReadFailed);
+        return 0;
+    };
+    let tgid = tgid as u32;
+    if tgid == parent || tgid == 0 {
+        return 0;
+    }
+    match SITE_BUDGET.insert(&tgid, &SiteBudget::default(), BPF_NOEXIST as u64) {
+        Ok(()) => count(Stat::SiteWatchInherited),
+        // Already there (the agent was quicker): nothing to do.
+        Err(e) if e == -17 => {}
+        Err(_) => count(Stat::SiteWatchInheritFull),
+    }
+    0
+}
 
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {

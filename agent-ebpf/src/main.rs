@@ -16,6 +16,7 @@ mod lifecycle;
 mod maps;
 mod migrate;
 mod pages;
+mod pinning;
 mod policy;
 mod python_frames;
 mod sched_numa;

@@ -6,6 +6,7 @@ use aya_ebpf::{
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
     maps::*,
+    pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
     stack::{PyProcess, PY_SEARCH_SLOTS, PY_THREAD_CACHE},
     stats::STAT_SLOTS,
 };
@@ -129,3 +130,9 @@ pub static PY_THREADS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(PY_TH
 /// tgid -> the thread state a cut thread search stopped at (the next search goes on there).
 #[map]
 pub static PY_SEARCH: LruHashMap<u32, u64> = LruHashMap::with_max_entries(PY_SEARCH_SLOTS, 0);
+/// Thread (pid_tgid) -> the CUDA host allocation or registration it is in (`pinning.rs`).
+#[map]
+pub static PIN_CALLS: HashMap<u64, PinCall> = HashMap::with_max_entries(PIN_CALLS_MAX, 0);
+/// (tgid, kind, address) -> bytes of host memory the CUDA driver pinned for that process.
+#[map]
+pub static PINNED: HashMap<PinKey, u64> = HashMap::with_max_entries(PINNED_MAX, 0);

@@ -4,6 +4,8 @@
 //!   fork N PIDFILE     fork N children one after another without exec; each touches 8 fresh
 //!                      pages and exits; their pids go to PIDFILE (one a line); prints
 //!                      `done children=N`
+//!   fork-touch MIB     print `ready`, wait for a line on stdin, fork one child that touches
+//!                      MIB fresh MiB at once and exits; print `child=PID` once it is reaped
 //!   exit-after SECS MIB [TAG]
 //!                      touch MIB MiB, then at SECS seconds after start print `exit faults=F`
 //!                      (its own minflt + majflt from /proc/self/stat) and exit; TAG is only
@@ -70,6 +72,28 @@ fn main() {
             let _ = writeln!(out, "exit faults={faults}");
             let _ = out.flush();
         }
+        "fork-touch" => {
+            let mib: usize = arg(1).parse().expect("fork-touch MIB");
+            println!("ready");
+            let _ = std::io::stdout().flush();
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            // SAFETY: single-threaded; the child only maps, writes and _exits.
+            match unsafe { libc::fork() } {
+                -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+                0 => {
+                    touch_fresh(mib << 20);
+                    // SAFETY: ends the child without running the parent's atexit handlers.
+                    unsafe { libc::_exit(0) }
+                }
+                child => {
+                    let mut status = 0;
+                    // SAFETY: waits for our own child.
+                    unsafe { libc::waitpid(child, &mut status, 0) };
+                    println!("child={child}");
+                }
+            }
+        }
         // N `set_mempolicy(MPOL_DEFAULT)` calls in a tight loop: one policy record each, far more
         // than a small event ring holds (the soak overflows the agent's rings with it).
         "storm" => {
@@ -82,7 +106,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "tierscope-churn: unknown action `{other}` (fork N PIDFILE | exit-after SECS MIB [TAG] | storm N)"
+                "tierscope-churn: unknown action `{other}` (fork N PIDFILE | fork-touch MIB | exit-after SECS MIB [TAG] | storm N)"
             );
             std::process::exit(2);
         }

@@ -205,6 +205,11 @@ impl Agent {
     /// [`Agent::snapshot`] run under the command `wrapper` (for example `setpriv` with its
     /// arguments: the agent with fewer capabilities).
     pub fn snapshot_under(wrapper: &[&str], args: &[&str]) -> Agent {
+        Agent::snapshot_with(wrapper, &[], args)
+    }
+
+    /// [`Agent::snapshot_under`] with variables `env` added to the agent's environment.
+    pub fn snapshot_with(wrapper: &[&str], env: &[(&str, &str)], args: &[&str]) -> Agent {
         let bin = tierscope_bin().expect("TIERSCOPE_BIN");
         let (program, before) = match wrapper.split_first() {
             Some((w, rest)) => (w.to_string(), rest.iter().map(|a| a.to_string()).chain([bin.clone()]).collect()),
@@ -214,6 +219,7 @@ impl Agent {
             .args(before)
             .args(["snapshot", "--json"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

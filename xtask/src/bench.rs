@@ -44,7 +44,7 @@ pub enum Part {
     Storm,
     /// Per-program ns per event under bpf_stats.
     Bpf,
-    /// The agent's CPU and peak RSS with many tracked processes.
+    /// The agent's CPU and peak RSS with many tracked processes, and over an 8-GPU job shape.
     Tracked,
     /// Residency scans beside numastat -p.
     Residency,
@@ -205,6 +205,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if args.runs(Part::Tracked) {
         crate::bench_tracked::run(&agent, args.tracked)?;
+        crate::bench_tracked::run_job_shape(&agent)?;
     }
     if args.runs(Part::Residency) {
         crate::bench_residency::run(&agent)?;

@@ -5,6 +5,7 @@
 use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
+    os::unix::process::CommandExt as _,
     path::Path,
     process::{Child, Command, Stdio},
     time::Duration,
@@ -42,6 +43,86 @@ fn scrape() -> Option<String> {
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
     Some(body)
+}
+
+/// An 8-GPU node's job in stand-ins: 8 ranks (a shell with the elastic launcher's environment)
+/// each with 8 DataLoader workers (`pt_data_worker`) and 2 helpers (copies of `sleep` named so),
+/// 88 processes, all idle.
+const RANKS: u32 = 8;
+const WORKERS: u32 = 8;
+const HELPERS: u32 = 2;
+
+/// The agent's CPU and peak RSS over the 8-GPU shape with the default configuration (no
+/// `--config`, no `--match`: what a DaemonSet runs), and how many of the shape's processes its
+/// endpoint lists.
+pub fn run_job_shape(agent: &Path) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("tierscope-bench-job-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for name in ["pt_data_worker", "inductor_worker"] {
+        std::fs::copy("/bin/sleep", dir.join(name)).context("copying /bin/sleep")?;
+    }
+    let job = format!("bench-job-{}", std::process::id());
+    let script = format!(
+        "for i in $(seq {WORKERS}); do {d}/pt_data_worker 3600 & done; for i in $(seq {HELPERS}); do {d}/inductor_worker 3600 & done; wait",
+        d = dir.display()
+    );
+    let mut ranks = Idle(Vec::new());
+    for r in 0..RANKS {
+        let c = Command::new("sh")
+            .args(["-c", &script])
+            .env("TORCHELASTIC_RUN_ID", &job)
+            .env("RANK", r.to_string())
+            .env("LOCAL_RANK", r.to_string())
+            .env("WORLD_SIZE", RANKS.to_string())
+            .stdin(Stdio::null())
+            // Its own process group: the bench ends the rank and its children together.
+            .process_group(0)
+            .spawn()
+            .context("starting a stand-in rank")?;
+        ranks.0.push(c);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let mut pids: Vec<u32> = Vec::new();
+    for r in &ranks.0 {
+        let pid = r.id();
+        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        pids.push(pid);
+        pids.extend(kids.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    let child = Command::new(agent)
+        .args(["run", "--prometheus", &format!("127.0.0.1:{PORT}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting tierscope run")?;
+    std::thread::sleep(WARM_UP);
+    let before = agent_usage(child.id());
+    std::thread::sleep(WINDOW);
+    let after = agent_usage(child.id());
+    let metrics = scrape().unwrap_or_default();
+    stop_agent(child)?;
+    for r in &ranks.0 {
+        // SAFETY: kill has no memory preconditions; the group is the rank's own.
+        unsafe { libc::kill(-(r.id() as i32), libc::SIGKILL) };
+    }
+    drop(ranks);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (Some((_, t0)), Some((hwm, t1))) = (before, after) else {
+        println!("bench: 8-GPU job shape: the agent exited early (run `tierscope run` to see why)");
+        return Ok(());
+    };
+    let cpu_pct = (t1 - t0) as f64 * 10.0 / WINDOW.as_millis() as f64 * 100.0;
+    let rss = hwm as f64 / 1024.0;
+    println!(
+        "bench: agent over an 8-GPU job shape ({} processes: {RANKS} ranks x (1 + {WORKERS} pt_data_worker + {HELPERS} helpers); default configuration; {} listed on /metrics), {} s after a {} s warm-up:",
+        pids.len(),
+        tracked_on_endpoint(&metrics, &pids),
+        WINDOW.as_secs(),
+        WARM_UP.as_secs()
+    );
+    println!("bench:   agent CPU {cpu_pct:.2}% of a core (target < {MAX_CPU_PCT}%: {})", verdict(cpu_pct, MAX_CPU_PCT));
+    println!("bench:   agent peak RSS {rss:.1} MiB (target < {MAX_RSS_MIB} MiB: {})", verdict(rss, MAX_RSS_MIB));
+    Ok(())
 }
 
 /// Distinct pids of the idle processes on the endpoint.

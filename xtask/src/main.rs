@@ -92,29 +92,80 @@ fn main() {
 fn run(args: Vec<String>) -> Result<()> {
     setup::run()?;
     let bin = build::agent_release()?;
-    let args = if args.is_empty() { first_screen(std::path::Path::new("/sys")) } else { args };
+    let args = if args.is_empty() { first_screen(std::path::Path::new("/sys"), &cmd::workspace_root()) } else { args };
     println!("xtask: opening `{} {}`", bin.display(), args.join(" "));
     cmd::exec(&bin, &args)
 }
 
-/// What `cargo xtask run` opens: the live UI with its demo workload; on a machine whose memory is
-/// all one node (no slower tier to show), node 0 declared the CXL tier so the CXL views (the
-/// slow tier's share, CXL allocation sites, insights) have something to show, and says so.
-fn first_screen(sysfs: &std::path::Path) -> Vec<String> {
-    let mut args: Vec<String> = vec!["top".into(), "--demo".into()];
+/// The session recorded in the QEMU guest with a CXL memory expander (`vm-test --only recorded-demo
+/// --update-fixtures` records it again): what `cargo xtask run` replays where there is no slower
+/// tier to show.
+const TIERED_SESSION: &str = "agent/fixtures/sessions/tiered-guest.tscope";
+
+/// What `cargo xtask run` opens: on a machine whose memory is all one node (no slower tier to
+/// show), the session recorded in the guest with a CXL node (promotions, demotions, a CXL
+/// allocation site with Python frames, an open insight), and it says how to get the live view;
+/// elsewhere the live UI with its demo workload.
+fn first_screen(sysfs: &std::path::Path, root: &std::path::Path) -> Vec<String> {
     let with_memory = std::fs::read_to_string(sysfs.join("devices/system/node/has_memory")).unwrap_or_default();
+    let session = root.join(TIERED_SESSION);
     if matches!(with_memory.trim(), "0" | "") {
+        if session.exists() {
+            println!(
+                "xtask: this machine has one memory node (DRAM only), so there is no slower tier to show: \
+                 replaying a session recorded in a QEMU guest with a CXL memory expander ({TIERED_SESSION}: \
+                 promotions, demotions, a CXL allocation site with its Python frames, an open insight). \
+                 This machine live: `cargo xtask run top --demo` (add `--cxl-node 0` to declare node 0 the CXL tier)"
+            );
+            return vec!["top".into(), "--replay".into(), session.display().to_string()];
+        }
         println!(
             "xtask: this machine has one memory node (DRAM only): node 0 is declared the CXL tier \
              (--cxl-node 0) so the demo's memory shows on a slow tier; for the machine as it is, \
              run `target/release/tierscope top --demo`"
         );
-        args.extend(["--cxl-node".into(), "0".into()]);
-    } else {
-        println!(
-            "xtask: memory nodes {}: the live machine as it is (add --cxl-node N after `cargo xtask run top --demo` to declare one)",
-            with_memory.trim()
-        );
+        return vec!["top".into(), "--demo".into(), "--cxl-node".into(), "0".into()];
     }
-    args
+    println!(
+        "xtask: memory nodes {}: the live machine as it is (add --cxl-node N after `cargo xtask run top --demo` to declare one; \
+         a recorded tiered machine: `cargo xtask run top --replay {TIERED_SESSION}`)",
+        with_memory.trim()
+    );
+    vec!["top".into(), "--demo".into()]
+}
+
+#[cfg(test)]
+mod first_screen_tests {
+    use super::*;
+
+    /// A sysfs with `has_memory` and a checkout with or without the recorded session.
+    fn machine(nodes: &str, shipped: bool) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("xtask-first-screen-{}-{nodes}-{shipped}", std::process::id()));
+        let (sys, root) = (dir.join("sys"), dir.join("root"));
+        std::fs::create_dir_all(sys.join("devices/system/node")).expect("sysfs");
+        std::fs::write(sys.join("devices/system/node/has_memory"), format!("{nodes}\n")).expect("has_memory");
+        if shipped {
+            let s = root.join(TIERED_SESSION);
+            std::fs::create_dir_all(s.parent().expect("dir")).expect("root");
+            std::fs::write(&s, b"session").expect("session");
+        }
+        (sys, root)
+    }
+
+    #[test]
+    fn one_node_replays_the_recorded_tiered_machine_else_declares_node_0() {
+        let (sys, root) = machine("0", true);
+        let args = first_screen(&sys, &root);
+        assert_eq!(args[..2], ["top", "--replay"]);
+        assert!(args[2].ends_with(TIERED_SESSION), "{args:?}");
+        let (sys, root) = machine("0", false);
+        assert_eq!(first_screen(&sys, &root), ["top", "--demo", "--cxl-node", "0"]);
+        let (sys, root) = machine("0-2", true);
+        assert_eq!(first_screen(&sys, &root), ["top", "--demo"], "a tiered machine: live");
+    }
+
+    #[test]
+    fn the_recorded_tiered_session_is_shipped() {
+        assert!(cmd::workspace_root().join(TIERED_SESSION).is_file(), "{TIERED_SESSION} is missing");
+    }
 }

@@ -254,7 +254,22 @@ pub fn task_layout(btf: &[u8]) -> Result<TaskLayout, BtfError> {
         (Ok(signal), Ok(live)) if live.size == Some(4) => (signal, live.offset),
         _ => (0, 0),
     };
-    Ok(TaskLayout { min_flt: field("min_flt")?, maj_flt: field("maj_flt")?, valid: 1, mm, signal, signal_live })
+    // A forked child's process id (pid_t): its watch is inherited at fork; without it the child
+    // is watched from the agent's next reading.
+    let tgid = match btf.field("task_struct", "tgid") {
+        Ok(t) if t.size == Some(4) => t.offset,
+        _ => 0,
+    };
+    Ok(TaskLayout {
+        min_flt: field("min_flt")?,
+        maj_flt: field("maj_flt")?,
+        valid: 1,
+        mm,
+        signal,
+        signal_live,
+        tgid,
+        _pad: 0,
+    })
 }
 
 /// Where `task_struct` keeps the thread pointer (`thread.fsbase`, x86-64), from BTF bytes.
@@ -374,7 +389,16 @@ mod tests {
         assert_eq!(btf.field("mm_struct", "x"), Err(BtfError::NoStruct("mm_struct".into())));
         assert_eq!(
             task_layout(&data),
-            Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, mm: 2304, signal: 0, signal_live: 0 })
+            Ok(TaskLayout {
+                min_flt: 2048,
+                maj_flt: 2056,
+                valid: 1,
+                mm: 2304,
+                signal: 0,
+                signal_live: 0,
+                tgid: 0,
+                _pad: 0
+            })
         );
         assert_eq!(btf.struct_size("task_struct"), Ok(4096));
         assert_eq!(btf.struct_size("page"), Err(BtfError::NoStruct("page".into())));

@@ -13,6 +13,7 @@ pub mod map_batch;
 pub mod module_file;
 pub mod page_path;
 pub mod pid_namespace;
+pub mod pinning;
 pub mod probes;
 pub mod process_file;
 pub mod process_memory;

@@ -398,6 +398,20 @@ impl Elf {
         self.file.path()
     }
 
+    /// The open file (a uprobe is attached through its descriptor, never a path the agent
+    /// resolves itself).
+    pub fn module_file(&self) -> &ModuleFile {
+        &self.file
+    }
+
+    /// The file offset address `addr` is loaded from (the offset a uprobe takes).
+    pub fn offset_of_address(&self, addr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|p| p.kind == PT_LOAD && (p.vaddr..p.vaddr.saturating_add(p.filesz)).contains(&addr))
+            .map(|p| addr - p.vaddr + p.offset)
+    }
+
     /// The section named `name`.
     pub fn section(&self, name: &str) -> Option<&Section> {
         self.sections.iter().find(|s| s.name == name.as_bytes())

@@ -94,15 +94,16 @@ pub fn read_proportional(pid: u32) -> Option<(u64, u64)> {
     parse_smaps_rollup(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?)
 }
 
-/// `VmPin` plus `VmLck` of `/proc/PID/status`, in bytes: memory pinned for a device or locked,
-/// which the kernel cannot migrate; `None` when neither line is there (a kernel thread).
-pub fn parse_pinned_bytes(status: &str) -> Option<u64> {
+/// `(VmPin, VmLck)` of `/proc/PID/status`, in bytes: memory pinned for a device (RDMA,
+/// io_uring, vfio) and memory locked, which the kernel cannot migrate; `None` when neither line
+/// is there (a kernel thread). The NVIDIA driver's pinning is in neither (`collect/pinning.rs`).
+pub fn parse_kernel_pinned(status: &str) -> Option<(u64, u64)> {
     let kb = |key: &str| {
         status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
     };
     match (kb("VmPin:"), kb("VmLck:")) {
         (None, None) => None,
-        (a, b) => Some((a.unwrap_or(0) + b.unwrap_or(0)) * 1024),
+        (a, b) => Some((a.unwrap_or(0) * 1024, b.unwrap_or(0) * 1024)),
     }
 }
 
@@ -182,11 +183,11 @@ mod tests {
     }
 
     #[test]
-    fn pinned_bytes_add_vmpin_and_vmlck() {
+    fn kernel_pinned_bytes_are_vmpin_and_vmlck() {
         let status = "Name:\tts-alloc\nVmLck:\t   16384 kB\nVmPin:\t       8 kB\nVmRSS:\t   17000 kB\n";
-        assert_eq!(parse_pinned_bytes(status), Some((16384 + 8) * 1024));
-        assert_eq!(parse_pinned_bytes("Name:\tkthreadd\n"), None);
-        assert_eq!(parse_pinned_bytes("VmLck:\t garbage kB\nVmPin:\t 4 kB\n"), Some(4096));
+        assert_eq!(parse_kernel_pinned(status), Some((8 * 1024, 16384 * 1024)));
+        assert_eq!(parse_kernel_pinned("Name:\tkthreadd\n"), None);
+        assert_eq!(parse_kernel_pinned("VmLck:\t garbage kB\nVmPin:\t 4 kB\n"), Some((4096, 0)));
     }
 
     #[test]

@@ -83,6 +83,11 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         hook: Hook::TpBtf { group: "sched", name: "sched_process_exit" },
         feature: "faults of exited processes",
     },
+    ProgramSpec {
+        name: p::SITE_WATCH_FORK,
+        hook: Hook::TpBtf { group: "sched", name: "sched_process_fork" },
+        feature: "CXL sites of a watched process's children from their birth",
+    },
     tp(p::CXL_GENERAL_MEDIA, "cxl", "cxl_general_media", "CXL health"),
     tp(p::CXL_DRAM, "cxl", "cxl_dram", "CXL health"),
     tp(p::CXL_MEMORY_MODULE, "cxl", "cxl_memory_module", "CXL health"),

@@ -16,6 +16,7 @@ use super::{
     container::IdentityReader,
     counters,
     events::Decoder,
+    pinning::{self, PinWatch},
     probes::{LoadOptions, Probes},
     procfs, ringbuf, site_watch, sites, task_faults,
 };
@@ -138,6 +139,10 @@ pub struct Session {
     /// Model processes whose `/proc/PID/stat` said zombie with no thread left: gone, though
     /// listed until reaped; the looks count them as missing (judged like any other miss).
     zombies: HashSet<u32>,
+    /// Pinned host memory: the uprobes on the CUDA driver and the placement of its ranges.
+    pin_watch: PinWatch,
+    /// Each process's kernel-counted pinned and locked memory, as its last insight read found it.
+    kernel_pinned: HashMap<u32, pinning::KernelPinned>,
 }
 
 impl Session {
@@ -205,6 +210,7 @@ impl Session {
         let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
         let site_reader = sites::spawn(site_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
+        let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
         model.gpus = topology.gpus.clone();
@@ -245,6 +251,8 @@ impl Session {
             health_poller: Default::default(),
             look_before_flush: None,
             zombies: HashSet::new(),
+            pin_watch,
+            kernel_pinned: HashMap::new(),
         };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
@@ -359,6 +367,7 @@ impl Session {
         let free = self.model.entries_to_free();
         if !free.is_empty() {
             self.entries_forgotten += counters::forget(&mut self.probes.ebpf, &free, &r) as u64;
+            self.entries_forgotten += self.pin_watch.forget(&mut self.probes.ebpf, &free) as u64;
             self.model.entries_freed(&free);
         }
         let mut holding = r.tgids();
@@ -406,6 +415,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
+            self.kernel_pinned.remove(&tgid);
             self.gpu_reads.remove(&tgid);
             self.site_reader.forget(tgid);
         }
@@ -426,6 +436,16 @@ impl Session {
                 n.mem_free_bytes = info.free_bytes;
             }
         }
+        // The CUDA driver's ranges first: a locked mapping also registered with it counts there.
+        let watched: Vec<(u32, u64)> = self
+            .model
+            .processes
+            .values()
+            .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
+            .map(|p| (p.tgid, p.faults))
+            .collect();
+        self.pin_watch.look_at(&mut self.probes.ebpf, &watched, now_ns);
+        let driver = self.pin_watch.read(&self.probes.ebpf);
         let reads = &self.insight_reads;
         let due: Vec<(u32, u64)> = self
             .model
@@ -446,22 +466,35 @@ impl Session {
                 .get(&tgid)
                 .copied()
                 .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
-            let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
-            let pinned = status.as_deref().and_then(procfs::parse_pinned_bytes);
+            let driver_ranges = driver.get(&tgid).map(|d| d.ranges.clone()).unwrap_or_default();
+            match self.pin_watch.read_kernel(tgid, &driver_ranges) {
+                Some(k) => self.kernel_pinned.insert(tgid, k),
+                None => self.kernel_pinned.remove(&tgid),
+            };
             let gpu_due = self.gpu_reads.get(&tgid).is_none_or(|&at| now_ns.saturating_sub(at) >= GPU_READ_EVERY_NS);
-            let gpu_facts = gpu_due.then(|| super::gpu_use::read(tgid, status.as_deref()));
+            let gpu_facts = gpu_due.then(|| {
+                let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
+                super::gpu_use::read(tgid, status.as_deref())
+            });
             if gpu_due {
                 self.gpu_reads.insert(tgid, now_ns);
             }
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);
-                p.pinned_bytes = pinned;
                 if let Some(f) = gpu_facts {
                     p.gpu_facts = Some(f);
                 }
             }
         }
+        // Every live process with pinned memory from either source, read this reading.
+        for p in self.model.processes.values_mut().filter(|p| p.exited_at_ns.is_none()) {
+            let (d, k) = (driver.get(&p.tgid), self.kernel_pinned.get(&p.tgid));
+            if d.is_some() || k.is_some() {
+                p.pinned = Some(pinning::combine(d, k));
+            }
+        }
+        self.model.pinning = self.pin_watch.status.clone();
         self.model.update_insights(&nodes, self.page_size);
     }
 
@@ -521,7 +554,8 @@ impl Session {
     pub fn watch_sites(&mut self, tgids: &std::collections::BTreeSet<u32>) {
         // Python runtimes first, then the budgets that start the kernel sampling.
         self.site_reader.examine(self.site_watch.joining(tgids), SITE_EXAMINE_WAIT);
-        self.site_watch.set(&mut self.probes.ebpf, tgids);
+        let model = &self.model;
+        self.site_watch.set(&mut self.probes.ebpf, tgids, |t| model.processes.contains_key(&t));
         self.model.sites_watched = self.site_watch.len();
         self.model.site_watch_refused = self.site_watch.refused_total;
     }
@@ -676,7 +710,13 @@ impl Session {
                             procfs::read_resident_pages(p.tgid)
                         })
                     });
-                ScanState { tgid: p.tgid, last_at_ns, last_cost_ns: p.residency_cost_ns, unchanged }
+                ScanState {
+                    tgid: p.tgid,
+                    last_at_ns,
+                    last_cost_ns: p.residency_cost_ns,
+                    unchanged,
+                    last_hold_ns: p.residency_hold_ns,
+                }
             })
             .collect();
         let due = budget.due(&states, now);

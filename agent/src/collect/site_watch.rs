@@ -1,11 +1,14 @@
 //! Which processes' CXL-tier allocation sites the kernel samples: those the command watches.
-//! The kernel program samples a tgid only while it has a `SITE_BUDGET` entry, and never inserts
-//! one; the agent writes one for each process entering the watched set and deletes it (with the
-//! tgid's `SITE_PENDING` pages) when the process leaves it. A process watched from the start
-//! has its first allocations sampled; one that joins later (a child, an exec matching
-//! `--match`) is sampled from the tick it joins: its allocations before that are carried by no
-//! sample, while the page totals stay exact (a site's pages are the process's exact CXL-tier
-//! pages shared among its sites).
+//! The kernel program samples a tgid only while it has a `SITE_BUDGET` entry; the agent writes
+//! one for each process entering the watched set and deletes it (with the tgid's `SITE_PENDING`
+//! pages) when the process leaves it. A process watched from the start has its first
+//! allocations sampled, and so has a child a watched process forks (the kernel's
+//! `site_watch_fork` gives it an entry at its birth: a command `record` started, a DataLoader
+//! worker); the agent adopts such an entry when it wants the child, keeps it while no reading
+//! has judged the child yet, and deletes it otherwise. A process that joins any other way (an
+//! exec matching `--match`) is sampled from the tick it joins: its allocations before that are
+//! carried by no sample, while the page totals stay exact (a site's pages are the process's
+//! exact CXL-tier pages shared among its sites).
 use std::collections::{BTreeSet, HashSet};
 
 use aya::{
@@ -49,17 +52,35 @@ impl SiteWatch {
     }
 
     /// Makes `wanted` the watched set: entries for the newcomers, deletes for the leavers.
-    pub fn set(&mut self, ebpf: &mut Ebpf, wanted: &BTreeSet<u32>) {
-        let (add, remove) = changes(&self.watched, wanted);
-        if add.is_empty() && remove.is_empty() {
-            return;
-        }
-        self.refused.retain(|t| wanted.contains(t));
+    /// Entries the kernel gave forked children are adopted when wanted, kept while `judged`
+    /// says no reading has seen the child yet (and it lives), deleted otherwise.
+    pub fn set(&mut self, ebpf: &mut Ebpf, wanted: &BTreeSet<u32>, judged: impl Fn(u32) -> bool) {
         let Some(budgets) = ebpf.map_mut(map::SITE_BUDGET) else { return };
         let Ok(mut budgets) = HashMap::<&mut MapData, u32, SiteBudget>::try_from(budgets) else {
             tracing::warn!("SITE_BUDGET is not a hash map (an old kernel object?): sites cannot be watched");
             return;
         };
+        let inherited: Vec<u32> = budgets.keys().flatten().filter(|t| !self.watched.contains(t)).collect();
+        let mut dropped = Vec::new();
+        for tgid in inherited {
+            match inherited_fate(wanted.contains(&tgid), judged(tgid), || {
+                std::path::Path::new(&format!("/proc/{tgid}")).exists()
+            }) {
+                Fate::Adopt => {
+                    self.watched.insert(tgid);
+                }
+                Fate::Keep => {}
+                Fate::Delete => {
+                    let _ = budgets.remove(&tgid);
+                    dropped.push(tgid);
+                }
+            }
+        }
+        let (add, mut remove) = changes(&self.watched, wanted);
+        if add.is_empty() && remove.is_empty() && dropped.is_empty() {
+            return;
+        }
+        self.refused.retain(|t| wanted.contains(t));
         for &tgid in &remove {
             let _ = budgets.remove(&tgid);
             self.watched.remove(&tgid);
@@ -78,6 +99,7 @@ impl SiteWatch {
                 }
             }
         }
+        remove.extend(dropped);
         // Pages a leaver left pending on some CPU belong to no sample any more.
         if let Some(pending) = ebpf.map_mut(map::SITE_PENDING) {
             if let Ok(mut pending) = PerCpuHashMap::<&mut MapData, u32, u64>::try_from(pending) {
@@ -86,6 +108,27 @@ impl SiteWatch {
                 }
             }
         }
+    }
+}
+
+/// What becomes of a `SITE_BUDGET` entry the kernel gave a forked child.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    /// Wanted: watched like any other.
+    Adopt,
+    /// Not judged yet (no reading has seen the child) and alive: left for the next reading.
+    Keep,
+    /// Not wanted, or gone before any reading saw it.
+    Delete,
+}
+
+fn inherited_fate(wanted: bool, judged: bool, alive: impl FnOnce() -> bool) -> Fate {
+    if wanted {
+        Fate::Adopt
+    } else if !judged && alive() {
+        Fate::Keep
+    } else {
+        Fate::Delete
     }
 }
 
@@ -115,6 +158,16 @@ pub fn watched_by(filter: &ProcessFilter, model: &Model) -> BTreeSet<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forked_child_is_adopted_when_wanted_kept_until_judged_and_deleted_otherwise() {
+        let never = || panic!("a wanted or judged child's liveness is not asked");
+        assert_eq!(inherited_fate(true, false, never), Fate::Adopt);
+        assert_eq!(inherited_fate(true, true, never), Fate::Adopt);
+        assert_eq!(inherited_fate(false, true, never), Fate::Delete, "a reading saw it and does not want it");
+        assert_eq!(inherited_fate(false, false, || true), Fate::Keep, "too young to judge");
+        assert_eq!(inherited_fate(false, false, || false), Fate::Delete, "gone before any reading saw it");
+    }
 
     #[test]
     fn changes_add_newcomers_and_remove_leavers_only() {

@@ -284,6 +284,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         tracked_max: Some(u32::try_from(cfg.max_tracked).unwrap_or(u32::MAX)),
         ..Default::default()
     })?;
+    let kernel_memory = kernel_memory_line(s.probes.sizing.0.possible_cpus);
     // Exited tracked processes keep their series twice the model's grace; their final records
     // stay that long (this window slides with every reading).
     let series_grace_ns = 2 * s.exited_grace_ns;
@@ -382,6 +383,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     latest.publish_within(keyed(points, cfg.granularity, &mut fleet, s.model.last_reading_ns), &limits, &stats);
     // Tests and scripts wait for this line.
     eprintln!("tierscope: running ({attached} programs attached); {}", targets.join("; "));
+    eprintln!("tierscope: {kernel_memory}");
     let mut next_scan = Instant::now();
     let mut tick = tokio::time::interval(cfg.read_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -524,4 +526,19 @@ fn current_points(
         probe: probe_state.as_ref(),
         resident_shares: granularity == Granularity::Job,
     })
+}
+
+/// The kernel memory of the maps this agent holds, as the kernel accounts it (what its memory
+/// cgroup is charged), and what each possible CPU adds: said once at start.
+fn kernel_memory_line(possible_cpus: u32) -> String {
+    match crate::collect::kernel_memory::own_maps(possible_cpus) {
+        Ok(m) => format!(
+            "kernel memory {:.1} MiB in {} BPF maps at {} possible CPUs ({:.1} KiB per possible CPU; `tierscope check` lists each map)",
+            m.total() as f64 / (1u64 << 20) as f64,
+            m.maps.len(),
+            possible_cpus,
+            m.bytes_per_cpu() as f64 / 1024.0
+        ),
+        Err(e) => format!("the maps' kernel memory could not be read: {e}"),
+    }
 }

@@ -14,6 +14,7 @@ use tierscope_common::{
         TgidNodePending, TgidPending, FAULT_PATHS, LOG2_BUCKETS, MAX_MIGRATE_REASONS, MAX_NODES, SITE_WATCH_MAX,
     },
     names::map,
+    pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
     stack::{PyProcess, PY_SEARCH_SLOTS, PY_THREAD_CACHE},
     stats::STAT_SLOTS,
 };
@@ -257,6 +258,8 @@ pub fn agent_maps(
         shape::<u32, PyProcess>(map::PY_PROCS, Hash, py_procs),
         shape::<u64, u64>(map::PY_THREADS, LruHash, PY_THREAD_CACHE),
         shape::<u32, u64>(map::PY_SEARCH, LruHash, PY_SEARCH_SLOTS),
+        shape::<u64, PinCall>(map::PIN_CALLS, Hash, PIN_CALLS_MAX),
+        shape::<PinKey, u64>(map::PINNED, Hash, PINNED_MAX),
     ]
 }
 

@@ -17,6 +17,7 @@ pub mod kernel_memory;
 pub mod liveness;
 pub mod migration;
 pub mod pid_namespace;
+pub mod pinned;
 pub mod policy;
 pub mod privilege;
 pub mod process;
@@ -78,6 +79,8 @@ pub struct Model {
     /// those it could not take (its map full).
     pub sites_watched: usize,
     pub site_watch_refused: u64,
+    /// How the CUDA driver's pinning is watched (`collect/pinning.rs`).
+    pub pinning: pinned::PinningStatus,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,
@@ -634,7 +637,9 @@ impl Model {
         self.residency_scans += 1;
         self.residency_scan_ns += cost_ns;
         self.residency_longest_hold_ns = self.residency_longest_hold_ns.max(longest_hold_ns);
-        self.process(tgid).residency_cost_ns = Some(cost_ns);
+        let p = self.process(tgid);
+        p.residency_cost_ns = Some(cost_ns);
+        p.residency_hold_ns = Some(longest_hold_ns);
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Process {
     pub residency: Option<(NumaResidency, u64)>,
     /// What the last numa_maps read of this process cost (ns).
     pub residency_cost_ns: Option<u64>,
+    /// The longest single hold of its mmap lock in that read (ns).
+    pub residency_hold_ns: Option<u64>,
     pub exited_at_ns: Option<u64>,
     /// Its kernel map entries were deleted after it exited: later counts under its pid belong to
     /// another process.
@@ -69,8 +71,9 @@ pub struct Process {
     pub last_cpu: Option<u32>,
     /// Resident pages as `/proc/PID/stat` says now (cheap; numa_maps gives them per node).
     pub rss_pages: Option<u64>,
-    /// Bytes pinned or locked (`VmPin` + `VmLck` of `/proc/PID/status`): pages that cannot move.
-    pub pinned_bytes: Option<u64>,
+    /// Pinned host memory, whoever pinned it (the CUDA driver's ranges, `VmLck`, `VmPin`), by
+    /// node where known: pages that cannot move. `None` until read.
+    pub pinned: Option<super::pinned::PinnedMemory>,
     /// `CUDA_VISIBLE_DEVICES` from its environment (capped at `gpu::MAX_VISIBLE_DEVICES`).
     pub cuda_visible_devices: Option<String>,
     /// Its open GPU devices, affinity and threads' CPUs (training processes, read with

@@ -12,11 +12,21 @@ pub struct ScanBudget {
     pub min_interval_ns: u64,
     /// Always re-read within this, whatever it costs (values must not get arbitrarily old).
     pub max_interval_ns: u64,
+    /// Fraction of the target's own time that its mmap lock may be held by our reads, e.g.
+    /// 0.005: a process whose read held the lock 200 ms (a 16 GiB mapping: numa_maps cannot
+    /// split one mapping) is re-read at most every 40 s, up to `max_interval_ns`, its residency's
+    /// age shown. Its mmap/munmap calls wait behind a hold; the CPU budget does not see that.
+    pub stall_fraction: f64,
 }
 
 impl Default for ScanBudget {
     fn default() -> Self {
-        ScanBudget { cpu_fraction: 0.02, min_interval_ns: 1_000_000_000, max_interval_ns: 60_000_000_000 }
+        ScanBudget {
+            cpu_fraction: 0.02,
+            min_interval_ns: 1_000_000_000,
+            max_interval_ns: 60_000_000_000,
+            stall_fraction: 0.005,
+        }
     }
 }
 
@@ -31,6 +41,8 @@ pub struct ScanState {
     /// Nothing that moves its pages changed since the last scan (its resident size, its faults,
     /// the host's migration counters): its residency is re-read only at `max_interval_ns`.
     pub unchanged: bool,
+    /// The longest single hold of its mmap lock in its last read (ns).
+    pub last_hold_ns: Option<u64>,
 }
 
 impl ScanBudget {
@@ -40,6 +52,15 @@ impl ScanBudget {
         let fraction = if self.cpu_fraction > 0.0 { self.cpu_fraction } else { 0.02 };
         let need = (cost_ns as f64 * n.max(1) as f64 / fraction) as u64;
         need.clamp(self.min_interval_ns, self.max_interval_ns.max(self.min_interval_ns))
+    }
+
+    /// The interval that keeps one process's longest hold of its mmap lock within
+    /// `stall_fraction` of its time, at most `max_interval_ns`.
+    pub fn stall_interval_ns(&self, hold_ns: u64) -> u64 {
+        if self.stall_fraction <= 0.0 {
+            return 0;
+        }
+        ((hold_ns as f64 / self.stall_fraction) as u64).min(self.max_interval_ns.max(self.min_interval_ns))
     }
 
     /// The candidates due now: never scanned, or older than their interval. Oldest first.
@@ -54,7 +75,7 @@ impl ScanBudget {
                     let interval = if c.unchanged {
                         self.max_interval_ns.max(self.min_interval_ns)
                     } else {
-                        self.interval_ns(cost.unwrap_or(0), n)
+                        self.interval_ns(cost.unwrap_or(0), n).max(self.stall_interval_ns(c.last_hold_ns.unwrap_or(0)))
                     };
                     (age >= interval).then_some((at, c.tgid))
                 }
@@ -126,13 +147,54 @@ mod tests {
     }
 
     #[test]
+    fn a_process_whose_read_held_its_lock_long_is_read_less_often_within_the_bound() {
+        let b = ScanBudget::default();
+        assert_eq!(b.stall_interval_ns(196_000_000), 39_200_000_000, "196 ms held: 0.5% of 39.2 s");
+        assert_eq!(b.stall_interval_ns(1_000_000_000), 60 * S, "never older than a minute");
+        assert_eq!(b.stall_interval_ns(2_000_000), 400_000_000, "short holds leave it to the CPU budget");
+        let held = |at_s: u64, hold_ns: u64| {
+            [ScanState {
+                tgid: 9,
+                last_at_ns: Some(at_s * S),
+                last_cost_ns: Some(200_000_000),
+                unchanged: false,
+                last_hold_ns: Some(hold_ns),
+            }]
+        };
+        // The CPU budget alone re-reads a 200 ms scan every 10 s.
+        assert_eq!(b.due(&held(0, 2_000_000), 10 * S), vec![9], "short holds: the CPU budget decides");
+        assert!(b.due(&held(0, 196_000_000), 30 * S).is_empty(), "one 196 ms hold: not re-read at 30 s");
+        assert_eq!(b.due(&held(0, 196_000_000), 40 * S), vec![9], "re-read once 0.5% of its time passed");
+        let off = ScanBudget { stall_fraction: 0.0, ..b };
+        assert_eq!(off.due(&held(0, 196_000_000), 10 * S), vec![9], "no stall budget: the CPU budget alone");
+    }
+
+    #[test]
     fn picks_new_and_stale_oldest_first() {
         let b = ScanBudget::default();
         let c = [
-            ScanState { tgid: 1, last_at_ns: Some(10 * S), last_cost_ns: Some(1_000), unchanged: false },
-            ScanState { tgid: 2, last_at_ns: None, last_cost_ns: None, unchanged: false },
-            ScanState { tgid: 3, last_at_ns: Some(5 * S), last_cost_ns: Some(1_000), unchanged: false },
-            ScanState { tgid: 4, last_at_ns: Some(9 * S), last_cost_ns: Some(200_000_000), unchanged: false },
+            ScanState {
+                tgid: 1,
+                last_at_ns: Some(10 * S),
+                last_cost_ns: Some(1_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
+            ScanState { tgid: 2, last_at_ns: None, last_cost_ns: None, unchanged: false, last_hold_ns: None },
+            ScanState {
+                tgid: 3,
+                last_at_ns: Some(5 * S),
+                last_cost_ns: Some(1_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
+            ScanState {
+                tgid: 4,
+                last_at_ns: Some(9 * S),
+                last_cost_ns: Some(200_000_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
         ];
         assert_eq!(b.due(&c, 11 * S), vec![2, 3, 1]);
         assert_eq!(b.due(&c, 10 * S + S / 2), vec![2, 3]);
@@ -141,11 +203,18 @@ mod tests {
     #[test]
     fn an_unchanged_process_waits_for_the_bound_and_no_longer() {
         let b = ScanBudget::default();
-        let idle =
-            |at_s: u64| [ScanState { tgid: 7, last_at_ns: Some(at_s * S), last_cost_ns: Some(1_000), unchanged: true }];
+        let idle = |at_s: u64| {
+            [ScanState {
+                tgid: 7,
+                last_at_ns: Some(at_s * S),
+                last_cost_ns: Some(1_000),
+                unchanged: true,
+                last_hold_ns: None,
+            }]
+        };
         assert!(b.due(&idle(0), 30 * S).is_empty(), "cheap but unchanged: not re-read at 30 s");
         assert_eq!(b.due(&idle(0), 60 * S), vec![7], "re-read at the bound: values never older");
-        let never = [ScanState { tgid: 8, last_at_ns: None, last_cost_ns: None, unchanged: true }];
+        let never = [ScanState { tgid: 8, last_at_ns: None, last_cost_ns: None, unchanged: true, last_hold_ns: None }];
         assert_eq!(b.due(&never, 0), vec![8], "never scanned: scanned now whatever the hint");
     }
 

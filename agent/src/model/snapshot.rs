@@ -76,6 +76,11 @@ pub struct ProcessSnapshot {
     pub resident_pages_by_node: BTreeMap<String, u64>,
     pub resident_anon_pages_by_node: BTreeMap<String, u64>,
     pub resident_bytes_by_tier: BTreeMap<String, u64>,
+    /// Pinned host memory by node (bytes), whoever pinned it: the CUDA driver's ranges and the
+    /// mlocked mappings, page by page (`VmPin` has no node: in `pinned.vm_pin_bytes`).
+    pub pinned_bytes_by_node: BTreeMap<String, u64>,
+    /// Pinned bytes by source; null until read.
+    pub pinned: Option<super::pinned::PinnedMemory>,
     /// Age of the residency figures (ms) at snapshot time; absent when numa_maps was unreadable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residency_age_ms: Option<u64>,
@@ -154,6 +159,9 @@ pub struct SiteSampling {
     /// Processes whose sites are sampled now, and those the kernel's map had no room for.
     pub watched: usize,
     pub watch_refused: u64,
+    /// Children of watched processes watched from their fork by the kernel (before any
+    /// reading saw them); `kernel.site_watch_inherit_full` in drops counts those it had no room for.
+    pub inherited: u64,
     /// Delivered samples that reached the model.
     pub received: u64,
     /// New stacks whose process was gone before its mappings were read (shown as
@@ -198,6 +206,7 @@ impl SiteSampling {
             unaccounted: 0,
             watched: model.sites_watched,
             watch_refused: model.site_watch_refused,
+            inherited: k("site_watch_inherited"),
             received: model.site_samples_received,
             unnormalized,
             stacks,
@@ -234,6 +243,9 @@ pub struct AgentSnapshot {
     pub events_received: u64,
     /// The CXL allocation-site sampler: attempts and how each ended.
     pub site_sampling: SiteSampling,
+    /// How the CUDA driver's pinned memory is watched: `cuda` (`watching`, `no CUDA library
+    /// mapped`, `unsupported: why`), the libraries probed, processes looked at.
+    pub pinning: super::pinned::PinningStatus,
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
@@ -422,6 +434,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 resident_pages_by_node: res,
                 resident_anon_pages_by_node: anon,
                 resident_bytes_by_tier: by_tier,
+                pinned_bytes_by_node: p.pinned.as_ref().map(|x| keyed(&x.bytes_by_node)).unwrap_or_default(),
+                pinned: p.pinned.clone(),
                 residency_age_ms: age,
                 migrations: p.migrations.clone(),
                 policy_events: p.policy_events.iter().cloned().collect(),
@@ -464,7 +478,14 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         // Not losses: filtered on purpose, or the site sampler's own tally (`site_sampling`).
         .filter(|(k, _)| {
             **k != "agent_filtered"
-                && !matches!(**k, "site_attempts" | "site_delivered" | "site_rate_limited" | "site_not_watched")
+                && !matches!(
+                    **k,
+                    "site_attempts"
+                        | "site_delivered"
+                        | "site_rate_limited"
+                        | "site_not_watched"
+                        | "site_watch_inherited"
+                )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
         .collect();
@@ -500,6 +521,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 ctx.site_unnormalized,
                 ctx.site_stacks,
             ),
+            pinning: model.pinning.clone(),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
             residency_longest_hold_ms: model.residency_longest_hold_ns as f64 / 1e6,

@@ -204,6 +204,7 @@ pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
                 alloc_pages_by_node: by_node(&p.alloc_pages_by_node),
                 resident_pages_by_node: p.residency_age_ms.map(|_| by_node(&p.resident_pages_by_node)),
                 resident_bytes_by_tier: p.residency_age_ms.map(|_| p.resident_bytes_by_tier.clone()),
+                pinned: p.pinned.clone(),
                 migrations: p.migrations.iter().map(|(k, m)| (k.clone(), migrations(m))).collect(),
                 fault_latency: model
                     .processes

@@ -167,6 +167,10 @@ pub struct ProcessFrame {
     pub resident_pages_by_node: Option<BTreeMap<u32, u64>>,
     #[serde(default)]
     pub resident_bytes_by_tier: Option<BTreeMap<String, u64>>,
+    /// Pinned host memory by node and source (absent in files written before it was recorded,
+    /// and until it was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<crate::model::pinned::PinnedMemory>,
     pub migrations: BTreeMap<String, Migrations>,
     /// Fault latency, counts per log2 bucket of nanoseconds (where the kernel allows measuring).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -196,6 +196,7 @@ pub fn model_of(rec: &Recording, index: &Index, i: usize, f: &Frame, look: &Look
         p.update_alloc_rates(now);
         p.migrations = pf.migrations.iter().map(|(r, t)| (r.clone(), totals(t))).collect();
         p.fault_latency = Log2Histogram::from_buckets(&pf.fault_latency);
+        p.pinned = pf.pinned.clone();
         // numa_maps is not read at every frame: the latest read at or before this one.
         let own = f.processes.iter().find(|x| x.pid == pf.pid).and_then(|x| x.resident_pages_by_node.as_ref());
         let residency = own.map(|pages| (f.t_ms, pages)).or_else(|| look.residency.get(&pf.pid).map(|(t, r)| (*t, r)));

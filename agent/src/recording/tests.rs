@@ -35,6 +35,12 @@ fn frame(t_ms: u64) -> Frame {
             resident_pages_by_node: Some([(1, 100 + t_ms)].into()),
             resident_bytes_by_tier: Some([("cxl".to_string(), 4096 * (100 + t_ms))].into()),
             hotness_by_tier: [("cxl".to_string(), [t_ms, 1, 2])].into(),
+            pinned: Some(crate::model::pinned::PinnedMemory {
+                bytes_by_node: [(1, 2 << 30)].into(),
+                cuda_host_alloc_bytes: 2 << 30,
+                locked_bytes: t_ms,
+                ..Default::default()
+            }),
             ..Default::default()
         }],
         hotness_by_tier: [("dram".to_string(), [1, 2, t_ms])].into(),
@@ -332,4 +338,15 @@ fn process_records_carry_the_gpu_and_old_ones_still_read() {
     // A topology record of old has no GPUs.
     let t: records::TopologyRec = serde_json::from_str(r#"{"nodes":[]}"#).expect("old topology");
     assert!(t.gpus.is_empty());
+}
+
+#[test]
+fn a_process_frame_written_before_pinned_memory_was_recorded_still_reads() {
+    let old = r#"{"pid":7,"faults":1,"alloc_pages_by_node":{"0":3},"migrations":{},"exited":false}"#;
+    let p: ProcessFrame = serde_json::from_str(old).expect("a frame of an older file");
+    assert_eq!((p.pid, p.pinned), (7, None));
+    let now = serde_json::to_string(&frame(1000).processes[0]).unwrap();
+    assert!(now.contains(r#""cuda_host_alloc_bytes":2147483648"#), "{now}");
+    let back: ProcessFrame = serde_json::from_str(&now).unwrap();
+    assert_eq!(back, frame(1000).processes[0]);
 }

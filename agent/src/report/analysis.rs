@@ -104,6 +104,10 @@ pub struct ProcessUse {
     pub faults_per_s: f64,
     pub alloc_pages_by_node: BTreeMap<u32, u64>,
     pub peak_bytes_by_tier: BTreeMap<String, u64>,
+    /// The most pinned host memory it held on each node at one frame (the CUDA driver's ranges
+    /// and mlocked mappings); empty when none was pinned or the file predates the record.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peak_pinned_bytes_by_node: BTreeMap<u32, u64>,
     pub exited: bool,
 }
 
@@ -250,6 +254,7 @@ struct FirstPass {
     /// (seconds, bytes per tier of every selected process) of each frame.
     tier_totals: Vec<(f64, BTreeMap<String, u64>)>,
     peak: BTreeMap<u32, BTreeMap<String, u64>>,
+    pinned_peak: BTreeMap<u32, BTreeMap<u32, u64>>,
     last_of: BTreeMap<u32, ProcessFrame>,
     first_seen: BTreeMap<u32, f64>,
     nodes: BTreeMap<u32, Rates>,
@@ -277,6 +282,10 @@ impl FirstPass {
         self.tier_totals.push((t, totals));
         for p in &f.processes {
             self.first_seen.entry(p.pid).or_insert(t);
+            for (&n, &b) in p.pinned.iter().flat_map(|x| &x.bytes_by_node).filter(|(_, &b)| b > 0) {
+                let e = self.pinned_peak.entry(p.pid).or_default().entry(n).or_default();
+                *e = (*e).max(b);
+            }
             self.last_of.insert(p.pid, p.clone());
         }
         for &id in node_ids {
@@ -405,6 +414,7 @@ pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
                 faults_per_s: p.faults as f64 / alive_s,
                 alloc_pages_by_node: p.alloc_pages_by_node.clone(),
                 peak_bytes_by_tier: first.peak.get(&pid).cloned().unwrap_or_default(),
+                peak_pinned_bytes_by_node: first.pinned_peak.get(&pid).cloned().unwrap_or_default(),
                 exited: p.exited,
             }
         })

@@ -124,8 +124,13 @@ pub fn render(a: &Analysis, title: &str) -> String {
     }
     s.push_str("</div><h2>Processes</h2><table><tr><th>pid</th><th>command</th><th>job</th><th>rank</th><th>pod/container</th><th>faults</th><th>faults/s</th><th>peak per tier</th><th>pages allocated per node</th><th>exited</th></tr>");
     for p in &a.processes {
-        let tiers: Vec<String> =
+        let mut tiers: Vec<String> =
             p.peak_bytes_by_tier.iter().map(|(t, b)| format!("{t} {}", human(*b as f64, "bytes"))).collect();
+        tiers.extend(
+            p.peak_pinned_bytes_by_node
+                .iter()
+                .map(|(n, b)| format!("pinned on node {n} {}", human(*b as f64, "bytes"))),
+        );
         let nodes: Vec<String> = p.alloc_pages_by_node.iter().map(|(n, v)| format!("{n}: {v}")).collect();
         let _ = write!(
             s,

@@ -90,6 +90,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
                 alloc_pages_by_node: [(1, 16384.min(i * 8000))].into(),
                 resident_pages_by_node: Some([(if after { 0 } else { 1 }, 16384)].into()),
                 resident_bytes_by_tier: Some([(tier.to_string(), 64 * MIB)].into()),
+                pinned: None,
                 migrations,
                 fault_latency: vec![],
                 hotness_by_tier: BTreeMap::new(),

@@ -109,7 +109,7 @@ fn one_tier_only(scene: &Scene<'_>) -> bool {
 
 /// What the Overview says on a machine without a slow tier.
 pub const ONE_TIER: &str =
-    "No slower memory tier here (DRAM only): nothing to promote or demote. Try the CXL views with `tierscope top --cxl-node 0`.";
+    "No slower memory tier here (DRAM only): nothing to promote or demote. Try the CXL views: `tierscope top --cxl-node 0`, or recorded: `cargo xtask run`.";
 
 fn node_table(scene: &Scene<'_>, single_tier: bool, area: Rect) -> Paragraph<'static> {
     let w = area.width as usize;

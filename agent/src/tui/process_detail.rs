@@ -247,6 +247,10 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         }
     }
     out.push(Line::from(""));
+    if let Some(line) = pinned_line(p.pinned.as_ref(), &|n| scene.tier_of(n).as_str().to_string()) {
+        out.push(Line::from(Span::styled(format::truncate(&line, width), theme::accent())));
+        out.push(Line::from(""));
+    }
 
     // Allocation rates.
     if let Some(h) = scene.history.processes.get(&pid).filter(|h| !h.alloc_rate_by_node.is_empty()) {
@@ -358,6 +362,29 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
 
 /// `pod ml/llama-train-0 (uid 8a1d…), container trainer 3f1c9a0e7b2d (containerd)`; `None` on
 /// the host.
+/// "Pinned 2.0 GiB (CUDA 2.0 GiB, locked 0 B, VmPin 0 B): node 0 cxl 2.0 GiB"; `None` when
+/// nothing is pinned.
+pub fn pinned_line(p: Option<&crate::model::pinned::PinnedMemory>, tier_of: &dyn Fn(u32) -> String) -> Option<String> {
+    let p = p.filter(|p| p.total() > 0)?;
+    let nodes: Vec<String> =
+        p.bytes_by_node.iter().map(|(&n, &b)| format!("node {n} {} {}", tier_of(n), format::bytes(b))).collect();
+    let mut s = format!(
+        "Pinned {} (CUDA {}, locked {}, VmPin {})",
+        format::bytes(p.total()),
+        format::bytes(p.cuda_host_alloc_bytes + p.cuda_host_register_bytes),
+        format::bytes(p.locked_bytes),
+        format::bytes(p.vm_pin_bytes)
+    );
+    if !nodes.is_empty() {
+        s.push_str(": ");
+        s.push_str(&nodes.join(", "));
+    }
+    if p.unplaced_bytes > 0 {
+        s.push_str(&format!(", node unknown {}", format::bytes(p.unplaced_bytes)));
+    }
+    Some(s)
+}
+
 fn container_line(c: &crate::model::container::ContainerIdentity) -> Option<String> {
     if c.is_host() {
         return None;
@@ -377,4 +404,28 @@ fn container_line(c: &crate::model::container::ContainerIdentity) -> Option<Stri
         parts.push(format!("container {name}{}{runtime}", &id[..id.len().min(12)]));
     }
     Some(parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::pinned::PinnedMemory;
+
+    #[test]
+    fn pinned_line_names_each_source_and_node() {
+        let tier = |n: u32| if n == 0 { "cxl".to_string() } else { "dram".to_string() };
+        assert_eq!(pinned_line(None, &tier), None);
+        assert_eq!(pinned_line(Some(&PinnedMemory::default()), &tier), None);
+        let p = PinnedMemory {
+            bytes_by_node: [(0, 2 << 30)].into(),
+            cuda_host_alloc_bytes: 2 << 30,
+            locked_bytes: 64 << 20,
+            unplaced_bytes: 64 << 20,
+            ..Default::default()
+        };
+        let line = pinned_line(Some(&p), &tier).expect("pinned");
+        assert!(line.starts_with("Pinned 2.1 GiB (CUDA 2.0 GiB, locked 64.0 MiB"), "{line}");
+        assert!(line.contains("node 0 cxl 2.0 GiB"), "{line}");
+        assert!(line.ends_with("node unknown 64.0 MiB"), "{line}");
+    }
 }

@@ -341,4 +341,5 @@ fn a_machine_without_a_slow_tier_says_so_on_the_overview() {
     let lines: Vec<&str> = dram_only.lines().filter(|l| l.contains("No slower memory tier here (DRAM only)")).collect();
     assert_eq!(lines.len(), 1, "{dram_only}");
     assert!(lines[0].contains("tierscope top --cxl-node 0"), "{dram_only}");
+    assert!(lines[0].contains("cargo xtask run"), "offers the recorded tiered machine: {dram_only}");
 }

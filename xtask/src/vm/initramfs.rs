@@ -53,6 +53,7 @@ pub fn build(f: &Fetched, cache: &Path, extra: &Extra) -> Result<PathBuf> {
     if let Some(a) = &extra.agent {
         bins.push((a.clone(), "usr/bin/tierscope"));
     }
+    python(&stage, &mut bins)?;
     if let Some(w) = &extra.workload {
         bins.push((w.clone(), "usr/bin/tierscope-workload"));
     }
@@ -233,6 +234,29 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         } else {
             copy_file(&e.path(), &dst)?;
         }
+    }
+    Ok(())
+}
+
+/// The host's CPython 3.11 (Debian's binary carries libpython) with just what `python3.11 -S` needs
+/// at start (the `encodings` it imports; `os.py` is where it looks for its prefix): the demo
+/// scenario's trainer, whose allocation sites have Python frames.
+fn python(stage: &Path, bins: &mut Vec<(PathBuf, &str)>) -> Result<()> {
+    let bin = Path::new("/usr/bin/python3.11");
+    let lib = Path::new("/usr/lib/python3.11");
+    if !bin.exists() {
+        bail!(
+            "{} is missing: the demo scenario's trainer needs it (apt-get install python3.11-minimal)",
+            bin.display()
+        );
+    }
+    // Its own name: the agent recognises CPython by the file a process maps (`python3.N`).
+    bins.push((bin.to_path_buf(), "usr/bin/python3.11"));
+    // Where it looks for its extension modules (none are needed): present, so it does not warn.
+    fs::create_dir_all(stage.join("usr/lib/python3.11/lib-dynload"))?;
+    for f in ["os.py", "encodings/__init__.py", "encodings/aliases.py", "encodings/utf_8.py"] {
+        copy_file(&lib.join(f), &stage.join("usr/lib/python3.11").join(f))
+            .with_context(|| format!("{} (apt-get install python3.11-minimal)", lib.join(f).display()))?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! per scenario under TCG (qemu) -> the guest script prints the kernel's figures and runs the
 //! agent -> the host compares them (scenarios) and prints one line per scenario.
 mod apt_sources;
+mod demo;
 mod fetch;
 mod hotness;
 mod initramfs;
@@ -12,6 +13,7 @@ mod insights;
 mod insights_cxl;
 mod insights_split;
 mod insights_tiering;
+mod kmem;
 mod qemu;
 mod qmp;
 mod scenarios;
@@ -49,7 +51,8 @@ pub struct VmTestArgs {
 }
 
 /// Host tools the image is built with (bookworm packages).
-const HOST_PACKAGES: &[&str] = &["busybox-static", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
+const HOST_PACKAGES: &[&str] =
+    &["busybox-static", "python3.11-minimal", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
 
 /// Runs the selected scenarios; returns how many ran (all passed).
 pub fn run(args: VmTestArgs) -> Result<usize> {
@@ -77,6 +80,8 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
     let image = initramfs::build(&fetched, &cache, &extra)?;
 
     let mut failed = Vec::new();
+    // The kernel-memory guests, judged together once both ran.
+    let mut kmem_reports: std::collections::BTreeMap<&str, Report> = Default::default();
     for s in &selected {
         let run_dir = qemu::run_dir(&cache, s.name);
         let boot = qemu::Boot {
@@ -114,6 +119,11 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         for f in figures.iter().filter(|f| !f.ok) {
             if !(args.kernel_only && f.agent.is_none()) {
                 problems.push(format!("{} off", f.name));
+            }
+        }
+        if s.name == "recorded-demo" && args.update_fixtures && problems.is_empty() && figures.iter().all(|f| f.ok) {
+            if let Err(e) = demo::ship(&run_dir.join("out/demo.tscope")) {
+                problems.push(format!("{e:#}"));
             }
         }
         if s.kind == Kind::Fixtures && problems.is_empty() {
@@ -156,6 +166,20 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         }
         if !problems.is_empty() {
             failed.push(s.name);
+        }
+        if s.name.starts_with("kmem-") {
+            kmem_reports.insert(s.name, report);
+        }
+    }
+    if let (Some(few), Some(many)) = (kmem_reports.get("kmem-2"), kmem_reports.get("kmem-64")) {
+        let (figures, summary) = kmem::line(few, many);
+        let ok = figures.iter().all(|f| f.ok);
+        println!("vm: {} kmem-line: {summary}", if ok { "PASS" } else { "FAIL" });
+        for f in figures.iter().filter(|f| !f.ok) {
+            println!("      {} off: agent={} kernel={} ({})", f.name, show(f.agent), show(f.kernel), f.rule);
+        }
+        if !ok {
+            failed.push("kmem-line");
         }
     }
     println!("vm: {} scenario(s) in {:.0} s", selected.len(), total.elapsed().as_secs_f64());

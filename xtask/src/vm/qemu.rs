@@ -25,6 +25,11 @@ pub enum Shape {
     /// Two sockets: node 0 with CPU 0 and node 1 with CPU 1, 512 MiB each, one memory tier (no
     /// HMAT): the CPU/memory affinity question without a slow tier.
     TwoSockets,
+    /// One node of 1536 MiB with 2 CPUs: the few-CPU end of the kernel-memory line.
+    Cpus2,
+    /// The same memory with 64 CPUs (about two minutes of boot under TCG on two host cores):
+    /// every per-CPU map is allocated for 64 possible CPUs.
+    Cpus64,
 }
 
 impl Shape {
@@ -33,6 +38,25 @@ impl Shape {
             Shape::Hmat => "hmat",
             Shape::Cxl => "cxl",
             Shape::TwoSockets => "two-sockets",
+            Shape::Cpus2 => "cpus-2",
+            Shape::Cpus64 => "cpus-64",
+        }
+    }
+
+    /// More kernel arguments: the many-CPU guest skips calibrating each CPU's delay loop (the
+    /// value the 2-CPU guest's boot computes from the timer), a second or more per CPU under TCG.
+    fn kernel_args(self) -> &'static str {
+        match self {
+            Shape::Cpus64 => " lpj=10384128",
+            _ => "",
+        }
+    }
+
+    /// The guest's CPUs.
+    pub fn cpus(self) -> u32 {
+        match self {
+            Shape::Cpus64 => 64,
+            _ => 2,
         }
     }
 
@@ -41,7 +65,28 @@ impl Shape {
             Shape::Hmat => "q35,accel=tcg,hmat=on",
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
             Shape::TwoSockets => "q35,accel=tcg",
+            Shape::Cpus2 | Shape::Cpus64 => "q35",
         };
+        if matches!(self, Shape::Cpus2 | Shape::Cpus64) {
+            // One TCG thread runs every vCPU in turn: with a thread per vCPU, each IPI round of
+            // the boot (TLB flushes, stop_machine) waits until 64 host threads were scheduled on
+            // two cores, and the boot crawled (past 600 s on a loaded host).
+            return [
+                "-machine",
+                "q35",
+                "-accel",
+                "tcg,thread=single",
+                "-cpu",
+                "max,hypervisor=off",
+                "-smp",
+                &self.cpus().to_string(),
+                "-m",
+                "1536M",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        }
         let mut a: Vec<String> = [
             "-machine",
             machine,
@@ -154,7 +199,7 @@ pub fn boot(b: &Boot) -> Result<Outcome> {
         .arg("-append")
         // Two serial ports: the kernel's console (ttyS1) goes to kernel.log, and /init moves its
         // own output to ttyS0 (our stdout), so kernel messages never split a protocol line.
-        .arg(format!("console=ttyS1 panic=-1 ts.scenario={}", b.scenario))
+        .arg(format!("console=ttyS1 panic=-1 ts.scenario={}{}", b.scenario, b.shape.kernel_args()))
         .args(["-display", "none", "-serial", "stdio"])
         .arg("-serial")
         .arg(format!("file:{}", kernel_log.display()))

@@ -52,6 +52,10 @@ pub const ALL: &[Scenario] = &[
         timeout_s: 180,
         judge: super::insights_cxl::judge,
     },
+    Scenario { name: "recorded-demo", shape: Shape::Cxl, kind: Kind::Test, timeout_s: 420, judge: super::demo::judge },
+    Scenario { name: "kmem-2", shape: Shape::Cpus2, kind: Kind::Test, timeout_s: 240, judge: super::kmem::judge },
+    // Two minutes of boot and a slow verifier on 64 TCG CPUs.
+    Scenario { name: "kmem-64", shape: Shape::Cpus64, kind: Kind::Test, timeout_s: 600, judge: super::kmem::judge },
     Scenario {
         name: "insights-split",
         shape: Shape::TwoSockets,

@@ -116,6 +116,7 @@ pub const CATALOG: &[MetricDef] = &[
     process::PROCESS_MAJOR_FAULTS,
     process::PROCESS_ALLOCATIONS,
     process::PROCESS_RESIDENT,
+    process::PROCESS_PINNED,
     process::PROCESS_MIGRATIONS,
     process::PROCESS_NUMA_MOVES,
     hotness::NODE_HOTNESS,

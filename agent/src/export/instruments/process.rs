@@ -67,6 +67,15 @@ def!(
     PROC_NODE,
     "Resident memory of a tracked process by NUMA node and tier, from its last numa_maps scan"
 );
+def!(
+    PROCESS_PINNED,
+    "tierscope.process.memory.pinned",
+    "By",
+    Gauge,
+    false,
+    PROC_NODE,
+    "Pinned host memory of a tracked process by NUMA node and tier, whoever pinned it: the CUDA driver's host allocations and registrations (uprobes; in neither VmPin nor VmLck) and mlocked mappings, page by page"
+);
 def!(PROCESS_MIGRATIONS, "tierscope.process.migrations", "{page}", Counter, false, PROC_MIGRATE,
     "Base pages migrated in the process's context, by reason (numa_misplaced = promotion, demotion, compaction...) and result");
 def!(
@@ -136,6 +145,9 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
                 let bytes = pages.saturating_mul(input.page_size);
                 push(out, &PROCESS_RESIDENT, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(bytes));
             }
+        }
+        for (&n, &bytes) in p.pinned.iter().flat_map(|x| &x.bytes_by_node) {
+            push(out, &PROCESS_PINNED, with(a.clone(), node_attrs(n, tier_of(n))), Value::U64(bytes));
         }
     }
     let o = input.other;

@@ -59,6 +59,16 @@ fn model() -> Model {
     m.apply_reading(&r);
     m.set_identity(10, "python3", "python3 train.py", 1);
     m.set_residency(10, NumaResidency { pages_by_node: [(0, 256), (2, 1024)].into(), ..Default::default() }, 1);
+    // Pinned by the CUDA driver on the CXL node; an untracked process's pinning has no series.
+    for (pid, bytes) in [(10, 2u64 << 30), (11, 1 << 20)] {
+        if let Some(p) = m.processes.get_mut(&pid) {
+            p.pinned = Some(crate::model::pinned::PinnedMemory {
+                bytes_by_node: [(2, bytes)].into(),
+                cuda_host_alloc_bytes: bytes,
+                ..Default::default()
+            });
+        }
+    }
     m
 }
 
@@ -223,6 +233,11 @@ fn tracked_processes_get_series_and_the_rest_fold_into_other() {
     assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "cxl")]), Value::U64(1024 * 4096));
     assert_eq!(one(&p, "tierscope.process.memory.resident", &[(PID, "10"), (TIER, "dram")]), Value::U64(256 * 4096));
     assert_eq!(
+        one(&p, "tierscope.process.memory.pinned", &[(PID, "10"), (NODE, "2"), (TIER, "cxl")]),
+        Value::U64(2 << 30)
+    );
+    assert_eq!(p["tierscope.process.memory.pinned"].len(), 1, "only the tracked process's pinned memory");
+    assert_eq!(
         one(&p, "tierscope.process.migrations", &[(PID, "10"), (REASON, "demotion"), (RESULT, "succeeded")]),
         Value::U64(64)
     );
@@ -244,6 +259,7 @@ fn nothing_tracked_still_adds_up() {
     assert_eq!(p["tierscope.process.faults"].len(), 1);
     assert_eq!(one(&p, "tierscope.process.faults", &[(EXE, OTHER)]), Value::U64(510));
     assert!(!p.contains_key("tierscope.process.memory.resident"));
+    assert!(!p.contains_key("tierscope.process.memory.pinned"));
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! A rank and its GPU: the rank's memory or CPU threads on another node than the GPU it drives
-//! (every host-device copy crosses the socket interconnect), and ranks of one job whose CPU
+//! A rank and its GPU: the rank's memory, pinned buffers or CPU threads on another node than the
+//! GPU it drives (every host-device copy crosses the socket interconnect), and ranks of one job whose CPU
 //! threads run on the same cores (CPU-side optimizer threads fight; DeepSpeed's ZeRO-Offload
 //! tutorial binds cores per rank for that: 3,084 -> 2,383 ms per step in its pull request 7474).
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,8 +64,26 @@ fn rank_away_from_gpu(i: &Inputs<'_>, p: &Process) -> Option<Finding> {
         cfg.gpu_threads_away_min as f64,
         cfg.hold_ratio,
     ));
-    let level = mem_level.max(thread_level);
+    // Its pinned buffers (the CUDA driver's ranges, mlocked memory) by node: the host side of
+    // every host-device copy.
+    let pinned = p.pinned.as_ref().map(|x| x.bytes_by_node.clone()).unwrap_or_default();
+    let pinned_total: u64 = pinned.values().sum();
+    let pinned_away: u64 = pinned
+        .iter()
+        .filter(|(&n, _)| n != gpu_node && i.node(n).is_some_and(|n| !n.cpus.is_empty()))
+        .map(|(_, &v)| v)
+        .sum();
+    let pinned_share = if pinned_total > 0 { pinned_away as f64 * 100.0 / pinned_total as f64 } else { 0.0 };
+    let pinned_level = Level::of(pinned_share, cfg.split_min_share_pct, cfg.hold_ratio).min(Level::of(
+        pinned_away as f64,
+        cfg.split_min_bytes as f64,
+        cfg.hold_ratio,
+    ));
+    let level = mem_level.max(thread_level).max(pinned_level);
     let mut what = Vec::new();
+    if pinned_level > Level::Clear {
+        what.push(format!("{pinned_share:.0}% of its pinned buffers ({})", bytes_text(pinned_away as f64)));
+    }
     if mem_level > Level::Clear {
         what.push(format!("{mem_share:.0}% of its memory ({})", bytes_text((away * i.page_size) as f64)));
     }
@@ -78,6 +96,7 @@ fn rank_away_from_gpu(i: &Inputs<'_>, p: &Process) -> Option<Finding> {
     let away_nodes: BTreeSet<u32> = by_node
         .keys()
         .chain(threads.keys())
+        .chain(pinned.keys())
         .copied()
         .filter(|&n| n != gpu_node && i.node(n).is_some_and(|n| !n.cpus.is_empty()))
         .collect();
@@ -99,6 +118,8 @@ fn rank_away_from_gpu(i: &Inputs<'_>, p: &Process) -> Option<Finding> {
             ("threads_away", threads_away as f64),
             ("threads", thread_total as f64),
             ("threads_away_share_pct", thread_share),
+            ("pinned_away_bytes", pinned_away as f64),
+            ("pinned_away_share_pct", pinned_share),
         ]),
         details: vec![format!("GPU chosen because it {}", choice.how)],
         try_this: format!(
@@ -272,6 +293,18 @@ mod tests {
                 "between the bars",
                 vec![rank(10, 0, 0, &[(0, 5 * GIB), (1, 5 * GIB)], &[(0, 4)], &[0, 1, 2, 3])],
                 vec![(Away, k("rank:j:0"), Hold)],
+            ),
+            (
+                "pinned buffers on the other socket",
+                vec![{
+                    let mut p = rank(10, 0, 0, &[(0, GIB)], &[(0, 4)], &[0, 1, 2, 3]);
+                    p.pinned = Some(crate::model::pinned::PinnedMemory {
+                        bytes_by_node: [(0, 64 << 20), (1, 2 << 30)].into_iter().collect(),
+                        ..Default::default()
+                    });
+                    p
+                }],
+                vec![(Away, k("rank:j:0"), Open)],
             ),
             (
                 "unbound ranks sharing cores",

@@ -76,38 +76,54 @@ fn slow_tier_with_fast_room(i: &Inputs<'_>) -> Vec<Finding> {
         .collect()
 }
 
-/// Memory pinned or locked (the kernel's VmPin + VmLck: pages it cannot migrate) while the
-/// process holds at least as much on the slow tier. The faults taken on its behalf
-/// (`get_user_pages`: pinning, mlock, MAP_POPULATE) are shown beside them.
+/// Memory pinned (the CUDA driver's ranges, mlock, the kernel's VmPin: pages it cannot migrate)
+/// on the slow tier: the pinned pages placed on slow-tier nodes, or, for pinned bytes whose node
+/// is unknown (VmPin), as much as the process holds on the slow tier. The faults taken on its
+/// behalf (`get_user_pages`: pinning, mlock, MAP_POPULATE) are shown beside them.
 fn pinned_on_slow_tier(i: &Inputs<'_>, p: &Process) -> Option<Finding> {
     let cfg = i.cfg;
-    let pinned = p.pinned_bytes?;
-    let slow_resident = i.slow_pages(p) * i.page_size;
-    if pinned == 0 {
+    let pinned = p.pinned.as_ref()?;
+    let total = pinned.total();
+    if total == 0 {
         return None;
     }
+    let slow_resident = i.slow_pages(p) * i.page_size;
+    let pinned_slow = pinned.bytes_on(|n| i.slow(n));
+    let unknown = pinned.vm_pin_bytes + pinned.unplaced_bytes;
+    let basis = pinned_slow.max(unknown.min(slow_resident));
     let on_behalf = p.fault_split().on_behalf;
     let slow_allocs: u64 = p.alloc_pages_by_node.iter().filter(|(&n, _)| i.slow(n)).map(|(_, &v)| v).sum();
-    let min = cfg.pinned_min_bytes as f64;
-    let level = Level::of(pinned as f64, min, cfg.hold_ratio).min(Level::of(slow_resident as f64, min, cfg.hold_ratio));
+    let level = Level::of(basis as f64, cfg.pinned_min_bytes as f64, cfg.hold_ratio);
     let fast = i.nodes.iter().find(|n| n.tier == "dram").map_or(0, |n| n.id);
+    let cuda = pinned.cuda_host_alloc_bytes + pinned.cuda_host_register_bytes;
+    let slow_nodes: Vec<String> = pinned
+        .bytes_by_node
+        .iter()
+        .filter(|(&n, &b)| i.slow(n) && b > 0)
+        .map(|(n, b)| format!("node {n}: {}", bytes_text(*b as f64)))
+        .collect();
     Some(Finding {
         id: InsightId::PinnedOnSlowTier,
         severity: Severity::Warning,
         subject: Subject::Process { pid: p.tgid, comm: p.comm.clone() },
         level,
         summary: format!(
-            "{} pinned or locked while {} of it sits on the slow tier: pinned pages never migrate back",
-            bytes_text(pinned as f64),
-            bytes_text(slow_resident as f64)
+            "{} pinned ({} of it by the CUDA driver), {} of it on the slow tier: pinned pages never migrate back",
+            bytes_text(total as f64),
+            bytes_text(cuda as f64),
+            bytes_text(basis as f64)
         ),
         evidence: evidence(&[
-            ("pinned_bytes", pinned as f64),
+            ("pinned_bytes", total as f64),
+            ("pinned_slow_bytes", pinned_slow as f64),
+            ("cuda_pinned_bytes", cuda as f64),
+            ("locked_bytes", pinned.locked_bytes as f64),
+            ("pinned_node_unknown_bytes", unknown as f64),
             ("slow_resident_bytes", slow_resident as f64),
             ("on_behalf_faults", on_behalf as f64),
             ("slow_alloc_pages", slow_allocs as f64),
         ]),
-        details: vec![],
+        details: slow_nodes,
         try_this: format!(
             "allocate pinned buffers while bound to DRAM: run under `numactl --membind={fast}`, or wrap the pinning \
              (cudaHostAlloc / pin_memory() / io_uring_register_buffers / mlock) in set_mempolicy(MPOL_BIND, node {fast}) \

@@ -127,20 +127,40 @@ fn slow_tier_with_fast_room_needs_room_and_no_policy_of_its_own() {
 
 #[test]
 fn pinned_memory_on_the_slow_tier() {
-    // (pinned MiB, MiB on the slow tier, fires): 64 MiB is the default bar.
-    for (pinned, slow_mib, fires) in [(64u64, 64u64, true), (64, 0, false), (0, 64, false), (8, 64, false)] {
+    use crate::model::pinned::PinnedMemory;
+    // (CUDA-pinned MiB on node 0, on node 2 (slow), VmPin MiB (node unknown), MiB resident on the
+    // slow tier, fires): 64 MiB is the default bar.
+    let cases = [
+        (0u64, 64u64, 0u64, 64u64, true),
+        // Pinned on DRAM while other memory sits on the slow tier: nothing pinned there.
+        (64, 0, 0, 64, false),
+        (0, 0, 0, 64, false),
+        (0, 8, 0, 64, false),
+        // VmPin has no node: as much as the process holds on the slow tier may be it.
+        (0, 0, 64, 64, true),
+        (0, 0, 64, 0, false),
+    ];
+    for (fast, slow, vm_pin, slow_mib, fires) in cases {
         let mut e = InsightEngine::new(cfg());
         let open = run(&mut e, 1, 5, &nodes(1024), |_| {
             let mut p = worker(20, "j", None, &[(0, 1000), (2, slow_mib * MIB_PAGES)]);
-            p.pinned_bytes = Some(pinned << 20);
+            p.pinned = Some(PinnedMemory {
+                bytes_by_node: [(0, fast << 20), (2, slow << 20)].into(),
+                cuda_host_alloc_bytes: (fast + slow) << 20,
+                vm_pin_bytes: vm_pin << 20,
+                ..Default::default()
+            });
             ([(20, p)].into(), BTreeMap::new())
         });
         let got = !only(open.last().expect("ran"), InsightId::PinnedOnSlowTier).is_empty();
-        assert_eq!(got, fires, "pinned {pinned} MiB, slow {slow_mib} MiB");
+        let why = format!("pinned {fast}+{slow} MiB, VmPin {vm_pin} MiB, slow {slow_mib} MiB");
+        assert_eq!(got, fires, "{why}");
         if fires {
             let i = e.open().into_iter().find(|i| i.id == InsightId::PinnedOnSlowTier).expect("open");
-            assert_eq!(i.evidence["pinned_bytes"], (pinned << 20) as f64);
-            assert_eq!(i.evidence["slow_resident_bytes"], (slow_mib << 20) as f64);
+            assert_eq!(i.evidence["pinned_bytes"], ((fast + slow + vm_pin) << 20) as f64, "{why}");
+            assert_eq!(i.evidence["pinned_slow_bytes"], (slow << 20) as f64, "{why}");
+            assert_eq!(i.evidence["cuda_pinned_bytes"], ((fast + slow) << 20) as f64, "{why}");
+            assert_eq!(i.evidence["slow_resident_bytes"], (slow_mib << 20) as f64, "{why}");
         }
     }
 }
