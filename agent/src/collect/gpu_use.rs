@@ -1,7 +1,7 @@
 //! A training process's GPU devices, CPU affinity and the CPUs its threads last ran on, from
 //! `/proc/PID/fd`, `/proc/PID/status` and `/proc/PID/task/*/stat`: bounded reads, parsed by the
 //! pure rules of `model/gpu.rs`. Read only for tracked (training) processes.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::procfs;
 use crate::model::gpu::{self, GpuFacts};
@@ -10,6 +10,35 @@ use crate::model::gpu::{self, GpuFacts};
 const MAX_FDS: usize = 8192;
 /// The most threads whose CPU is read; the rest are counted as unread.
 const MAX_THREADS: usize = 2048;
+
+/// How often a training process's GPU devices, affinity and threads' CPUs are read again: a read
+/// walks its fds and every thread's stat (about 6 ms for 200 threads and 100 files, measured with
+/// an equivalent Python loop), and they change rarely.
+pub const GPU_READ_EVERY_NS: u64 = 10_000_000_000;
+
+/// When each process's facts were last read.
+#[derive(Debug, Default)]
+pub struct GpuReads {
+    at_ns: HashMap<u32, u64>,
+}
+
+impl GpuReads {
+    /// The process's facts when its last read is `GPU_READ_EVERY_NS` old or it was never read.
+    pub fn read_if_due(&mut self, tgid: u32, now_ns: u64) -> Option<GpuFacts> {
+        let due = self.at_ns.get(&tgid).is_none_or(|&at| now_ns.saturating_sub(at) >= GPU_READ_EVERY_NS);
+        if !due {
+            return None;
+        }
+        self.at_ns.insert(tgid, now_ns);
+        let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
+        Some(read(tgid, status.as_deref()))
+    }
+
+    /// Forgets a process that exited (its pid may come back as another).
+    pub fn forget(&mut self, tgid: u32) {
+        self.at_ns.remove(&tgid);
+    }
+}
 
 /// What `/proc` shows now; `status` is the text of `/proc/PID/status` when already read.
 pub fn read(tgid: u32, status: Option<&str>) -> GpuFacts {

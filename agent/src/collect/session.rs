@@ -46,9 +46,6 @@ const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
 
-/// How often a training process's GPU devices, affinity and threads' CPUs are read again.
-const GPU_READ_EVERY_NS: u64 = 10_000_000_000;
-
 /// The most of a process's environment read to classify it (a normal one is a few KiB).
 const MAX_ENVIRON: u64 = 256 * 1024;
 
@@ -122,9 +119,8 @@ pub struct Session {
     /// When each process's CPU, resident size and pinned bytes were last read for the insights,
     /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
     insight_reads: HashMap<u32, (u64, u64)>,
-    /// When each process's GPU devices, affinity and threads' CPUs were last read: at most every
-    /// `GPU_READ_EVERY_NS` (a read walks its fds and every thread's stat: a few ms for 200 threads).
-    gpu_reads: HashMap<u32, u64>,
+    /// Each process's GPU devices, affinity and threads' CPUs, read at most every 10 s.
+    gpu_reads: super::gpu_use::GpuReads,
     /// The resident pages and last CPU of the processes whose `/proc/PID/stat` the fault reads
     /// of this reading took: the insights use them rather than reading the file again.
     stat_this_reading: HashMap<u32, (u64, Option<u32>)>,
@@ -244,7 +240,7 @@ impl Session {
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
             insight_reads: HashMap::new(),
-            gpu_reads: HashMap::new(),
+            gpu_reads: Default::default(),
             stat_this_reading: HashMap::new(),
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
@@ -380,7 +376,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
-            self.gpu_reads.remove(&tgid);
+            self.gpu_reads.forget(tgid);
             self.site_reader.forget(tgid);
             // The new process's first counts were in the freed entries: its own counters stand.
             if let Some(st) = procfs::read_stat(tgid) {
@@ -416,7 +412,7 @@ impl Session {
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
             self.kernel_pinned.remove(&tgid);
-            self.gpu_reads.remove(&tgid);
+            self.gpu_reads.forget(tgid);
             self.site_reader.forget(tgid);
         }
     }
@@ -471,14 +467,7 @@ impl Session {
                 Some(k) => self.kernel_pinned.insert(tgid, k),
                 None => self.kernel_pinned.remove(&tgid),
             };
-            let gpu_due = self.gpu_reads.get(&tgid).is_none_or(|&at| now_ns.saturating_sub(at) >= GPU_READ_EVERY_NS);
-            let gpu_facts = gpu_due.then(|| {
-                let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok();
-                super::gpu_use::read(tgid, status.as_deref())
-            });
-            if gpu_due {
-                self.gpu_reads.insert(tgid, now_ns);
-            }
+            let gpu_facts = self.gpu_reads.read_if_due(tgid, now_ns);
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);

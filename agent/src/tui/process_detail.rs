@@ -67,29 +67,6 @@ pub fn histogram_lines(h: &Log2Histogram, width: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
-/// The GPU a rank drives and where its threads may and did run (`model/gpu.rs`).
-pub fn gpu_lines(p: &crate::model::process::Process, scene: &Scene<'_>) -> Vec<String> {
-    use crate::{model::gpu, topology::parse::format_id_list};
-    let mut out = Vec::new();
-    let facts = p.gpu_facts.as_ref();
-    let view = gpu::gpu_view(&scene.model.gpus, facts, p.cuda_visible_devices.as_deref(), p.rank.local_rank);
-    if let Some(v) = view.filter(|_| !scene.model.gpus.is_empty()) {
-        let node = v.numa_node.map_or("no node".to_string(), |n| format!("node {n}"));
-        out.push(match (&v.pci_address, &v.model) {
-            (Some(pci), Some(m)) => format!("GPU {pci} {m}, {node} ({})", v.how),
-            (Some(pci), None) => format!("GPU {pci}, {node} ({})", v.how),
-            _ => format!("GPU not known: {}", v.how),
-        });
-    }
-    if let Some(f) = facts {
-        let allowed = f.cpus_allowed.as_deref().map_or("?".to_string(), format_id_list);
-        let threads: u32 = f.thread_cpus.values().sum();
-        let cpus: Vec<u32> = f.thread_cpus.keys().copied().collect();
-        out.push(format!("CPUs allowed {allowed}; its {threads} threads last ran on CPUs {}", format_id_list(&cpus)));
-    }
-    out
-}
-
 pub fn summary_line(h: &Log2Histogram) -> String {
     let s = h.summary();
     if s.count == 0 {
@@ -154,7 +131,7 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         }
         out.push(Line::from(Span::styled(s, theme::accent())));
     }
-    for line in gpu_lines(p, scene) {
+    for line in super::rows::gpu_lines(p, scene) {
         out.push(Line::from(Span::styled(format::truncate(&line, width), theme::accent())));
     }
     let reading_age = if scene.model.last_reading_ns > 0 {

@@ -59,6 +59,29 @@ fn gpu_short(p: &Process, scene: &Scene<'_>) -> Option<String> {
     })
 }
 
+/// The GPU a rank drives and where its threads may and did run (`model/gpu.rs`).
+pub fn gpu_lines(p: &crate::model::process::Process, scene: &Scene<'_>) -> Vec<String> {
+    use crate::{model::gpu, topology::parse::format_id_list};
+    let mut out = Vec::new();
+    let facts = p.gpu_facts.as_ref();
+    let view = gpu::gpu_view(&scene.model.gpus, facts, p.cuda_visible_devices.as_deref(), p.rank.local_rank);
+    if let Some(v) = view.filter(|_| !scene.model.gpus.is_empty()) {
+        let node = v.numa_node.map_or("no node".to_string(), |n| format!("node {n}"));
+        out.push(match (&v.pci_address, &v.model) {
+            (Some(pci), Some(m)) => format!("GPU {pci} {m}, {node} ({})", v.how),
+            (Some(pci), None) => format!("GPU {pci}, {node} ({})", v.how),
+            _ => format!("GPU not known: {}", v.how),
+        });
+    }
+    if let Some(f) = facts {
+        let allowed = f.cpus_allowed.as_deref().map_or("?".to_string(), format_id_list);
+        let threads: u32 = f.thread_cpus.values().sum();
+        let cpus: Vec<u32> = f.thread_cpus.keys().copied().collect();
+        out.push(format!("CPUs allowed {allowed}; its {threads} threads last ran on CPUs {}", format_id_list(&cpus)));
+    }
+    out
+}
+
 impl ProcessRow {
     pub fn new(p: &Process, scene: &Scene<'_>) -> ProcessRow {
         let (rss_bytes, dram_share, cxl_share, residency_at_ns) = match &p.residency {
@@ -331,8 +354,7 @@ mod tests {
         let trainer = rows.iter().find(|r| r.pid == 4242).expect("trainer row");
         assert_eq!(trainer.gpu.as_deref(), Some("gpu1@n1"), "LOCAL_RANK 1 of the two devices it holds open");
         assert_eq!(trainer.label(), "python3 r0 gpu1@n1 [demo]");
-        let lines =
-            crate::tui::process_detail::gpu_lines(scene.model.process_in_window(4242).expect("in window"), &scene);
+        let lines = gpu_lines(scene.model.process_in_window(4242).expect("in window"), &scene);
         assert_eq!(
             lines,
             vec![
