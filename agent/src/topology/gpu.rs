@@ -241,7 +241,20 @@ mod tests {
         let h200 = "Model: \t\t NVIDIA H200\nIRQ:   \t\t 35\nGPU UUID: \t GPU-5e8c1a2b-0d3f-4c1e-9a7b-1f2e3d4c5b6a\n\
                     Video BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n\
                     Bus Location: \t 0000:18:00.0\nDevice Minor: \t 3\nGPU Excluded:\t No\n";
+        // Captured on the GPU machine (driver 580.159.04, one H200 in a VM), 2026-12-02.
+        let captured = "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t GPU-ae3a9903-20d7-ddb6-121b-7aa0f52856b5\n\
+                        Video BIOS: \t 96.00.a5.00.1a\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n\
+                        Bus Location: \t 0000:00:06.0\nDevice Minor: \t 0\nGPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n";
         let cases: &[(&str, &str, DriverInformation)] = &[
+            (
+                "captured h200",
+                captured,
+                DriverInformation {
+                    model: Some("NVIDIA H200".into()),
+                    uuid: Some("GPU-ae3a9903-20d7-ddb6-121b-7aa0f52856b5".into()),
+                    minor: Some(0),
+                },
+            ),
             (
                 "h200",
                 h200,
