@@ -77,9 +77,8 @@ fn mlocked_memory_is_pinned_on_its_node() {
     assert_eq!(field(pinned, &["cuda_host_alloc_bytes"]) + field(pinned, &["cuda_host_register_bytes"]), 0);
     // No CUDA driver on this host: said so, with the processes looked at.
     let pinning = &snap["agent"]["pinning"];
-    let host_driver = ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"]
-        .iter()
-        .any(|l| Path::new(l).exists());
+    let host_driver =
+        ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"].iter().any(|l| Path::new(l).exists());
     if !host_driver {
         assert_eq!(pinning["cuda"], "no CUDA library mapped", "{pinning}");
         assert!(field(pinning, &["processes_checked"]) >= 1, "{pinning}");

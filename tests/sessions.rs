@@ -564,10 +564,15 @@ fn the_shipped_tiered_session_shows_tiers_migrations_a_python_site_and_an_insigh
     let sites = r["sites"].as_array().expect("sites");
     let named = sites.iter().any(|s| {
         s["frames"].as_array().is_some_and(|f| {
-            f.iter().any(|f| f.as_str().is_some_and(|f| f.contains("init_optimizer_state") && f.contains("demo_train.py")))
+            f.iter()
+                .any(|f| f.as_str().is_some_and(|f| f.contains("init_optimizer_state") && f.contains("demo_train.py")))
         })
     });
-    assert!(named, "no site names demo_train.py's init_optimizer_state: {:?}", sites.iter().map(|s| &s["frames"]).collect::<Vec<_>>());
+    assert!(
+        named,
+        "no site names demo_train.py's init_optimizer_state: {:?}",
+        sites.iter().map(|s| &s["frames"]).collect::<Vec<_>>()
+    );
     let ids: Vec<&str> = r["insights"].as_array().expect("insights").iter().filter_map(|i| i["id"].as_str()).collect();
     assert!(ids.contains(&"slow_tier_with_fast_room"), "insights {ids:?}");
 }

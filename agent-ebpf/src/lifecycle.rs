@@ -2,12 +2,12 @@
 //! tracefs: they attach without the right to read it). An exit is the thread group's: reported
 //! by whichever thread leaves last (`signal->live` at 0), so a leader that calls `pthread_exit`
 //! while its threads work is not reported gone.
+use aya_ebpf::bindings::BPF_NOEXIST;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_probe_read_kernel},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use aya_ebpf::bindings::BPF_NOEXIST;
 use tierscope_common::{
     event::{EventKind, LifecycleEvent},
     maps::{FaultKey, SiteBudget, FAULT_PATH_KERNEL, FAULT_PATH_USER},

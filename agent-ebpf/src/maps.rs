@@ -6,7 +6,7 @@ use aya_ebpf::{
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
     maps::*,
-    pinning::{PinCall, PinKey, PIN_CALLS_MAX, PINNED_MAX},
+    pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
     stack::{PyProcess, PY_SEARCH_SLOTS, PY_THREAD_CACHE},
     stats::STAT_SLOTS,
 };

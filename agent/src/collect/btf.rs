@@ -389,7 +389,16 @@ mod tests {
         assert_eq!(btf.field("mm_struct", "x"), Err(BtfError::NoStruct("mm_struct".into())));
         assert_eq!(
             task_layout(&data),
-            Ok(TaskLayout { min_flt: 2048, maj_flt: 2056, valid: 1, mm: 2304, signal: 0, signal_live: 0, tgid: 0, _pad: 0 })
+            Ok(TaskLayout {
+                min_flt: 2048,
+                maj_flt: 2056,
+                valid: 1,
+                mm: 2304,
+                signal: 0,
+                signal_live: 0,
+                tgid: 0,
+                _pad: 0
+            })
         );
         assert_eq!(btf.struct_size("task_struct"), Ok(4096));
         assert_eq!(btf.struct_size("page"), Err(BtfError::NoStruct("page".into())));

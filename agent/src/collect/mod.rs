@@ -7,6 +7,7 @@ pub mod container;
 pub mod counters;
 pub mod damon;
 pub mod events;
+pub mod gpu_use;
 pub mod kernel_memory;
 pub mod map_batch;
 pub mod module_file;

@@ -110,7 +110,8 @@ impl PinWatch {
     /// Loads the uprobe programs and attaches them to the host's driver library, if there is one.
     pub fn start(ebpf: &mut Ebpf, page_size: u64) -> PinWatch {
         let loaded = PROGRAMS.iter().try_for_each(|name| {
-            let prog = ebpf.program_mut(name).ok_or_else(|| format!("program {name} missing from the object (build bug)"))?;
+            let prog =
+                ebpf.program_mut(name).ok_or_else(|| format!("program {name} missing from the object (build bug)"))?;
             let p: &mut UProbe = prog.try_into().map_err(|e: ProgramError| format!("{name}: {e}"))?;
             p.load().map_err(|e| format!("the kernel refused the uprobe program {name}: {e}"))
         });
@@ -186,10 +187,8 @@ impl PinWatch {
         match Elf::from_file(file) {
             Ok(elf) => self.attach_elf(ebpf, id, &elf),
             Err(e) => {
-                self.libraries.insert(
-                    id,
-                    CudaLibrary { path, status: Attach::Failed, reason: Some(e.to_string()), probes: 0 },
-                );
+                self.libraries
+                    .insert(id, CudaLibrary { path, status: Attach::Failed, reason: Some(e.to_string()), probes: 0 });
             }
         }
     }

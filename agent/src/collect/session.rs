@@ -16,8 +16,8 @@ use super::{
     container::IdentityReader,
     counters,
     events::Decoder,
-    probes::{LoadOptions, Probes},
     pinning::{self, PinWatch},
+    probes::{LoadOptions, Probes},
     procfs, ringbuf, site_watch, sites, task_faults,
 };
 use crate::{
@@ -46,6 +46,9 @@ const RESIDENT_CHECK_EVERY_NS: u64 = 10_000_000_000;
 
 /// How often the memory blocks are looked at again (memory onlined after start).
 const BLOCK_CHECK_EVERY_NS: u64 = 5_000_000_000;
+
+/// The most of a process's environment read to classify it (a normal one is a few KiB).
+const MAX_ENVIRON: u64 = 256 * 1024;
 
 /// How long a watch waits for the site reader to look for the Python runtimes of the processes
 /// joining it (a read of /proc/PID/maps and of the interpreter's memory: milliseconds).
@@ -119,6 +122,8 @@ pub struct Session {
     /// When each process's CPU, resident size and pinned bytes were last read for the insights,
     /// and its faults then: re-read when it faulted since, or after `FAULT_READ_MAX_AGE_NS`.
     insight_reads: HashMap<u32, (u64, u64)>,
+    /// Each process's GPU devices, affinity and threads' CPUs, read at most every 10 s.
+    gpu_reads: super::gpu_use::GpuReads,
     /// The resident pages and last CPU of the processes whose `/proc/PID/stat` the fault reads
     /// of this reading took: the insights use them rather than reading the file again.
     stat_this_reading: HashMap<u32, (u64, Option<u32>)>,
@@ -210,6 +215,7 @@ impl Session {
         let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
+        model.gpus = topology.gpus.clone();
         model.insights = crate::model::insights::InsightEngine::new(opts.insights.clone().unwrap_or_default());
         let mut session = Session {
             probes,
@@ -240,6 +246,7 @@ impl Session {
             identified: HashSet::new(),
             scan_marks: HashMap::new(),
             insight_reads: HashMap::new(),
+            gpu_reads: Default::default(),
             stat_this_reading: HashMap::new(),
             unwanted: HashSet::new(),
             residency_skipped_unchanged: 0,
@@ -386,6 +393,7 @@ impl Session {
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
+            self.gpu_reads.forget(tgid);
             self.site_reader.forget(tgid);
             // The new process's first counts were in the freed entries: its own counters stand.
             if let Some(st) = procfs::read_stat(tgid) {
@@ -421,6 +429,7 @@ impl Session {
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
             self.kernel_pinned.remove(&tgid);
+            self.gpu_reads.forget(tgid);
             self.site_reader.forget(tgid);
         }
     }
@@ -475,9 +484,13 @@ impl Session {
                 Some(k) => self.kernel_pinned.insert(tgid, k),
                 None => self.kernel_pinned.remove(&tgid),
             };
+            let gpu_facts = self.gpu_reads.read_if_due(tgid, now_ns);
             if let Some(p) = self.model.processes.get_mut(&tgid) {
                 p.last_cpu = st.and_then(|s| s.1);
                 p.rss_pages = st.map(|s| s.0);
+                if let Some(f) = gpu_facts {
+                    p.gpu_facts = Some(f);
+                }
             }
         }
         // Every live process with pinned memory from either source, read this reading.
@@ -633,8 +646,9 @@ impl Session {
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
-        let environ =
-            std::fs::read(format!("/proc/{tgid}/environ")).map(|b| job::parse_environ(&b)).unwrap_or_default();
+        let environ = super::gpu_use::read_bounded(&format!("/proc/{tgid}/environ"), MAX_ENVIRON)
+            .map(|b| job::parse_environ(&b))
+            .unwrap_or_default();
         // The cgroup path names the pod and container; the runtime's state and the container's
         // own root name them (collect/container.rs).
         let origin = self.identity.identify(tgid, &environ);
@@ -652,6 +666,14 @@ impl Session {
             .find(|(k, v)| k == "TORCHELASTIC_RUN_ID" && !v.is_empty() && v != "none")
             .map(|(_, v)| self.redaction.redact(v).into_owned());
         self.model.set_training(tgid, role, job::rank(&environ), run_id);
+        if role.is_some() {
+            let visible = environ.iter().find(|(k, _)| k == "CUDA_VISIBLE_DEVICES").map(|(_, v)| {
+                v.chars().filter(|c| !c.is_control()).take(crate::model::gpu::MAX_VISIBLE_DEVICES).collect::<String>()
+            });
+            if let Some(p) = self.model.processes.get_mut(&tgid) {
+                p.cuda_visible_devices = visible;
+            }
+        }
     }
 
     /// Scans numa_maps of the given processes now (exact residency; costs a page-table walk

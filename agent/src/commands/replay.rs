@@ -26,11 +26,7 @@ use crate::{
 const STEP: Duration = Duration::from_millis(50);
 
 fn tier(name: &str) -> Tier {
-    match name {
-        "dram" => Tier::Dram,
-        "cxl" => Tier::Cxl,
-        _ => Tier::Unknown,
-    }
+    Tier::from_name(name)
 }
 
 /// The recording's nodes at frame `frame`, as the UI shows them.

@@ -14,7 +14,7 @@ use tierscope_common::{
         TgidNodePending, TgidPending, FAULT_PATHS, LOG2_BUCKETS, MAX_MIGRATE_REASONS, MAX_NODES, SITE_WATCH_MAX,
     },
     names::map,
-    pinning::{PinCall, PinKey, PIN_CALLS_MAX, PINNED_MAX},
+    pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
     stack::{PyProcess, PY_SEARCH_SLOTS, PY_THREAD_CACHE},
     stats::STAT_SLOTS,
 };

@@ -6,6 +6,7 @@ pub mod container;
 pub mod departed;
 pub mod event;
 pub mod faults;
+pub mod gpu;
 pub mod histogram;
 pub mod hotness;
 pub mod hotness_config;
@@ -104,6 +105,8 @@ pub struct Model {
     pub insights: insights::InsightEngine,
     /// Live processes checked against `/proc` for exits no event reported.
     pub liveness: liveness::Liveness,
+    /// The machine's GPUs (from the topology), for saying which one a rank drives.
+    pub gpus: Vec<crate::topology::Gpu>,
     /// Exits found by that check (their exit record lost or never written), and processes
     /// whose pid another process took before their exit was seen.
     pub exits_found_late: u64,
@@ -617,7 +620,15 @@ impl Model {
     /// with each node's free memory now).
     pub fn update_insights(&mut self, nodes: &[snapshot::NodeInfo], page_size: u64) {
         let vmstat = self.tiering.last_by_node();
-        self.insights.update(self.last_reading_ns, &self.processes, nodes, &self.health, &vmstat, page_size);
+        self.insights.update(
+            self.last_reading_ns,
+            &self.processes,
+            nodes,
+            &self.gpus,
+            &self.health,
+            &vmstat,
+            page_size,
+        );
     }
 
     pub fn set_residency(&mut self, tgid: u32, r: NumaResidency, at_ns: u64) {

@@ -74,6 +74,11 @@ pub struct Process {
     /// Pinned host memory, whoever pinned it (the CUDA driver's ranges, `VmLck`, `VmPin`), by
     /// node where known: pages that cannot move. `None` until read.
     pub pinned: Option<super::pinned::PinnedMemory>,
+    /// `CUDA_VISIBLE_DEVICES` from its environment (capped at `gpu::MAX_VISIBLE_DEVICES`).
+    pub cuda_visible_devices: Option<String>,
+    /// Its open GPU devices, affinity and threads' CPUs (training processes, read with
+    /// `last_cpu`); see `model/gpu.rs`.
+    pub gpu_facts: Option<super::gpu::GpuFacts>,
     /// Faults/s over the last two readings.
     pub fault_rate: f64,
     prev_faults: Option<(u64, u64)>,

@@ -173,10 +173,28 @@ mod tests {
     fn picks_new_and_stale_oldest_first() {
         let b = ScanBudget::default();
         let c = [
-            ScanState { tgid: 1, last_at_ns: Some(10 * S), last_cost_ns: Some(1_000), unchanged: false, last_hold_ns: None },
+            ScanState {
+                tgid: 1,
+                last_at_ns: Some(10 * S),
+                last_cost_ns: Some(1_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
             ScanState { tgid: 2, last_at_ns: None, last_cost_ns: None, unchanged: false, last_hold_ns: None },
-            ScanState { tgid: 3, last_at_ns: Some(5 * S), last_cost_ns: Some(1_000), unchanged: false, last_hold_ns: None },
-            ScanState { tgid: 4, last_at_ns: Some(9 * S), last_cost_ns: Some(200_000_000), unchanged: false, last_hold_ns: None },
+            ScanState {
+                tgid: 3,
+                last_at_ns: Some(5 * S),
+                last_cost_ns: Some(1_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
+            ScanState {
+                tgid: 4,
+                last_at_ns: Some(9 * S),
+                last_cost_ns: Some(200_000_000),
+                unchanged: false,
+                last_hold_ns: None,
+            },
         ];
         assert_eq!(b.due(&c, 11 * S), vec![2, 3, 1]);
         assert_eq!(b.due(&c, 10 * S + S / 2), vec![2, 3]);
@@ -185,8 +203,15 @@ mod tests {
     #[test]
     fn an_unchanged_process_waits_for_the_bound_and_no_longer() {
         let b = ScanBudget::default();
-        let idle =
-            |at_s: u64| [ScanState { tgid: 7, last_at_ns: Some(at_s * S), last_cost_ns: Some(1_000), unchanged: true, last_hold_ns: None }];
+        let idle = |at_s: u64| {
+            [ScanState {
+                tgid: 7,
+                last_at_ns: Some(at_s * S),
+                last_cost_ns: Some(1_000),
+                unchanged: true,
+                last_hold_ns: None,
+            }]
+        };
         assert!(b.due(&idle(0), 30 * S).is_empty(), "cheap but unchanged: not re-read at 30 s");
         assert_eq!(b.due(&idle(0), 60 * S), vec![7], "re-read at the bound: values never older");
         let never = [ScanState { tgid: 8, last_at_ns: None, last_cost_ns: None, unchanged: true, last_hold_ns: None }];

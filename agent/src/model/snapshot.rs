@@ -99,6 +99,10 @@ pub struct ProcessSnapshot {
     pub top_cxl_alloc_sites: Vec<AllocSite>,
     /// How many distinct sites were sampled (the top ones are listed).
     pub cxl_alloc_site_count: usize,
+    /// The GPU it drives and the evidence (`model/gpu.rs`); null without GPUs or evidence.
+    pub gpu: Option<super::gpu::GpuView>,
+    /// Where it may run and where its threads last ran; null until read (training processes).
+    pub cpus: Option<super::gpu::CpuView>,
 }
 
 /// Page faults by the path that took them.
@@ -286,6 +290,8 @@ pub struct Snapshot {
     pub kernel: String,
     pub duration_s: f64,
     pub nodes: Vec<NodeSnapshot>,
+    /// The machine's GPUs: PCI address, vendor, node, model and memory node where shown.
+    pub gpus: Vec<crate::topology::Gpu>,
     pub migrations: BTreeMap<String, MigrationSnapshot>,
     pub numa_moves: Vec<NumaMove>,
     pub processes: Vec<ProcessSnapshot>,
@@ -365,6 +371,7 @@ fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
 pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) -> Snapshot {
     let tier_of =
         |node: u32| ctx.nodes.iter().find(|n| n.id == node).map_or_else(|| "unknown".to_string(), |n| n.tier.clone());
+    let node_of_cpu = |cpu: u32| ctx.nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.id);
     // A selected process brings its whole job along (a matched launcher, its ranks).
     let jobs = filter.matched_jobs(model);
     // Departed processes too: the window saw them.
@@ -439,6 +446,13 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 fault_latency: (p.fault_latency.count() > 0).then(|| p.fault_latency.summary()),
                 exited: p.exited_at_ns.is_some(),
                 exited_at_s: p.exited_at_ns.map(|at| at.saturating_sub(ctx.window_start_ns) as f64 / 1e9),
+                gpu: super::gpu::gpu_view(
+                    &model.gpus,
+                    p.gpu_facts.as_ref(),
+                    p.cuda_visible_devices.as_deref(),
+                    p.rank.local_rank,
+                ),
+                cpus: p.gpu_facts.as_ref().map(|f| super::gpu::cpu_view(&node_of_cpu, f)),
             }
         })
         .collect();
@@ -468,7 +482,11 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             **k != "agent_filtered"
                 && !matches!(
                     **k,
-                    "site_attempts" | "site_delivered" | "site_rate_limited" | "site_not_watched" | "site_watch_inherited"
+                    "site_attempts"
+                        | "site_delivered"
+                        | "site_rate_limited"
+                        | "site_not_watched"
+                        | "site_watch_inherited"
                 )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
@@ -485,6 +503,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         kernel: ctx.kernel,
         duration_s: ctx.duration_s,
         nodes,
+        gpus: model.gpus.clone(),
         migrations,
         numa_moves: model.numa_moves.clone(),
         processes,

@@ -23,6 +23,7 @@ pub fn topology(snap: &Snapshot) -> Record {
                 mem_total_bytes: n.info.mem_total_bytes,
             })
             .collect(),
+        gpus: snap.gpus.clone(),
     })
 }
 
@@ -88,6 +89,8 @@ impl Capture {
                 local_rank: p.local_rank,
                 world_size: p.world_size,
                 container: (!p.container.is_host()).then(|| p.container.clone()),
+                gpu: p.gpu.clone(),
+                cpus_allowed: p.cpus.as_ref().and_then(|c| c.allowed.clone()),
             };
             let changed =
                 self.identities.get(&p.pid).is_none_or(|old| ProcessInfo { t_ms: old.t_ms, ..info.clone() } != *old);

@@ -57,6 +57,9 @@ pub struct Meta {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopologyRec {
     pub nodes: Vec<NodeRec>,
+    /// The machine's GPUs (absent in older recordings and on machines without one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::topology::Gpu>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -83,6 +86,13 @@ pub struct ProcessInfo {
     /// recordings made before containers were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerIdentity>,
+    /// The GPU it drives and the evidence (`model/gpu.rs`); absent in older recordings and for
+    /// processes without GPU facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::model::gpu::GpuView>,
+    /// Its `Cpus_allowed_list` (kernel list format), when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_allowed: Option<String>,
 }
 
 /// The model at one moment.

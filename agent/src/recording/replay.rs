@@ -143,6 +143,7 @@ pub fn model_at(rec: &Recording, index: usize) -> Model {
 /// `rec` gives what is not in frames: identities, events, the insights' settings.
 pub fn model_of(rec: &Recording, index: &Index, i: usize, f: &Frame, look: &Lookback) -> Model {
     let mut m = Model::default();
+    m.gpus = rec.topology.as_ref().map(|t| t.gpus.clone()).unwrap_or_default();
     let prev = look.prev.as_ref();
     let now = now_ns(f.t_ms);
     m.last_reading_ns = now;
@@ -181,6 +182,8 @@ pub fn model_of(rec: &Recording, index: &Index, i: usize, f: &Frame, look: &Look
                 (None, None) => None,
             };
             p.classified_role = p.role;
+            p.cuda_visible_devices = info.gpu.as_ref().and_then(|g| g.cuda_visible_devices.clone());
+            p.gpu_facts = crate::model::gpu::facts_of_record(info.gpu.as_ref(), info.cpus_allowed.as_deref());
         }
         let before = prev.and_then(|pr| pr.processes.iter().find(|x| x.pid == pf.pid).map(|x| (pr, x)));
         if let Some((pr, x)) = before {
@@ -319,6 +322,8 @@ mod tests {
                     local_rank: None,
                     world_size: None,
                     container: None,
+                    gpu: None,
+                    cpus_allowed: None,
                 },
             )]
             .into(),

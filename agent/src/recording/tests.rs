@@ -316,6 +316,31 @@ fn process_records_carry_the_container_and_old_ones_still_read() {
 }
 
 #[test]
+fn process_records_carry_the_gpu_and_old_ones_still_read() {
+    let old = r#"{"process":{"t_ms":0,"pid":7,"ppid":1,"comm":"python3","cmdline":"python3 t.py","job":"j","rank":1,"local_rank":1,"world_size":2}}"#;
+    let Record::Process(p) = serde_json::from_str::<Record>(old).expect("old record") else { panic!("not a process") };
+    assert_eq!((&p.gpu, &p.cpus_allowed), (&None, &None));
+    let gpu = crate::model::gpu::GpuView {
+        pci_address: Some("0000:9a:00.0".into()),
+        model: Some("NVIDIA H100 80GB HBM3".into()),
+        numa_node: Some(1),
+        how: "holds /dev/nvidia4 open".into(),
+        open_devices: vec!["/dev/nvidia4".into()],
+        cuda_visible_devices: Some("4,5".into()),
+    };
+    let new = records::ProcessInfo { gpu: Some(gpu.clone()), cpus_allowed: Some("56-111".into()), ..p.clone() };
+    let text = serde_json::to_string(&Record::Process(new.clone())).unwrap();
+    assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), Record::Process(new.clone()));
+    // Replay rebuilds the facts the views decide from: the device held open and the affinity.
+    let f = crate::model::gpu::facts_of_record(new.gpu.as_ref(), new.cpus_allowed.as_deref()).expect("facts");
+    assert_eq!((f.open_minors, f.cpus_allowed.map(|c| c.len())), (vec![4], Some(56)));
+    assert!(!serde_json::to_string(&Record::Process(p)).unwrap().contains("gpu"));
+    // A topology record of old has no GPUs.
+    let t: records::TopologyRec = serde_json::from_str(r#"{"nodes":[]}"#).expect("old topology");
+    assert!(t.gpus.is_empty());
+}
+
+#[test]
 fn a_process_frame_written_before_pinned_memory_was_recorded_still_reads() {
     let old = r#"{"pid":7,"faults":1,"alloc_pages_by_node":{"0":3},"migrations":{},"exited":false}"#;
     let p: ProcessFrame = serde_json::from_str(old).expect("a frame of an older file");

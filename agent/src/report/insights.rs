@@ -48,6 +48,8 @@ pub fn headline(id: InsightId) -> &'static str {
         InsightId::TieringPingPong => "demoted_pages_per_s",
         InsightId::PromotionRateLimited => "candidate_pages_per_s",
         InsightId::UnhealthyDeviceUnderJob => "job_bytes_on_device",
+        InsightId::RankAwayFromGpu => "memory_away_bytes",
+        InsightId::RanksShareCores => "shared_cpus",
     }
 }
 

@@ -76,7 +76,9 @@ pub fn render(a: &Analysis, title: &str) -> String {
         let mut tiers: Vec<String> =
             p.peak_bytes_by_tier.iter().map(|(t, b)| format!("{t} {}", human(*b as f64, "bytes"))).collect();
         tiers.extend(
-            p.peak_pinned_bytes_by_node.iter().map(|(n, b)| format!("pinned on node {n} {}", human(*b as f64, "bytes"))),
+            p.peak_pinned_bytes_by_node
+                .iter()
+                .map(|(n, b)| format!("pinned on node {n} {}", human(*b as f64, "bytes"))),
         );
         let _ = writeln!(
             s,

@@ -38,7 +38,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
         cpus: vec![],
         mem_total_bytes: Some(1 << 30),
     };
-    w.push(&Record::Topology(TopologyRec { nodes: vec![node(0, "dram"), node(1, "cxl")] })).unwrap();
+    w.push(&Record::Topology(TopologyRec { nodes: vec![node(0, "dram"), node(1, "cxl")], gpus: vec![] })).unwrap();
     w.push(&Record::Process(ProcessInfo {
         t_ms: 0,
         pid: 7,
@@ -57,6 +57,8 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
             pod_namespace: Some("ml".into()),
             ..Default::default()
         }),
+        gpu: None,
+        cpus_allowed: None,
     }))
     .unwrap();
     for i in 0..=10u64 {
@@ -260,6 +262,8 @@ fn a_ranks_data_loader_workers_count_with_the_rank() {
             local_rank: Some(rank),
             world_size: Some(2),
             container: None,
+            gpu: None,
+            cpus_allowed: None,
         }))
         .expect("record");
     }

@@ -1,10 +1,13 @@
 //! Decides each node's tier from evidence, strongest first (design.md, "Tiers"):
-//! config, a CXL region onlined as the node, the kernel's memory tiers, HMAT, a CPU-less node
-//! with memory; then a node with CPUs is DRAM. The evidence is kept in words for the user.
+//! config, a CXL region onlined as the node, a GPU driver naming the node as its GPU's memory,
+//! the kernel's memory tiers, HMAT; then a node with CPUs is DRAM and a CPU-less node with memory
+//! and none of that evidence is far memory of unknown kind (not called CXL: HBM in flat mode or a
+//! GPU's memory look the same). The evidence is kept in words for the user.
 use std::collections::BTreeMap;
 
 use super::{
     cxl::{self, CxlRegion, DaxDevice},
+    gpu::Gpu,
     memory_blocks::MemoryBlocks,
     parse::format_id_list,
     MemoryTier, Node, Tier, TierOverrides,
@@ -16,11 +19,20 @@ use super::{
 /// chunk above DRAM's 576, i.e. a ratio of 640/576 = 1.11.
 const HMAT_SLOWER_RATIO: f64 = 1.11;
 
+/// What devices say about nodes, in words, by node id.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// Nodes a CXL region's memory is onlined as ([`cxl_evidence`]).
+    pub cxl: BTreeMap<u32, String>,
+    /// Nodes a GPU driver names as its GPU's memory ([`gpu_memory_evidence`]).
+    pub gpu_memory: BTreeMap<u32, String>,
+}
+
 /// Sets `tier` and `tier_evidence` of every node. Problems with the overrides are appended.
 pub fn classify(
     nodes: &mut [Node],
     memory_tiers: &[MemoryTier],
-    cxl_evidence: &BTreeMap<u32, String>,
+    evidence: &Evidence,
     overrides: &TierOverrides,
     problems: &mut Vec<String>,
 ) {
@@ -31,8 +43,10 @@ pub fn classify(
     for node in nodes.iter_mut() {
         let (tier, evidence) = if let Some(&tier) = config.get(&node.id) {
             (tier, format!("config [tiers] {tier}"))
-        } else if let Some(e) = cxl_evidence.get(&node.id) {
+        } else if let Some(e) = evidence.cxl.get(&node.id) {
             (Tier::Cxl, e.clone())
+        } else if let Some(e) = evidence.gpu_memory.get(&node.id) {
+            (Tier::Gpu, e.clone())
         } else if let Some((tier, e)) = kernel.get(&node.id) {
             (*tier, e.clone())
         } else if let Some((tier, e)) = hmat.get(&node.id) {
@@ -61,7 +75,7 @@ fn fallback(node: &Node, only_node: bool) -> (Tier, String) {
         }
         (Tier::Unknown, format!("cannot tell: {} unreadable", unread.join(", ")))
     } else if node.has_memory && !node.has_cpu {
-        (Tier::Cxl, "CPU-less node with memory".into())
+        (Tier::Far, FAR_EVIDENCE.into())
     } else if node.has_memory {
         // CXL Type 3 memory never comes with CPUs: a node with both is a socket's local DRAM.
         (Tier::Dram, "has CPUs and memory".into())
@@ -70,6 +84,26 @@ fn fallback(node: &Node, only_node: bool) -> (Tier, String) {
     } else {
         (Tier::Unknown, "no memory and no CPUs".into())
     }
+}
+
+/// Why a CPU-less node with memory is far memory of unknown kind.
+pub const FAR_EVIDENCE: &str = "CPU-less node with memory; no CXL region, GPU driver, kernel tier split or HMAT says \
+     what it is: far memory (unknown kind). Name it in the config ([tiers] cxl = [N] or dram = [N])";
+
+/// Words for every node a GPU's memory is onlined as: the NVIDIA driver's `numa_status` names
+/// the node (GH200/GB200: the GPU's HBM as a CPU-less node), when its status is `online`.
+pub fn gpu_memory_evidence(gpus: &[Gpu]) -> BTreeMap<u32, String> {
+    let mut out = BTreeMap::new();
+    for g in gpus {
+        let (Some(node), Some("online")) = (g.memory_node, g.memory_status.as_deref()) else { continue };
+        out.entry(node).or_insert_with(|| {
+            format!(
+                "memory of GPU {} (driver numa_status: node {node}, online)",
+                g.model.as_deref().map_or_else(|| g.pci_address.clone(), |m| format!("{m} {}", g.pci_address))
+            )
+        });
+    }
+    out
 }
 
 fn config_tiers(nodes: &[Node], overrides: &TierOverrides, problems: &mut Vec<String>) -> BTreeMap<u32, Tier> {
@@ -255,7 +289,7 @@ mod tests {
     ) -> (Vec<(u32, Tier, String)>, Vec<String>) {
         let cxl: BTreeMap<u32, String> = cxl.iter().map(|(n, s)| (*n, s.to_string())).collect();
         let mut problems = Vec::new();
-        classify(nodes, mt, &cxl, ov, &mut problems);
+        classify(nodes, mt, &Evidence { cxl, gpu_memory: BTreeMap::new() }, ov, &mut problems);
         (nodes.iter().map(|n| (n.id, n.tier, n.tier_evidence.clone())).collect(), problems)
     }
 
@@ -284,7 +318,9 @@ mod tests {
              [(Tier::Dram, "HMAT read latency 100 ns, bandwidth 20480 MB/s, fastest node with CPUs"),
               (Tier::Cxl, "HMAT read latency 300 ns, bandwidth 5120 MB/s vs node 0's read latency 100 ns, bandwidth 20480 MB/s")]),
             ("no tiers, no HMAT", two(), vec![], vec![], &none,
-             [(Tier::Dram, "has CPUs and memory"), (Tier::Cxl, "CPU-less node with memory")]),
+             [(Tier::Dram, "has CPUs and memory"), (Tier::Far, FAR_EVIDENCE)]),
+            ("one kernel tier, no HMAT", two(), tiers(&[(4, &[0, 1])]), vec![], &none,
+             [(Tier::Dram, "has CPUs and memory"), (Tier::Far, FAR_EVIDENCE)]),
         ];
         for (name, mut nodes, mt, cxl, ov, want) in cases {
             let (got, _) = run(&mut nodes, &mt, &cxl, ov);
@@ -334,10 +370,42 @@ mod tests {
         let mut nodes = vec![node(0, &[0], true), node(1, &[], true)];
         let ov = TierOverrides { cxl: vec![1, 7], dram: vec![1] };
         let (got, problems) = run(&mut nodes, &[], &[], &ov);
-        assert_eq!((got[1].1, got[1].2.as_str()), (Tier::Cxl, "CPU-less node with memory"));
+        assert_eq!((got[1].1, got[1].2.as_str()), (Tier::Far, FAR_EVIDENCE));
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains("node(s) 1 listed as both"), "{problems:?}");
         assert!(problems[1].contains("node(s) 7 that this machine does not have"), "{problems:?}");
+    }
+
+    #[test]
+    fn gpu_memory_node_is_gpu_before_kernel_tiers_and_never_slow() {
+        let gpu = |node: Option<u32>, status: &str| Gpu {
+            pci_address: "0009:01:00.0".into(),
+            model: Some("NVIDIA GH200 480GB".into()),
+            memory_node: node,
+            memory_status: Some(status.into()),
+            ..Gpu::default()
+        };
+        let words = "memory of GPU NVIDIA GH200 480GB 0009:01:00.0 (driver numa_status: node 1, online)";
+        // (name, GPUs, kernel tiers, tier of node 1, its evidence)
+        let cases: Vec<(&str, Vec<Gpu>, Vec<MemoryTier>, Tier, &str)> = vec![
+            ("driver names node 1", vec![gpu(Some(1), "online")], vec![], Tier::Gpu, words),
+            (
+                "before a kernel tier split",
+                vec![gpu(Some(1), "online")],
+                tiers(&[(4, &[0]), (54, &[1])]),
+                Tier::Gpu,
+                words,
+            ),
+            ("memory offline: no evidence", vec![gpu(Some(1), "offline")], vec![], Tier::Far, FAR_EVIDENCE),
+            ("no node yet", vec![gpu(None, "online")], vec![], Tier::Far, FAR_EVIDENCE),
+            ("no GPU", vec![], vec![], Tier::Far, FAR_EVIDENCE),
+        ];
+        for (name, gpus, mt, tier, want) in cases {
+            let mut nodes = vec![node(0, &[0, 1], true), node(1, &[], true)];
+            let ev = Evidence { cxl: BTreeMap::new(), gpu_memory: gpu_memory_evidence(&gpus) };
+            classify(&mut nodes, &mt, &ev, &TierOverrides::default(), &mut Vec::new());
+            assert_eq!((nodes[1].tier, nodes[1].tier_evidence.as_str()), (tier, want), "{name}");
+        }
     }
 
     #[test]

@@ -54,7 +54,33 @@ const CASES: &[Case] = &[
     },
     Case {
         fixture: "odd-gaps",
-        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (3, Tier::Cxl, Exact("CPU-less node with memory"))],
+        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (3, Tier::Far, Exact(classify::FAR_EVIDENCE))],
+        problems: 0,
+    },
+    Case {
+        fixture: "hand-8gpu-2s",
+        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (1, Tier::Dram, Exact("has CPUs and memory"))],
+        problems: 0,
+    },
+    Case {
+        fixture: "hand-gh200",
+        nodes: &[
+            (0, Tier::Dram, Exact("has CPUs and memory")),
+            (1, Tier::Gpu, Exact("memory of GPU NVIDIA GH200 480GB 0009:01:00.0 (driver numa_status: node 1, online)")),
+            (2, Tier::Unknown, Exact("offline")),
+            (3, Tier::Unknown, Exact("offline")),
+            (4, Tier::Unknown, Exact("offline")),
+            (5, Tier::Unknown, Exact("offline")),
+            (6, Tier::Unknown, Exact("offline")),
+            (7, Tier::Unknown, Exact("offline")),
+            (8, Tier::Unknown, Exact("offline")),
+            (9, Tier::Unknown, Exact("offline")),
+        ],
+        problems: 0,
+    },
+    Case {
+        fixture: "hand-cpuless-bare",
+        nodes: &[(0, Tier::Dram, Exact("has CPUs and memory")), (1, Tier::Far, Exact(classify::FAR_EVIDENCE))],
         problems: 0,
     },
     Case {
@@ -182,6 +208,46 @@ fn real_guest_values() {
 }
 
 #[test]
+fn gpus_of_the_gpu_trees() {
+    let t = Topology::read(&fixture("hand-8gpu-2s"));
+    let gpus: Vec<(&str, &str, &str, Option<u32>, Option<u32>)> = t
+        .gpus
+        .iter()
+        .map(|g| (g.pci_address.as_str(), g.vendor.as_str(), g.kind.as_str(), g.numa_node, g.minor))
+        .collect();
+    // The NVSwitch (0x0680) and the InfiniBand NIC (0x0207) are not GPUs; the BMC's VGA is a
+    // display controller without a driver file.
+    assert_eq!(
+        gpus,
+        vec![
+            ("0000:03:00.0", "aspeed", "vga", Some(0), None),
+            ("0000:18:00.0", "nvidia", "3d", Some(0), Some(0)),
+            ("0000:2a:00.0", "nvidia", "3d", Some(0), Some(1)),
+            ("0000:3a:00.0", "nvidia", "3d", Some(0), Some(2)),
+            ("0000:5d:00.0", "nvidia", "3d", Some(0), Some(3)),
+            ("0000:9a:00.0", "nvidia", "3d", Some(1), Some(4)),
+            ("0000:ab:00.0", "nvidia", "3d", Some(1), Some(5)),
+            ("0000:ba:00.0", "nvidia", "3d", Some(1), Some(6)),
+            ("0000:db:00.0", "nvidia", "3d", Some(1), Some(7)),
+        ]
+    );
+    assert_eq!(t.gpus[1].model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(t.gpus[8].uuid.as_deref(), Some("GPU-00000007-1111-2222-3333-444444444447"));
+    let text = render::text(&t);
+    assert!(text.contains("0000:db:00.0  nvidia  3d    NVIDIA H100 80GB HBM3  /dev/nvidia7  1"), "{text}");
+    assert!(render::json(&t)["gpus"][8]["numa_node"] == 1, "the JSON carries the GPUs");
+
+    let t = Topology::read(&fixture("hand-gh200"));
+    let g = t.gpus.first().expect("the GH200's GPU");
+    assert_eq!((g.memory_node, g.memory_status.as_deref(), g.memory_bytes), (Some(1), Some("online"), Some(96 << 30)));
+    assert!(render::text(&t).contains("1 (online, 96.0 GiB)"), "{}", render::text(&t));
+    // Trees without PCI devices have no GPUs and no problem for it.
+    let t = Topology::read(&fixture("hand-cpuless-bare"));
+    assert!(t.gpus.is_empty() && t.problems.is_empty(), "{:?}", t.problems);
+    assert!(render::text(&t).contains("far memory (unknown kind)"));
+}
+
+#[test]
 fn every_fixture_tree_has_expectations() {
     let known: Vec<&str> = CASES.iter().chain(GUEST_CASES).map(|c| c.fixture).collect();
     let entries = fs::read_dir(fixtures_dir()).unwrap_or_else(|e| panic!("{}: {e}", fixtures_dir().display()));
@@ -289,7 +355,7 @@ fn config_overrides_win_and_bad_ones_are_reported() {
     let t = Topology::read_with_overrides(&fixture("odd-gaps"), &TierOverrides { cxl: vec![1, 2], dram: vec![] });
     assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
     assert!(t.problems[0].contains("node(s) 1-2 that this machine does not have"), "{:?}", t.problems);
-    assert_eq!(t.tier_of(3), Tier::Cxl);
+    assert_eq!(t.tier_of(3), Tier::Far, "a CPU-less node nothing describes, not named in the config");
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod memory_blocks;
 
 pub mod classify;
 pub mod cxl;
+pub mod gpu;
 pub mod parse;
 mod read;
 pub mod render;
@@ -19,6 +20,7 @@ mod fixture_tests;
 use std::{collections::BTreeMap, path::Path};
 
 pub use cxl::{CxlMemdev, CxlRegion, DaxDevice, EdacMc};
+pub use gpu::Gpu;
 pub use memory_blocks::MemoryBlocks;
 
 /// The memory tier of a NUMA node as tierscope reports it.
@@ -29,6 +31,12 @@ pub enum Tier {
     Dram,
     /// CXL-attached memory, or a slower tier the kernel demotes into.
     Cxl,
+    /// A GPU's own memory onlined as a CPU-less node (GH200/GB200-style coherent HBM): fast,
+    /// never the slow tier.
+    Gpu,
+    /// A CPU-less node with memory and no evidence of what it is (no CXL region, no GPU driver,
+    /// no kernel tier split, no HMAT): far memory of unknown kind, neither called slow nor fast.
+    Far,
     /// No evidence either way (offline, memory-less, or nothing to compare with).
     Unknown,
 }
@@ -39,8 +47,18 @@ impl Tier {
         match self {
             Tier::Dram => "dram",
             Tier::Cxl => "cxl",
+            Tier::Gpu => "gpu",
+            Tier::Far => "far",
             Tier::Unknown => "unknown",
         }
+    }
+}
+
+impl Tier {
+    /// The tier a name of [`Tier::as_str`] stands for (sessions and views keep names);
+    /// [`Tier::Unknown`] for any other.
+    pub fn from_name(name: &str) -> Tier {
+        [Tier::Dram, Tier::Cxl, Tier::Gpu, Tier::Far].into_iter().find(|t| t.as_str() == name).unwrap_or(Tier::Unknown)
     }
 }
 
@@ -143,6 +161,8 @@ pub struct Topology {
     pub cxl_regions: Vec<CxlRegion>,
     pub dax_devices: Vec<DaxDevice>,
     pub edac: Vec<EdacMc>,
+    /// PCI display and 3D controllers (GPUs), by PCI address.
+    pub gpus: Vec<Gpu>,
     /// What could not be read or understood: one line each, naming the file and what to do.
     pub problems: Vec<String>,
 }

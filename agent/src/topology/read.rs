@@ -3,7 +3,7 @@
 use std::{collections::BTreeSet, path::Path};
 
 use super::{
-    classify, cxl,
+    classify, cxl, gpu,
     memory_blocks::MemoryBlocks,
     parse,
     sysfs::{Need, Sysfs},
@@ -47,7 +47,11 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
     for node in &mut nodes {
         node.cxl_regions = cxl.regions.iter().filter(|r| r.nodes.contains(&node.id)).map(|r| r.name.clone()).collect();
     }
-    let evidence = classify::cxl_evidence(&cxl.regions, &cxl.dax, memory_blocks.as_ref());
+    let gpus = gpu::read_gpus(&mut fs, &gpu::driver_root(root));
+    let evidence = classify::Evidence {
+        cxl: classify::cxl_evidence(&cxl.regions, &cxl.dax, memory_blocks.as_ref()),
+        gpu_memory: classify::gpu_memory_evidence(&gpus),
+    };
     let mut problems = fs.problems;
     classify::classify(&mut nodes, &memory_tiers, &evidence, overrides, &mut problems);
 
@@ -61,6 +65,7 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
         cxl_regions: cxl.regions,
         dax_devices: cxl.dax,
         edac,
+        gpus,
         problems,
     }
 }

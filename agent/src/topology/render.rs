@@ -139,6 +139,8 @@ pub fn text(t: &Topology) -> String {
         table(&mut out, &["DAX", "TARGET NODE", "SIZE", "DRIVER", "CXL REGION"], rows);
     }
 
+    gpus(&mut out, t);
+
     if !t.edac.is_empty() {
         out.push_str("\nEDAC memory controllers\n");
         let num = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
@@ -157,6 +159,35 @@ pub fn text(t: &Topology) -> String {
         }
     }
     out
+}
+
+/// GPUs and display controllers: where each hangs off, and its own memory node where the driver
+/// onlined one.
+fn gpus(out: &mut String, t: &Topology) {
+    if t.gpus.is_empty() {
+        out.push_str("\nGPUs\n  none (no PCI display or 3D controller under bus/pci/devices)\n");
+        return;
+    }
+    out.push_str("\nGPUs (NODE: the node the device hangs off; MEMORY NODE: its own memory as a node)\n");
+    let rows = t.gpus.iter().map(|g| {
+        let memory = match (g.memory_node, &g.memory_status) {
+            (Some(n), Some(s)) => {
+                format!("{n} ({s}{})", g.memory_bytes.map_or(String::new(), |b| format!(", {}", bytes(b))))
+            }
+            (None, Some(s)) => format!("- ({s})"),
+            _ => "-".into(),
+        };
+        vec![
+            g.pci_address.clone(),
+            g.vendor.clone(),
+            g.kind.clone(),
+            g.model.clone().unwrap_or_else(|| "-".into()),
+            g.minor.map_or("-".into(), |m| format!("/dev/nvidia{m}")),
+            g.numa_node.map_or("none (-1)".into(), |n| n.to_string()),
+            memory,
+        ]
+    });
+    table(out, &["PCI", "VENDOR", "KIND", "MODEL", "DEVICE", "NODE", "MEMORY NODE"], rows);
 }
 
 /// The SLIT matrix. Rows are as the kernel prints them: one column per online node.

@@ -19,11 +19,7 @@ fn tier_spans(by_node: &BTreeMap<u32, Heat>, tier_of: &dyn Fn(u32) -> Tier, wide
     let tiers = by_tier(by_node, tier_name(tier_of));
     let mut spans = Vec::new();
     for (name, h) in &tiers {
-        let tier = match name.as_str() {
-            "dram" => Tier::Dram,
-            "cxl" => Tier::Cxl,
-            _ => Tier::Unknown,
-        };
+        let tier = Tier::from_name(name);
         spans.push(Span::styled(format!("{name} "), theme::tier(tier)));
         spans.push(Span::raw(format!(
             "hot {}  warm {}  cold {}",

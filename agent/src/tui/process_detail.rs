@@ -131,6 +131,9 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         }
         out.push(Line::from(Span::styled(s, theme::accent())));
     }
+    for line in super::rows::gpu_lines(p, scene) {
+        out.push(Line::from(Span::styled(format::truncate(&line, width), theme::accent())));
+    }
     let reading_age = if scene.model.last_reading_ns > 0 {
         format::age(scene.model.last_reading_ns, scene.now_ns)
     } else {

@@ -25,6 +25,8 @@ pub struct ProcessRow {
     pub rank: Option<u32>,
     /// For a data-loader worker or other child of a rank: the rank's pid (listed under it).
     pub rank_pid: Option<u32>,
+    /// The GPU a rank drives and that GPU's node, short (`gpu3@n0`; `model/gpu.rs`).
+    pub gpu: Option<String>,
     /// Resident bytes from the last numa_maps scan.
     pub rss_bytes: Option<u64>,
     pub dram_share: Option<f64>,
@@ -40,6 +42,44 @@ pub struct ProcessRow {
     pub demoted: u64,
     /// When it exited (monotonic ns): its figures are final totals, its rates none.
     pub exited_at_ns: Option<u64>,
+}
+
+/// `gpu3@n0` (device minor, else PCI address; the GPU's node) for a rank whose GPU is known.
+fn gpu_short(p: &Process, scene: &Scene<'_>) -> Option<String> {
+    let open = p.gpu_facts.as_ref().map_or(&[][..], |f| &f.open_minors[..]);
+    if scene.model.gpus.is_empty() || (p.gpu_facts.is_none() && p.cuda_visible_devices.is_none()) {
+        return None;
+    }
+    let g =
+        crate::model::gpu::choose(&scene.model.gpus, open, p.cuda_visible_devices.as_deref(), p.rank.local_rank).gpu?;
+    let name = g.minor.map_or_else(|| g.pci_address.clone(), |m| format!("gpu{m}"));
+    Some(match g.numa_node {
+        Some(n) => format!("{name}@n{n}"),
+        None => name,
+    })
+}
+
+/// The GPU a rank drives and where its threads may and did run (`model/gpu.rs`).
+pub fn gpu_lines(p: &crate::model::process::Process, scene: &Scene<'_>) -> Vec<String> {
+    use crate::{model::gpu, topology::parse::format_id_list};
+    let mut out = Vec::new();
+    let facts = p.gpu_facts.as_ref();
+    let view = gpu::gpu_view(&scene.model.gpus, facts, p.cuda_visible_devices.as_deref(), p.rank.local_rank);
+    if let Some(v) = view.filter(|_| !scene.model.gpus.is_empty()) {
+        let node = v.numa_node.map_or("no node".to_string(), |n| format!("node {n}"));
+        out.push(match (&v.pci_address, &v.model) {
+            (Some(pci), Some(m)) => format!("GPU {pci} {m}, {node} ({})", v.how),
+            (Some(pci), None) => format!("GPU {pci}, {node} ({})", v.how),
+            _ => format!("GPU not known: {}", v.how),
+        });
+    }
+    if let Some(f) = facts {
+        let allowed = f.cpus_allowed.as_deref().map_or("?".to_string(), format_id_list);
+        let threads: u32 = f.thread_cpus.values().sum();
+        let cpus: Vec<u32> = f.thread_cpus.keys().copied().collect();
+        out.push(format!("CPUs allowed {allowed}; its {threads} threads last ran on CPUs {}", format_id_list(&cpus)));
+    }
+    out
 }
 
 impl ProcessRow {
@@ -77,6 +117,7 @@ impl ProcessRow {
             container: p.container.clone(),
             rank: p.rank.rank,
             rank_pid: p.rank_pid,
+            gpu: gpu_short(p, scene),
             rss_bytes,
             dram_share,
             cxl_share,
@@ -100,6 +141,9 @@ impl ProcessRow {
         }
         if let Some(r) = self.rank {
             s.push_str(&format!(" r{r}"));
+        }
+        if let Some(g) = &self.gpu {
+            s.push_str(&format!(" {g}"));
         }
         if self.demo {
             s.push_str(" [demo]");
@@ -282,6 +326,44 @@ mod tests {
         assert_eq!(pids, vec![4242, 4243]);
         let by_job = App { filter: "llama-run".into(), ..app };
         assert_eq!(process_rows(&scene, &by_job).len(), 2);
+    }
+
+    #[test]
+    fn a_rank_row_names_its_gpu_and_node_and_its_view_the_evidence() {
+        let mut f = Fixture::training();
+        f.model.gpus = (0..2)
+            .map(|i| crate::topology::Gpu {
+                pci_address: format!("0000:{}:00.0", 18 + i * 80),
+                vendor_id: 0x10de,
+                numa_node: Some(i),
+                minor: Some(i),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                ..Default::default()
+            })
+            .collect();
+        let p = f.model.processes.get_mut(&4242).expect("trainer");
+        p.rank.local_rank = Some(1);
+        p.gpu_facts = Some(crate::model::gpu::GpuFacts {
+            open_minors: vec![0, 1],
+            cpus_allowed: Some(vec![0, 1, 2, 3]),
+            thread_cpus: [(0, 3), (2, 1)].into_iter().collect(),
+            threads_unread: 0,
+        });
+        let scene = f.scene();
+        let rows = process_rows(&scene, &App::default());
+        let trainer = rows.iter().find(|r| r.pid == 4242).expect("trainer row");
+        assert_eq!(trainer.gpu.as_deref(), Some("gpu1@n1"), "LOCAL_RANK 1 of the two devices it holds open");
+        assert_eq!(trainer.label(), "python3 r0 gpu1@n1 [demo]");
+        let lines = gpu_lines(scene.model.process_in_window(4242).expect("in window"), &scene);
+        assert_eq!(
+            lines,
+            vec![
+                "GPU 0000:98:00.0 NVIDIA H100 80GB HBM3, node 1 (LOCAL_RANK 1 -> CUDA device 1 (CUDA_VISIBLE_DEVICES unset); holds /dev/nvidia0, /dev/nvidia1 open)".to_string(),
+                "CPUs allowed 0-3; its 4 threads last ran on CPUs 0,2".to_string(),
+            ]
+        );
+        // Rows of processes without GPU facts are as before.
+        assert!(rows.iter().filter(|r| r.pid != 4242).all(|r| r.gpu.is_none()));
     }
 
     #[test]

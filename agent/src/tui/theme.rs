@@ -41,6 +41,8 @@ pub fn tier(t: Tier) -> Style {
     match t {
         Tier::Dram => Style::default().fg(Color::Green),
         Tier::Cxl => Style::default().fg(Color::Magenta),
+        Tier::Gpu => Style::default().fg(Color::Cyan),
+        Tier::Far => Style::default().fg(Color::Yellow),
         Tier::Unknown => Style::default(),
     }
 }

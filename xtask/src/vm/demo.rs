@@ -14,7 +14,6 @@ fn figure(name: &str, ok: bool, rule: String) -> Figure {
     Figure { name: name.into(), kernel: None, agent: None, ok, rule }
 }
 
-
 pub fn judge(r: &Report) -> Vec<Figure> {
     let null = Value::Null;
     let report = r.agent.as_ref().unwrap_or(&null);
@@ -23,11 +22,17 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     out.push(Figure::at_least("kernel: pages demoted", Some(1.0), r.truth("demoted"), 1.0));
     let promoted = report["promoted_pages"].as_f64();
     let demoted = report["demoted_pages"].as_f64();
-    out.push(figure("report: promotions", promoted.is_some_and(|p| p >= 256.0), format!("{promoted:?} pages (>= 256)")));
+    out.push(figure(
+        "report: promotions",
+        promoted.is_some_and(|p| p >= 256.0),
+        format!("{promoted:?} pages (>= 256)"),
+    ));
     out.push(figure("report: demotions", demoted.is_some_and(|p| p >= 256.0), format!("{demoted:?} pages (>= 256)")));
     let sites = report["sites"].as_array().map(Vec::as_slice).unwrap_or_default();
     let python_site = sites.iter().find(|s| {
-        s["frames"].as_array().is_some_and(|f| f.iter().any(|f| f.as_str().is_some_and(|f| f.contains("init_optimizer_state"))))
+        s["frames"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f.as_str().is_some_and(|f| f.contains("init_optimizer_state"))))
     });
     out.push(figure(
         "report: a CXL site of the trainer names its Python function",

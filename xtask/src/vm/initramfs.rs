@@ -245,7 +245,10 @@ fn python(stage: &Path, bins: &mut Vec<(PathBuf, &str)>) -> Result<()> {
     let bin = Path::new("/usr/bin/python3.11");
     let lib = Path::new("/usr/lib/python3.11");
     if !bin.exists() {
-        bail!("{} is missing: the demo scenario's trainer needs it (apt-get install python3.11-minimal)", bin.display());
+        bail!(
+            "{} is missing: the demo scenario's trainer needs it (apt-get install python3.11-minimal)",
+            bin.display()
+        );
     }
     // Its own name: the agent recognises CPython by the file a process maps (`python3.N`).
     bins.push((bin.to_path_buf(), "usr/bin/python3.11"));

@@ -28,7 +28,13 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     vec![
         Figure::close("check's possible CPUs", r.truth("possible_cpus"), cpus, 0.0, 0.0),
         // The log line rounds to 0.1 MiB.
-        Figure::close("run's logged kernel memory (MiB) = check's", measured, r.truth("run_kernel_memory_mib"), 0.0, 0.06),
+        Figure::close(
+            "run's logged kernel memory (MiB) = check's",
+            measured,
+            r.truth("run_kernel_memory_mib"),
+            0.0,
+            0.06,
+        ),
     ]
 }
 

@@ -51,7 +51,8 @@ pub struct VmTestArgs {
 }
 
 /// Host tools the image is built with (bookworm packages).
-const HOST_PACKAGES: &[&str] = &["busybox-static", "python3.11-minimal", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
+const HOST_PACKAGES: &[&str] =
+    &["busybox-static", "python3.11-minimal", "cpio", "kmod", "xz-utils", "zstd", "numactl", "gcc", "libc6-dev"];
 
 /// Runs the selected scenarios; returns how many ran (all passed).
 pub fn run(args: VmTestArgs) -> Result<usize> {

@@ -83,9 +83,9 @@ impl Shape {
                 "-m",
                 "1536M",
             ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         }
         let mut a: Vec<String> = [
             "-machine",

@@ -51,7 +51,7 @@ mod tests {
         let mut out = Points::new();
         points(&e, &mut out);
         let pts = &out[INSIGHTS_OPEN.name];
-        assert_eq!(pts.len(), 24);
+        assert_eq!(pts.len(), InsightId::ALL.len() * 3, "10 ids x 3 severities");
         let value = |id: &str, s: &str| {
             pts.iter()
                 .find(|p| {

@@ -43,6 +43,14 @@ pub struct InsightConfig {
     pub promote_min_candidates_per_s: f64,
     /// ...of which at most this percent promoted.
     pub promote_max_success_pct: f64,
+    /// Rank away from its GPU: at least this share of its threads last ran on other nodes than
+    /// its GPU's (memory uses `split_min_share_pct` and `split_min_bytes`)...
+    pub gpu_threads_away_pct: f64,
+    /// ...and at least this many threads.
+    pub gpu_threads_away_min: u32,
+    /// Ranks sharing cores: the ranks of a job, not bound apart, had threads on at least this many
+    /// of the same CPUs.
+    pub shared_cores_min: u32,
 }
 
 impl Default for InsightConfig {
@@ -65,6 +73,9 @@ impl Default for InsightConfig {
             ping_pong_min_pages_per_s: 256.0,
             promote_min_candidates_per_s: 256.0,
             promote_max_success_pct: 50.0,
+            gpu_threads_away_pct: 50.0,
+            gpu_threads_away_min: 2,
+            shared_cores_min: 4,
         }
     }
 }
@@ -120,6 +131,12 @@ impl InsightConfig {
                 PCT,
             ),
             ("rank_fault_ratio", self.rank_fault_ratio, self.rank_fault_ratio >= 1.0, "a ratio of 1 or more"),
+            (
+                "gpu_threads_away_pct",
+                self.gpu_threads_away_pct,
+                (0.0..=100.0).contains(&self.gpu_threads_away_pct),
+                PCT,
+            ),
             (
                 "promote_max_success_pct",
                 self.promote_max_success_pct,

@@ -7,6 +7,7 @@
 pub mod churn;
 pub mod config;
 pub mod device;
+pub mod gpu;
 pub mod placement;
 pub mod ranks;
 pub mod tiering;
@@ -37,10 +38,12 @@ pub enum InsightId {
     TieringPingPong,
     PromotionRateLimited,
     UnhealthyDeviceUnderJob,
+    RankAwayFromGpu,
+    RanksShareCores,
 }
 
 impl InsightId {
-    pub const ALL: [InsightId; 8] = [
+    pub const ALL: [InsightId; 10] = [
         InsightId::AllocationChurn,
         InsightId::SlowTierWithFastRoom,
         InsightId::PinnedOnSlowTier,
@@ -49,6 +52,8 @@ impl InsightId {
         InsightId::TieringPingPong,
         InsightId::PromotionRateLimited,
         InsightId::UnhealthyDeviceUnderJob,
+        InsightId::RankAwayFromGpu,
+        InsightId::RanksShareCores,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +66,8 @@ impl InsightId {
             InsightId::TieringPingPong => "tiering_ping_pong",
             InsightId::PromotionRateLimited => "promotion_rate_limited",
             InsightId::UnhealthyDeviceUnderJob => "unhealthy_device_under_job",
+            InsightId::RankAwayFromGpu => "rank_away_from_gpu",
+            InsightId::RanksShareCores => "ranks_share_cores",
         }
     }
 }
@@ -230,6 +237,8 @@ pub struct Inputs<'a> {
     pub cfg: &'a InsightConfig,
     pub processes: &'a BTreeMap<u32, Process>,
     pub nodes: &'a [NodeInfo],
+    /// The machine's GPUs (which one a rank drives: `model/gpu.rs`).
+    pub gpus: &'a [crate::topology::Gpu],
     pub health: &'a crate::health::HealthModel,
     pub window: &'a Window,
     pub page_size: u64,
@@ -284,18 +293,20 @@ impl InsightEngine {
         now_ns: u64,
         processes: &BTreeMap<u32, Process>,
         nodes: &[NodeInfo],
+        gpus: &[crate::topology::Gpu],
         health: &crate::health::HealthModel,
         vmstat: &BTreeMap<u32, BTreeMap<String, u64>>,
         page_size: u64,
     ) {
         self.window.push(now_ns, processes, vmstat, self.cfg.window_s);
-        let inputs = Inputs { now_ns, cfg: &self.cfg, processes, nodes, health, window: &self.window, page_size };
+        let inputs = Inputs { now_ns, cfg: &self.cfg, processes, nodes, gpus, health, window: &self.window, page_size };
         let mut findings = Vec::new();
         findings.extend(churn::findings(&inputs));
         findings.extend(placement::findings(&inputs));
         findings.extend(ranks::findings(&inputs));
         findings.extend(tiering::findings(&inputs));
         findings.extend(device::findings(&inputs));
+        findings.extend(gpu::findings(&inputs));
         self.step(now_ns, findings);
     }
 

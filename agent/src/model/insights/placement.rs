@@ -96,8 +96,12 @@ fn pinned_on_slow_tier(i: &Inputs<'_>, p: &Process) -> Option<Finding> {
     let level = Level::of(basis as f64, cfg.pinned_min_bytes as f64, cfg.hold_ratio);
     let fast = i.nodes.iter().find(|n| n.tier == "dram").map_or(0, |n| n.id);
     let cuda = pinned.cuda_host_alloc_bytes + pinned.cuda_host_register_bytes;
-    let slow_nodes: Vec<String> =
-        pinned.bytes_by_node.iter().filter(|(&n, &b)| i.slow(n) && b > 0).map(|(n, b)| format!("node {n}: {}", bytes_text(*b as f64))).collect();
+    let slow_nodes: Vec<String> = pinned
+        .bytes_by_node
+        .iter()
+        .filter(|(&n, &b)| i.slow(n) && b > 0)
+        .map(|(n, b)| format!("node {n}: {}", bytes_text(*b as f64)))
+        .collect();
     Some(Finding {
         id: InsightId::PinnedOnSlowTier,
         severity: Severity::Warning,

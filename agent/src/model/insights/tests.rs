@@ -50,7 +50,7 @@ fn run(
     (t0..t0 + secs)
         .map(|t| {
             let (procs, vm) = each(t);
-            engine.update(t * S, &procs, nodes, &health, &vm, 4096);
+            engine.update(t * S, &procs, nodes, &[], &health, &vm, 4096);
             engine.open().iter().map(|i| (i.id, i.subject.key())).collect()
         })
         .collect()
