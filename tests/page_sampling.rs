@@ -1,6 +1,8 @@
 //! The sampled page path (`--page-path sampled`) against the exact one on the same allocation
 //! stream: the estimates within their stated error, the fault totals still the kernel's.
-use tierscope_tests::{kernel_faults, process, require_root_and_agent, wait_blocked_on_pipe, Agent, Workload, UNTIL_INTERRUPTED};
+use tierscope_tests::{
+    kernel_faults, process, require_root_and_agent, wait_blocked_on_pipe, Agent, Workload, UNTIL_INTERRUPTED,
+};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tierscope-workload");
 
@@ -67,7 +69,8 @@ fn sampled_allocations_estimate_the_exact_count_and_say_so() {
     assert_eq!(pp["estimated"].as_array().map(Vec::len), Some(0), "{pp}");
     let pp = &sampled.snap["agent"]["page_path"];
     assert_eq!(pp["mode"], "sampled", "{pp}");
-    let estimated: Vec<&str> = pp["estimated"].as_array().expect("estimated").iter().filter_map(|v| v.as_str()).collect();
+    let estimated: Vec<&str> =
+        pp["estimated"].as_array().expect("estimated").iter().filter_map(|v| v.as_str()).collect();
     assert!(estimated.contains(&"processes[].alloc_pages_by_node"), "{pp}");
     assert!(estimated.contains(&"processes[].faults_by_path"), "{pp}");
     let share = pp["attached_share"].as_f64().expect("attached_share");

@@ -40,7 +40,10 @@ pub fn attach_with_link(
     if let Hook::Tracepoint { group, name } | Hook::TpBtf { group, name } = spec.hook {
         match tracefs {
             Ok(t) if !t.join("events").join(group).join(name).is_dir() => {
-                return (status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}"))), None);
+                return (
+                    status(Attach::Unsupported, Some(format!("this kernel has no tracepoint {group}:{name}"))),
+                    None,
+                );
             }
             Err(why) if matches!(spec.hook, Hook::Tracepoint { .. }) => {
                 return (status(Attach::Failed, Some(why.clone())), None);

@@ -11,6 +11,7 @@ pub mod gpu_use;
 pub mod kernel_memory;
 pub mod map_batch;
 pub mod module_file;
+pub mod node_reads;
 pub mod page_cycle;
 pub mod page_path;
 pub mod pid_namespace;

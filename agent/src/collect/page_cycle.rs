@@ -47,12 +47,8 @@ impl PageCycle {
     /// Starts the cycle with the programs attached now (the first window is open).
     pub fn start(programs: Vec<Cycled>, duty: DutyCycle) -> std::io::Result<PageCycle> {
         let now = monotonic_ns();
-        let clock = Arc::new(Mutex::new(Clock {
-            started_ns: now,
-            on_since_ns: Some(now),
-            windows: 1,
-            ..Default::default()
-        }));
+        let clock =
+            Arc::new(Mutex::new(Clock { started_ns: now, on_since_ns: Some(now), windows: 1, ..Default::default() }));
         let names = programs.iter().map(|p| p.name).collect();
         let (stop, stopped) = mpsc::channel();
         let c = Arc::clone(&clock);
@@ -175,7 +171,12 @@ fn raw_tracepoint_open(prog: &ProgramFd) -> std::io::Result<OwnedFd> {
     let attr = RawTracepointOpen { name: 0, prog_fd: prog.as_fd().as_raw_fd() as u32, _pad: 0, cookie: 0 };
     // SAFETY: a bpf(2) call with a valid attribute struct of the size given.
     let fd = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_RAW_TRACEPOINT_OPEN, &attr as *const RawTracepointOpen, size_of::<RawTracepointOpen>() as u32)
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_RAW_TRACEPOINT_OPEN,
+            &attr as *const RawTracepointOpen,
+            size_of::<RawTracepointOpen>() as u32,
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());

@@ -18,9 +18,9 @@ use super::{
 use crate::{
     model::{
         agent::{Attach, ProgramStatus},
-        page_path::{DutyCycle, PagePathMode},
         kernel_memory::{size_maps, MachineShape, MapSizes},
         migration::MigrationNames,
+        page_path::{DutyCycle, PagePathMode},
     },
     topology::memory_blocks::{table_changes, MemoryBlocks, MemoryBlocksError, MIN_TABLE_SLOTS},
     trace_format::EventFormat,
@@ -321,7 +321,8 @@ fn start_cycle(
             (Some(cycle), None)
         }
         Err(e) => {
-            let why = format!("sampled page path: the duty-cycle thread did not start ({e}); the programs are detached");
+            let why =
+                format!("sampled page path: the duty-cycle thread did not start ({e}); the programs are detached");
             tracing::warn!("{why}");
             for p in programs.iter_mut().filter(|p| names.contains(&page_path::object_program(p))) {
                 p.status = Attach::Failed;

@@ -16,6 +16,7 @@ use super::{
     container::IdentityReader,
     counters,
     events::Decoder,
+    node_reads,
     pinning::{self, PinWatch},
     probes::{LoadOptions, Probes},
     procfs, ringbuf, site_watch, sites, task_faults,
@@ -374,7 +375,7 @@ impl Session {
             self.next_block_check_ns = r.at_ns + BLOCK_CHECK_EVERY_NS;
             self.refresh_memory_blocks();
         }
-        self.model.tiering.apply(read_tiering_vmstat(&self.topology));
+        self.model.tiering.apply(node_reads::read_tiering_vmstat(&self.topology));
         // Exited processes' entries are freed at the first reading that holds their final
         // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
         let free = self.model.entries_to_free();
@@ -752,7 +753,7 @@ impl Session {
 
     /// The nodes as the snapshot shows them.
     pub fn node_infos(&self) -> Vec<NodeInfo> {
-        node_infos(&self.topology)
+        node_reads::node_infos(&self.topology)
     }
 }
 
@@ -784,34 +785,4 @@ fn host_pages_moved(m: &Model) -> u64 {
             .map(|(_, v)| v)
             .sum()
     })
-}
-
-pub fn node_infos(t: &Topology) -> Vec<NodeInfo> {
-    t.nodes
-        .iter()
-        .map(|n| NodeInfo {
-            id: n.id,
-            tier: n.tier.as_str().to_string(),
-            tier_evidence: n.tier_evidence.clone(),
-            cpus: n.cpus.clone(),
-            mem_total_bytes: n.mem_total_bytes,
-            mem_free_bytes: n.mem_free_bytes,
-        })
-        .collect()
-}
-
-/// The tiering counters of `/proc/vmstat` and of every node's `vmstat`; an unreadable file
-/// leaves its counters out (they then show as absent, not as zero).
-pub fn read_tiering_vmstat(t: &Topology) -> crate::model::tiering::VmstatReading {
-    use crate::{model::tiering, topology::parse::tiering_vmstat};
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| tiering::kept(&tiering_vmstat(&s)));
-    tiering::VmstatReading {
-        at_ns: counters::monotonic_ns(),
-        system: read("/proc/vmstat").unwrap_or_default(),
-        by_node: t
-            .nodes
-            .iter()
-            .filter_map(|n| Some((n.id, read(&format!("/sys/devices/system/node/node{}/vmstat", n.id))?)))
-            .collect(),
-    }
 }

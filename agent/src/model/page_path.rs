@@ -91,12 +91,8 @@ pub struct PagePathView {
 }
 
 /// Figures that the mode leaves exact or makes estimates (snapshot field names).
-const ALWAYS_EXACT: [&str; 4] = [
-    "processes[].faults",
-    "processes[].major_faults",
-    "processes[].resident_pages_by_node",
-    "migrations",
-];
+const ALWAYS_EXACT: [&str; 4] =
+    ["processes[].faults", "processes[].major_faults", "processes[].resident_pages_by_node", "migrations"];
 const PER_EVENT: [&str; 6] = [
     "processes[].alloc_pages_by_node",
     "processes[].faults_by_path",

@@ -282,6 +282,7 @@ fn collect<R: std::io::Read>(
             }
             Record::Topology(t) => rec.topology = Some(t),
             Record::Process(i) => {
+                let i = records::with_known_identity(rec.processes.get(&i.pid), i);
                 rec.processes.insert(i.pid, i);
             }
             Record::Frame(f) => {

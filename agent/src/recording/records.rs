@@ -95,6 +95,19 @@ pub struct ProcessInfo {
     pub cpus_allowed: Option<String>,
 }
 
+/// A process record as the reader keeps it: a later record of the same pid that knows no name
+/// (the agent saw counts under that pid after the process left /proc, before any reading could
+/// name them) keeps the name and command line an earlier one had.
+pub fn with_known_identity(earlier: Option<&ProcessInfo>, mut later: ProcessInfo) -> ProcessInfo {
+    if let Some(e) = earlier.filter(|_| later.comm.is_empty()) {
+        later.comm = e.comm.clone();
+        if later.cmdline.is_empty() {
+            later.cmdline = e.cmdline.clone();
+        }
+    }
+    later
+}
+
 /// The model at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Frame {

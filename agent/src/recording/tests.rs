@@ -350,3 +350,15 @@ fn a_process_frame_written_before_pinned_memory_was_recorded_still_reads() {
     let back: ProcessFrame = serde_json::from_str(&now).unwrap();
     assert_eq!(back, frame(1000).processes[0]);
 }
+
+#[test]
+fn a_later_record_without_a_name_keeps_the_earlier_name() {
+    let old = r#"{"process":{"t_ms":0,"pid":7,"ppid":1,"comm":"python3","cmdline":"python3 t.py","job":"j","rank":1,"local_rank":1,"world_size":2}}"#;
+    let Record::Process(named) = serde_json::from_str::<Record>(old).expect("record") else { panic!("not a process") };
+    let nameless = records::ProcessInfo { t_ms: 900, comm: String::new(), cmdline: String::new(), ..named.clone() };
+    let kept = records::with_known_identity(Some(&named), nameless.clone());
+    assert_eq!((kept.comm.as_str(), kept.cmdline.as_str(), kept.t_ms), ("python3", "python3 t.py", 900));
+    let renamed = records::ProcessInfo { comm: "pt_data_worker".into(), ..nameless.clone() };
+    assert_eq!(records::with_known_identity(Some(&named), renamed.clone()), renamed, "a new name replaces the old");
+    assert_eq!(records::with_known_identity(None, nameless.clone()), nameless, "nothing earlier to keep");
+}
