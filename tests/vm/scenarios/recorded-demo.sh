@@ -4,7 +4,9 @@
 #            (numactl --preferred): a CXL allocation site with Python frames
 #   offload  32 MiB placed on node 1 (the lower tier by HMAT; touching the emulated CXL device is
 #            too slow under TCG for NUMA balancing to call its pages hot), its policy reset, rewritten
-#            in tiering mode (job "offload"): promotions, and slow_tier_with_fast_room meanwhile
+#            in tiering mode (job "offload"): promotions
+#   parked   16 MiB placed on node 1, its policy reset, left untouched (job "parked"): nothing
+#            promotes it, so slow_tier_with_fast_room opens whatever NUMA balancing does to offload
 #   pressure node 0 overfilled (200 MiB default + 320 MiB bound): demotions
 # The guest writes the session to /out/demo.tscope and its report to /out/agent.json; the host
 # checks the report (xtask/src/vm/demo.rs) and, with --update-fixtures, ships the session.
@@ -29,13 +31,15 @@ TORCHELASTIC_RUN_ID=train RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 numactl --preferred=$
 T=\$!
 TORCHELASTIC_RUN_ID=offload RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 ts-alloc -a 1:32 -u -t 20 -s 5 -r /tmp/offload-ready > /dev/null &
 O=\$!
+TORCHELASTIC_RUN_ID=parked RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 ts-alloc -a 1:16 -u -s 40 -r /tmp/parked-ready > /dev/null &
+K=\$!
 sleep 8
 pd0=\$(( \$(vmstat pgdemote_kswapd) + \$(vmstat pgdemote_direct) ))
 ts-alloc -a -1:200 -a 0:320 -s 8 -r /tmp/pressure-ready > /dev/null &
 P=\$!
 wait \$P
 echo "TS-TRUTH demoted \$(( \$(vmstat pgdemote_kswapd) + \$(vmstat pgdemote_direct) - pd0 ))"
-wait \$T \$O
+wait \$T \$O \$K
 exit 0
 SCRIPT
 chmod +x /tmp/demo-run.sh
