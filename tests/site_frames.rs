@@ -262,3 +262,67 @@ fn a_c_chain_without_frame_pointers_is_named_through_its_unwind_tables() {
     let main = position(&frames, "main", |f| f.starts_with("main+"));
     assert!(inner < middle && middle < outer && outer < main, "out of order: {frames:#?}");
 }
+
+/// `native_pool.c` built as a shared library in a scratch folder of its own.
+fn native_pool_library() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("native-pool-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let lib = dir.join("libnative_pool.so");
+    let st = std::process::Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])
+        .arg(&lib)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/support/native_pool.c"))
+        .status()
+        .expect("run cc (apt-get install gcc)");
+    assert!(st.success(), "cc failed on native_pool.c");
+    lib
+}
+
+const POOL_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/native_pool.py");
+
+/// The top site of a native worker pool's allocation: the worker's own native frames, then
+/// the main thread's Python frames at that moment as context (the line that handed out the
+/// work), never as the worker's own Python frames; counted as such.
+fn assert_pool_site(top: &serde_json::Value, sampling: &serde_json::Value) {
+    let script = std::fs::read_to_string(POOL_SCRIPT).expect("script");
+    let frames = frames_text(top);
+    eprintln!("top site: {frames:#?}");
+    let worker = position(&frames, "pool_worker", |f| f.starts_with("pool_worker+"));
+    let handed = format!("(main thread) {POOL_SCRIPT}:{} in optimizer_step", line_of(&script, "pool.pool_fill(mib"));
+    let context = position(&frames, &handed, |f| f == handed);
+    assert!(worker < context, "the worker's own frames come first, its context outermost: {frames:#?}");
+    let f = &top["frames"][context];
+    assert_eq!((&f["kind"], &f["function"]), (&"main_thread".into(), &"optimizer_step".into()), "{f}");
+    let all = top["frames"].as_array().expect("frames");
+    assert!(!all.iter().any(|f| f["kind"] == "python"), "a worker has no Python frames of its own: {top}");
+    let st = &sampling["stacks"];
+    let (context, no_thread) =
+        (st["python_main_context"].as_u64().unwrap_or(0), st["python_no_thread"].as_u64().unwrap_or(0));
+    assert!(context > 0 && context <= no_thread, "context samples are counted among the threadless: {sampling}");
+}
+
+/// Python hands an optimizer step to a native thread pool (as MKL/OpenMP do for `_foreach_sqrt`):
+/// the pool's CXL site says which Python line it serves; Debian's 3.11, pyenv's 3.12 and 3.13.
+#[test]
+#[ignore = "requires root"]
+fn a_native_pool_allocation_carries_the_main_threads_python_line() {
+    require_root_and_agent!();
+    let lib = native_pool_library();
+    for python in [PYTHON.to_string(), pyenv_python(12), pyenv_python(13)] {
+        eprintln!("{python}:");
+        let (top, sampling) = top_site(&python, &[POOL_SCRIPT, lib.to_str().expect("utf-8 path"), "256", "4"]);
+        assert_pool_site(&top, &sampling);
+    }
+}
+
+/// The same in a container's PID namespace: the main thread is found by the process's id there.
+#[test]
+#[ignore = "requires root"]
+fn a_native_pool_allocation_in_its_own_pid_namespace_carries_the_main_threads_python_line() {
+    require_root_and_agent!();
+    let lib = native_pool_library();
+    let (top, sampling, faults) =
+        top_site_in_namespaces(None, PYTHON, &[POOL_SCRIPT, lib.to_str().expect("utf-8 path"), "256", "4"]);
+    assert_pool_site(&top, &sampling);
+    assert_faults_are_the_kernels(faults);
+}

@@ -62,6 +62,10 @@ pub const PY_OTHER_NAMESPACE: u32 = 5;
 /// The thread search ran out of its per-sample budget ([`PY_MAX_THREADS`]) before finding the
 /// thread or reaching the list's end; the next sample of the process goes on from there.
 pub const PY_SEARCH_CUT: u32 = 6;
+/// The sampled thread has no thread state (a native worker: OpenMP, MKL, ATen's intra-op pool, a
+/// CUDA callback thread); the frames are its process's main thread's at that moment: context for
+/// the work it was handed, not the thread's own frames.
+pub const PY_MAIN_CONTEXT: u32 = 7;
 
 /// One interpreter frame as the kernel found it: the code object, the instruction pointer, and
 /// the byte that marks where one native `_PyEval_EvalFrameDefault` call's frames end (3.11:

@@ -5,15 +5,19 @@
 //! so the thread is matched by its id there. 3.10 has no native thread id: its thread states
 //! hold `pthread_self()`, the task's `fsbase`. A thread once found is looked up directly
 //! (`PY_THREADS`); a search of a long thread list is cut at `PY_MAX_THREADS` states and goes on
-//! at the process's next sample (`PY_SEARCH`). The agent writes where these lie (`PY_PROCS`) when it recognises a CPython
-//! 3.10-3.13 process; user space turns code objects and instructions into file, function and line.
+//! at the process's next sample (`PY_SEARCH`). A thread with no thread state at all (an
+//! OpenMP/MKL/ATen worker, a CUDA callback thread) gets the frames of its process's main thread
+//! at that moment instead, marked as such (`PY_MAIN_CONTEXT`): the Python line the work was
+//! handed out from, as context, never as the thread's own frames. The agent writes where these
+//! lie (`PY_PROCS`) when it recognises a CPython 3.10-3.13 process; user space turns code objects
+//! and instructions into file, function and line.
 use aya_ebpf::{
     bindings::bpf_pidns_info,
     helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
 };
 use tierscope_common::stack::{
-    PyProcess, PyStack, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME, PY_NO_THREAD, PY_OK,
-    PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT, PY_THREAD_BY_PTHREAD,
+    PyProcess, PyStack, PY_MAIN_CONTEXT, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NOT_TRACKED, PY_NO_FIELD, PY_NO_FRAME,
+    PY_NO_THREAD, PY_OK, PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT, PY_THREAD_BY_PTHREAD,
 };
 
 use crate::{
@@ -84,10 +88,12 @@ pub fn capture(out: *mut PyStack, tgid: u32, pid: u32) {
     unsafe { (*out).status = status };
 }
 
-/// What the thread's state holds as its id: `pthread_self()` (3.10), or its thread id in the
-/// process's PID namespace. `Err` is the sample's status.
+/// What the thread states hold as the ids of the sampled thread and of its process's main
+/// thread: `pthread_self()` (3.10: the main thread's is not known here, 0), or thread ids in the
+/// process's PID namespace (the main thread's is the process's id there). `Err` is the sample's
+/// status.
 #[inline(always)]
-fn thread_key(p: &PyProcess, pid: u32) -> Result<u64, u32> {
+fn thread_keys(p: &PyProcess, tgid: u32, pid: u32) -> Result<(u64, u64), u32> {
     if p.thread_key == PY_THREAD_BY_PTHREAD {
         let off = global(&TASK_FSBASE);
         if off == 0 {
@@ -96,11 +102,12 @@ fn thread_key(p: &PyProcess, pid: u32) -> Result<u64, u32> {
         // SAFETY: no preconditions; the pointer is only read through the helper below.
         let task = unsafe { bpf_get_current_task_btf() } as *const u8;
         // SAFETY: bpf_probe_read_kernel copes with any address.
-        return unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) }
-            .map_err(|_| PY_READ_FAILED);
+        let key = unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) }
+            .map_err(|_| PY_READ_FAILED)?;
+        return Ok((key, 0));
     }
     if p.pidns_ino == 0 {
-        return Ok(pid as u64);
+        return Ok((pid as u64, tgid as u64));
     }
     let mut ns = bpf_pidns_info { pid: 0, tgid: 0 };
     // SAFETY: `ns` is a local of the size given; the helper fails (non-zero) unless the current
@@ -116,7 +123,7 @@ fn thread_key(p: &PyProcess, pid: u32) -> Result<u64, u32> {
     if rc != 0 {
         return Err(PY_OTHER_NAMESPACE);
     }
-    Ok(ns.pid as u64)
+    Ok((ns.pid as u64, ns.tgid as u64))
 }
 
 /// `PY_SEARCH` values: the thread state's address in the low 48 bits (x86-64 user addresses lie
@@ -128,9 +135,10 @@ const CURSOR_ADDR: u64 = (1 << CURSOR_ROUNDS_SHIFT) - 1;
 const SEARCH_ROUNDS: u64 = 64;
 
 /// The allocating thread's Python thread state: the one remembered for it if it still holds
-/// its id, else found on the interpreter's list (from where the last cut search stopped).
+/// its id, else found on the interpreter's list (from where the last cut search stopped). A
+/// state passed on the way whose id is `main_key` (non-zero) is left in `main`.
 #[inline(always)]
-fn find_thread(p: &PyProcess, tgid: u32, pid: u32, key: u64) -> Result<u64, u32> {
+fn find_thread(p: &PyProcess, tgid: u32, pid: u32, key: u64, main_key: u64, main: &mut u64) -> Result<u64, u32> {
     let slot = (tgid as u64) << 32 | pid as u64;
     // SAFETY: a map value read by copy.
     if let Some(&known) = unsafe { PY_THREADS.get(&slot) } {
@@ -171,6 +179,9 @@ fn find_thread(p: &PyProcess, tgid: u32, pid: u32, key: u64) -> Result<u64, u32>
             let _ = PY_THREADS.insert(&slot, &tstate, 0);
             return Ok(tstate);
         }
+        if main_key != 0 && tid == main_key {
+            *main = tstate;
+        }
         let Some(next) = read_u64(tstate + p.tstate_next as u64) else {
             restart();
             return Err(PY_READ_FAILED);
@@ -194,23 +205,47 @@ fn find_thread(p: &PyProcess, tgid: u32, pid: u32, key: u64) -> Result<u64, u32>
     Err(if from_head { PY_NO_THREAD } else { PY_SEARCH_CUT })
 }
 
+/// The main thread's state for a sample of a thread that has none: the one the search passed
+/// (remembered under the main thread's slot), else the one remembered if it still holds the
+/// main thread's id.
+#[inline(always)]
+fn main_thread(p: &PyProcess, tgid: u32, main_key: u64, passed: u64) -> Option<u64> {
+    let slot = (tgid as u64) << 32 | tgid as u64;
+    if passed != 0 {
+        let _ = PY_THREADS.insert(&slot, &passed, 0);
+        return Some(passed);
+    }
+    // SAFETY: a map value read by copy.
+    let known = unsafe { PY_THREADS.get(&slot) }.copied()?;
+    (read_u64(known + p.tstate_native_thread_id as u64) == Some(main_key)).then_some(known)
+}
+
 #[inline(always)]
 fn walk(out: *mut PyStack, p: &PyProcess, tgid: u32, pid: u32) -> u32 {
-    let key = match thread_key(p, pid) {
+    let (key, main_key) = match thread_keys(p, tgid, pid) {
         Ok(k) => k,
         Err(status) => return status,
     };
-    let tstate = match find_thread(p, tgid, pid, key) {
-        Ok(t) => t,
+    let mut passed = 0u64;
+    let (tstate, found) = match find_thread(p, tgid, pid, key, main_key, &mut passed) {
+        Ok(t) => (t, PY_OK),
+        // A thread of no interpreter's: its process's main thread's frames, as context.
+        Err(PY_NO_THREAD) if main_key != 0 && pid != tgid => match main_thread(p, tgid, main_key, passed) {
+            Some(t) => (t, PY_MAIN_CONTEXT),
+            None => return PY_NO_THREAD,
+        },
         Err(status) => return status,
     };
-    let Some(mut frame) = read_u64(tstate + p.tstate_frame as u64) else { return PY_READ_FAILED };
+    // The sampled thread's own state failing below is its status; the main thread's (context
+    // only) leaves the sample a thread without one.
+    let failed = |status: u32| if found == PY_OK { status } else { PY_NO_THREAD };
+    let Some(mut frame) = read_u64(tstate + p.tstate_frame as u64) else { return failed(PY_READ_FAILED) };
     if p.cframe_current_frame != PY_NO_FIELD && frame != 0 {
-        let Some(f) = read_u64(frame + p.cframe_current_frame as u64) else { return PY_READ_FAILED };
+        let Some(f) = read_u64(frame + p.cframe_current_frame as u64) else { return failed(PY_READ_FAILED) };
         frame = f;
     }
     if frame == 0 {
-        return PY_NO_FRAME;
+        return failed(PY_NO_FRAME);
     }
     let block = block_holds(p);
     let mut n = 0usize;
@@ -248,8 +283,8 @@ fn walk(out: *mut PyStack, p: &PyProcess, tgid: u32, pid: u32) -> u32 {
     // SAFETY: as above.
     unsafe { (*out).count = n as u32 };
     if n == 0 {
-        PY_READ_FAILED
+        failed(PY_READ_FAILED)
     } else {
-        PY_OK
+        found
     }
 }

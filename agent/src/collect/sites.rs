@@ -18,7 +18,8 @@ use tierscope_common::event::{EventKind, SiteSampleEvent};
 
 use aya::maps::HashMap as BpfHashMap;
 use tierscope_common::stack::{
-    PyProcess, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT, USER_STACK_OK,
+    PyProcess, PY_MAIN_CONTEXT, PY_NO_FRAME, PY_NO_THREAD, PY_OK, PY_OTHER_NAMESPACE, PY_READ_FAILED, PY_SEARCH_CUT,
+    USER_STACK_OK,
 };
 
 use super::{
@@ -47,6 +48,8 @@ pub struct SiteReaderStats {
     fp_short: AtomicU64,
     python: AtomicU64,
     python_no_thread: AtomicU64,
+    python_main_context: AtomicU64,
+    frames_not_code: AtomicU64,
     python_other_namespace: AtomicU64,
     python_search_cut: AtomicU64,
     python_no_frame: AtomicU64,
@@ -76,6 +79,8 @@ impl SiteReaderStats {
             unwind_ns_per_sample: l(&self.unwind_ns).checked_div(l(&self.unwound)).unwrap_or(0),
             python: l(&self.python),
             python_no_thread: l(&self.python_no_thread),
+            python_main_context: l(&self.python_main_context),
+            frames_not_code: l(&self.frames_not_code),
             python_other_namespace: l(&self.python_other_namespace),
             python_search_cut: l(&self.python_search_cut),
             python_no_frame: l(&self.python_no_frame),
@@ -177,9 +182,11 @@ impl Dedup {
     }
 }
 
-fn raw_hash(frames: &[u64], python: &[RawPyFrame]) -> u64 {
+fn raw_hash(frames: &[u64], python_status: u32, python: &[RawPyFrame]) -> u64 {
     let mut h = DefaultHasher::new();
     frames.hash(&mut h);
+    // The same interpreter frames are another site as a worker's context than as its own.
+    (python_status == PY_MAIN_CONTEXT).hash(&mut h);
     python.hash(&mut h);
     h.finish()
 }
@@ -192,6 +199,8 @@ struct NameJob {
     files: Vec<ModuleHandle>,
     /// The Python frames of each interpreter call, innermost first, already named.
     python: Vec<Vec<SiteFrame>>,
+    /// For a thread with no Python state: its main thread's frames at the time, as context.
+    main_thread: Vec<SiteFrame>,
 }
 
 /// What the reader keeps besides the dedup table: the unwinders, the Python processes and the
@@ -314,6 +323,10 @@ fn count_python(s: &SiteSample, st: &SiteReaderStats) {
     match s.python_status {
         PY_OK => bump(&st.python),
         PY_NO_THREAD => bump(&st.python_no_thread),
+        PY_MAIN_CONTEXT => {
+            bump(&st.python_no_thread);
+            bump(&st.python_main_context);
+        }
         PY_NO_FRAME => bump(&st.python_no_frame),
         PY_READ_FAILED => bump(&st.python_read_failed),
         PY_OTHER_NAMESPACE => bump(&st.python_other_namespace),
@@ -408,7 +421,8 @@ pub fn spawn(
                 }
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
             };
-            let frames = splice_python(namer.name(job.tgid, &job.frames, &job.files), job.python);
+            let mut frames = splice_python(namer.name(job.tgid, &job.frames, &job.files), job.python);
+            frames.extend(job.main_thread);
             drop(job.files);
             namer_st.take_failures(&mut namer.failures);
             named.lock().unwrap_or_else(|e| e.into_inner()).named.push((job.tgid, job.site, frames));
@@ -512,7 +526,7 @@ fn site_of(
     }
     count_python(s, st);
     let native = stacks.native(s, st);
-    let raw = raw_hash(&native, &s.python);
+    let raw = raw_hash(&native, s.python_status, &s.python);
     if let Some(&site) = dedup.sites.get(&s.tgid).and_then(|m| m.get(&raw)) {
         if dedup.named.contains(&(s.tgid, site)) {
             return site;
@@ -524,18 +538,25 @@ fn site_of(
     let mappings = stacks.unwinders.mappings(s.tgid, ip).map(<[_]>::to_vec).unwrap_or_default();
     let normal = normalizer.normalize(s.tgid, &native, &mappings);
     st.take_failures(&mut normalizer.failures);
+    st.frames_not_code.fetch_add(std::mem::take(&mut normalizer.not_code), Ordering::Relaxed);
     st.take_failures(&mut stacks.unwinders.failures);
     let (frames, files) = normal.unwrap_or_else(|| {
         st.unnormalized.fetch_add(1, Ordering::Relaxed);
         (native.iter().map(|&addr| NormalFrame::Unknown { addr }).collect(), Vec::new())
     });
     let mut unresolved = 0;
-    let python = stacks.python.frames(s.tgid, &s.python, &mut unresolved);
+    let (python, main_thread) = match stacks.python.frames(s.tgid, &s.python, &mut unresolved) {
+        runs if s.python_status == PY_MAIN_CONTEXT => {
+            (Vec::new(), runs.into_iter().flatten().map(SiteFrame::as_main_thread).collect())
+        }
+        runs => (runs, Vec::new()),
+    };
     st.python_frames_unresolved.fetch_add(unresolved, Ordering::Relaxed);
     let site = {
         let mut h = DefaultHasher::new();
         site_id(&frames).hash(&mut h);
         python.hash(&mut h);
+        main_thread.hash(&mut h);
         h.finish()
     };
     let table = dedup.sites.entry(s.tgid).or_default();
@@ -544,7 +565,7 @@ fn site_of(
     }
     table.insert(raw, site);
     if !dedup.named.contains(&(s.tgid, site)) {
-        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames, files, python }) {
+        match name_tx.try_send(NameJob { tgid: s.tgid, site, frames, files, python, main_thread }) {
             Ok(()) => {
                 dedup.named.insert((s.tgid, site));
             }

@@ -107,6 +107,10 @@ pub struct FrameNormalizer {
     /// Module files that could not be read or were not the mapped file since the caller last
     /// took the counts.
     pub failures: ModuleFailures,
+    /// Frames dropped since the caller last took the count: their address lay in a mapping
+    /// with no code (a data file, shared anonymous memory such as `/dev/zero`), so no call
+    /// returns there: what an unwinder reads past a stack's real end.
+    pub not_code: u64,
 }
 
 /// Files checked (and kept open) before those caches start over.
@@ -126,6 +130,7 @@ impl Default for FrameNormalizer {
             checked: HashMap::new(),
             files: HashMap::new(),
             failures: ModuleFailures::default(),
+            not_code: 0,
         }
     }
 }
@@ -133,7 +138,9 @@ impl Default for FrameNormalizer {
 impl FrameNormalizer {
     /// Normalises `addrs` of process `tgid`, whose executable mappings are `mappings`; `None`
     /// when its maps cannot be read (it exited). With the frames, the open files of their
-    /// checked modules (for the namer).
+    /// checked modules (for the namer). An address in a file mapping that holds no code is no
+    /// frame: dropped and counted (`not_code`); code in a device's memory (`/dev/zero`, JIT in
+    /// shared anonymous memory) is code in no file.
     pub fn normalize(
         &mut self,
         tgid: u32,
@@ -174,8 +181,24 @@ impl FrameNormalizer {
                 continue;
             };
             let module = match mappings.iter().find(|m| m.range.contains(&addr) && m.path == path) {
+                Some(m) if m.path.starts_with("/dev/") => {
+                    frames.push(NormalFrame::Unknown { addr });
+                    continue;
+                }
                 Some(m) => self.module_of(tgid, m),
-                None => self.module(path, None, Checked::No),
+                None => match mappings.iter().find(|m| m.range.contains(&addr)) {
+                    Some(m) if m.path.starts_with("/dev/") => {
+                        frames.push(NormalFrame::Unknown { addr });
+                        continue;
+                    }
+                    Some(_) => self.module(path, None, Checked::No),
+                    // Executable mappings known, none holds it: no code lies there.
+                    None if !mappings.is_empty() => {
+                        self.not_code += 1;
+                        continue;
+                    }
+                    None => self.module(path, None, Checked::No),
+                },
             };
             if let Some(f) = self.files.get(&module) {
                 if !handles.iter().any(|(h, _)| Arc::ptr_eq(h, &module)) {
@@ -383,6 +406,43 @@ mod tests {
         assert_eq!(site_id(&a), site_id(&b));
         assert_ne!(site_id(&a), site_id(&c));
         assert_ne!(site_id(&a), site_id(&[NormalFrame::Unknown { addr: 0x10 }]));
+    }
+
+    #[test]
+    fn an_address_in_a_mapping_without_code_is_no_frame() {
+        // A read-only file mapping of this process (data, no code): blazesym finds its file,
+        // yet no call returns there. Shared anonymous memory (`/dev/zero`) likewise.
+        use std::os::fd::AsRawFd as _;
+        let file = std::fs::File::open("/proc/self/exe").expect("own executable");
+        // SAFETY: a fresh private read-only mapping of an open file, unmapped below.
+        let data =
+            unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        // SAFETY: a fresh shared anonymous mapping, unmapped below.
+        let shared = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(data != libc::MAP_FAILED && shared != libc::MAP_FAILED);
+        let code = an_address_in_a_mapping_without_code_is_no_frame as fn() as usize as u64;
+        let maps =
+            super::super::process_memory::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
+        let mut n = FrameNormalizer::default();
+        let addrs = [code, data as u64 + 0x10, shared as u64 + 0x1fff];
+        let (frames, _) = n.normalize(std::process::id(), &addrs, &maps).expect("own maps readable");
+        // SAFETY: the mappings made above, not used after.
+        unsafe {
+            libc::munmap(data, 4096);
+            libc::munmap(shared, 8192);
+        }
+        assert!(matches!(frames[0], NormalFrame::File { .. }), "the code frame stays: {frames:?}");
+        assert_eq!(frames.len(), 1, "the data and /dev/zero addresses are no frames: {frames:?}");
+        assert_eq!(n.not_code, 2);
     }
 
     #[test]

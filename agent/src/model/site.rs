@@ -124,6 +124,11 @@ pub enum FrameKind {
     #[default]
     Native,
     Python,
+    /// A Python frame of the process's main thread, taken when a thread with no Python thread
+    /// state (an OpenMP/MKL/ATen worker, a CUDA callback thread) was sampled: the line the work
+    /// was handed out from, as context, not a frame of the sampled thread.
+    #[serde(rename = "main_thread")]
+    MainThread,
 }
 
 /// One frame of a site, innermost first.
@@ -178,9 +183,19 @@ impl SiteFrame {
         }
     }
 
+    /// The same Python frame as context: the main thread's while another thread was sampled.
+    pub fn as_main_thread(self) -> Self {
+        SiteFrame { kind: FrameKind::MainThread, ..self }
+    }
+
+    /// Whether the interpreter ran this frame (the sampled thread's own, or its main thread's).
+    pub fn is_python(&self) -> bool {
+        matches!(self.kind, FrameKind::Python | FrameKind::MainThread)
+    }
+
     /// Whether a symbol or a code object named this frame.
     pub fn is_named(&self) -> bool {
-        self.function.is_some() && !(self.kind == FrameKind::Python && self.file.as_deref() == Some("[unknown]"))
+        self.function.is_some() && !(self.is_python() && self.file.as_deref() == Some("[unknown]"))
     }
 
     /// The same frame named `function` (+`function_offset`).
@@ -190,10 +205,14 @@ impl SiteFrame {
 }
 
 /// `function+0x1f (module)` when named, `module+0x1a2b3c` otherwise: never a bare address;
-/// a Python frame as `path/to/file.py:LINE in function`.
+/// a Python frame as `path/to/file.py:LINE in function`, the main thread's as context
+/// `(main thread) path/to/file.py:LINE in function`.
 impl fmt::Display for SiteFrame {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == FrameKind::Python {
+        if self.is_python() {
+            if self.kind == FrameKind::MainThread {
+                f.write_str("(main thread) ")?;
+            }
             let file = self.file.as_deref().unwrap_or(&self.module);
             return write!(f, "{file}:{} in {}", self.line.unwrap_or(0), self.function.as_deref().unwrap_or("?"));
         }
@@ -209,11 +228,18 @@ pub fn frames_text(frames: &[SiteFrame], max: usize) -> String {
     frames.iter().take(max).map(ToString::to_string).collect::<Vec<_>>().join(" <- ")
 }
 
-/// The frames as text with the Python frames first (innermost first), then the native ones:
-/// the script's lines are what a training engineer reads first.
+/// The frames as text with the Python frames first (innermost first), then the main thread's
+/// (context for a native worker's sample), then the native ones: the script's lines are what a
+/// training engineer reads first.
 pub fn frames_text_python_first(frames: &[SiteFrame], max: usize) -> String {
-    let (py, native): (Vec<&SiteFrame>, Vec<&SiteFrame>) = frames.iter().partition(|f| f.kind == FrameKind::Python);
-    py.into_iter().chain(native).take(max).map(ToString::to_string).collect::<Vec<_>>().join(" <- ")
+    let of = |k: FrameKind| frames.iter().filter(move |f| f.kind == k);
+    of(FrameKind::Python)
+        .chain(of(FrameKind::MainThread))
+        .chain(of(FrameKind::Native))
+        .take(max)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" <- ")
 }
 
 /// Replaces each native `_PyEval_EvalFrameDefault` frame (innermost first) with the Python
@@ -252,7 +278,7 @@ impl FramesNamed {
                     self.native += samples;
                     self.native_named += named;
                 }
-                FrameKind::Python => {
+                FrameKind::Python | FrameKind::MainThread => {
                     self.python += samples;
                     self.python_named += named;
                 }
@@ -276,6 +302,9 @@ pub struct StackFigures {
     pub fp_no_tables: u64,
     pub fp_short: u64,
     /// Mean user-space unwinding time per unwound sample (ns).
+    /// Frames dropped because their address lay in a mapping with no code (a data file,
+    /// `/dev/zero`): what an unwinder reads past a stack's real end, never shown as a frame.
+    pub frames_not_code: u64,
     pub unwind_ns_per_sample: u64,
     /// Samples with Python frames; without, by why: the thread had no Python thread state (a
     /// native thread), ran no Python code, its interpreter's memory could not be read, it had
@@ -283,6 +312,8 @@ pub struct StackFigures {
     /// list was cut at its per-sample bound (the next sample goes on from there).
     pub python: u64,
     pub python_no_thread: u64,
+    /// ... of which carried their process's main thread's frames as context instead.
+    pub python_main_context: u64,
     pub python_other_namespace: u64,
     pub python_search_cut: u64,
     pub python_no_frame: u64,
@@ -313,6 +344,29 @@ pub struct StackFigures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workers_context_frames_are_labelled_and_read_after_its_own_python_lines() {
+        let native = SiteFrame::unnamed("libmkl_vml_avx512.so.2", 0x40).named("mkl_vml_kernel_sSqrt", 0x12);
+        let step = SiteFrame::python("/job/train.py", "step", 44).as_main_thread();
+        let main = SiteFrame::python("/job/train.py", "<module>", 60).as_main_thread();
+        assert_eq!(step.to_string(), "(main thread) /job/train.py:44 in step");
+        assert!(step.is_python() && step.is_named());
+        let frames = vec![native.clone(), step, main];
+        assert_eq!(
+            frames_text_python_first(&frames, 2),
+            "(main thread) /job/train.py:44 in step <- (main thread) /job/train.py:60 in <module>"
+        );
+        // The thread's own Python lines come before its main thread's.
+        let own = SiteFrame::python("/job/train.py", "worker_fn", 12);
+        let mut with_own = frames.clone();
+        with_own.insert(1, own);
+        assert!(frames_text_python_first(&with_own, 1).starts_with("/job/train.py:12 in worker_fn"));
+        let mut named = FramesNamed::default();
+        named.add(&frames, 3);
+        assert_eq!((named.native, named.python, named.python_named), (3, 6, 6));
+        assert_eq!(serde_json::to_value(FrameKind::MainThread).unwrap(), "main_thread");
+    }
 
     #[test]
     fn site_estimates_share_the_exact_total_by_what_the_samples_carried() {
