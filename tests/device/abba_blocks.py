@@ -3,10 +3,12 @@ blocks of steps, so that each pair (alone block, agent block; the order alternat
 pair: A B, B A, A B, ...) compares steps of the same processes minutes apart, not two torchrun
 start-ups (fresh runs took ~75 s a pair: 10 pairs did not fit one device call).
 
-usage: abba_blocks.py LOG PAIRS BLOCK_STEPS SKIP -- AGENT_CMD...
+usage: abba_blocks.py LOG PAIRS BLOCK_STEPS SKIP [SETTLE_S] -- AGENT_CMD...
 The training job writes `step N rank R at T took S` lines to LOG (started by the caller). For each
 block the driver waits for BLOCK_STEPS steps of rank 0; the first SKIP steps after each change
-(the agent starting or stopping) are left out. Prints one line per block and the summary: each
+(the agent starting or stopping) are left out, and an agent block starts SETTLE_S seconds (default
+3: load, calibrate, attach) after the agent did: 15 or more leaves its start (discovery, the first
+residency walk, Python runtime and module reads) out, measuring the agent as it runs for hours. Prints one line per block and the summary: each
 pair's change (median agent step / median alone step - 1), their median, a bootstrap 95% interval
 of that median (10,000 resamples of the pairs), and how many pairs went each way.
 """
@@ -62,6 +64,7 @@ def bootstrap_median(xs, n=10_000, seed=1):
 
 def main():
     log, pairs, block, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    settle = float(sys.argv[5]) if sys.argv[5] != "--" else 3.0
     agent_cmd = sys.argv[sys.argv.index("--") + 1:]
     blocks = {"alone": [], "agent": []}
     cpu = []
@@ -71,7 +74,7 @@ def main():
             agent = None
             if way == "agent":
                 agent = subprocess.Popen(agent_cmd, stdout=subprocess.DEVNULL, stderr=open(f"{log}.agent{p}.err", "w"))
-                time.sleep(3)  # load, calibrate, attach
+                time.sleep(settle)
             start = last_step(log)
             c0, t0 = (agent_cpu_ticks(agent.pid), time.time()) if agent else (0, 0)
             got = wait_steps(log, start, skip + block)[skip:]

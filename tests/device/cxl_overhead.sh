@@ -16,6 +16,8 @@ BIN=${BIN:-./target/release/tierscope}
 PAIRS=${PAIRS:-10}
 BLOCK=${BLOCK:-20}
 SKIP=${SKIP:-2}
+# Seconds between an agent's start and its block: 3 puts its start-up inside the block; 15+ leaves it out.
+SETTLE=${SETTLE:-3}
 NPROC=${NPROC:-1}
 PARAMS_M=${PARAMS_M:-552}
 PAGE_PATHS=${PAGE_PATHS:-"sampled exact"}
@@ -32,8 +34,8 @@ until [ "$(grep -c 'rank 0 at' "$LOG")" -ge 5 ]; do
     sleep 1
 done
 for mode in $PAGE_PATHS; do
-    echo "== page path $mode: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped) ==" | tee -a "$OUT/overhead-summary.txt"
-    python3 "$HERE/abba_blocks.py" "$LOG" "$PAIRS" "$BLOCK" "$SKIP" -- \
+    echo "== page path $mode: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
+    python3 "$HERE/abba_blocks.py" "$LOG" "$PAIRS" "$BLOCK" "$SKIP" "$SETTLE" -- \
         "$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode" \
         | tee -a "$OUT/overhead-summary.txt"
 done

@@ -33,6 +33,20 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
     out
 }
 
+/// Every executable range of `/proc/PID/maps` text, file or anonymous (JIT code, the vDSO):
+/// where a return address can lie. Pure.
+pub fn executable_ranges(text: &str) -> Vec<Range<u64>> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_ascii_whitespace();
+            let (range, perms) = (it.next()?, it.next()?);
+            let (start, end) = range.split_once('-')?;
+            perms.contains('x').then_some(())?;
+            Some(u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?)
+        })
+        .collect()
+}
+
 /// A file mapping, and whether it is executable.
 fn parse_maps_line(line: &str) -> Option<(Mapping, bool)> {
     let mut it = line.split_ascii_whitespace();
@@ -66,6 +80,22 @@ pub fn read_mem(tgid: u32, addr: u64, buf: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn executable_ranges_include_anonymous_code_and_leave_out_data() {
+        let text = "\
+55d0c0a2c000-55d0c0d13000 r-xp 0002c000 fe:01 1835063   /usr/bin/python3.11
+7f0000000000-7f0000200000 rw-s 00000000 00:01 2048      /dev/zero (deleted)
+7f0000200000-7f0000300000 rwxp 00000000 00:00 0
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0         [stack]
+7ffd00100000-7ffd00102000 r-xp 00000000 00:00 0         [vdso]
+garbage line
+";
+        assert_eq!(
+            executable_ranges(text),
+            vec![0x55d0c0a2c000..0x55d0c0d13000, 0x7f0000200000..0x7f0000300000, 0x7ffd00100000..0x7ffd00102000]
+        );
+    }
 
     #[test]
     fn maps_lines_give_executable_file_mappings() {

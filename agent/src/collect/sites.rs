@@ -536,7 +536,7 @@ fn site_of(
     // lives).
     let ip = native.first().copied().unwrap_or(s.regs.0);
     let mappings = stacks.unwinders.mappings(s.tgid, ip).map(<[_]>::to_vec).unwrap_or_default();
-    let normal = normalizer.normalize(s.tgid, &native, &mappings);
+    let normal = normalizer.normalize(s.tgid, &native, &mappings, stacks.unwinders.code(s.tgid));
     st.take_failures(&mut normalizer.failures);
     st.frames_not_code.fetch_add(std::mem::take(&mut normalizer.not_code), Ordering::Relaxed);
     st.take_failures(&mut stacks.unwinders.failures);

@@ -138,14 +138,16 @@ impl Default for FrameNormalizer {
 impl FrameNormalizer {
     /// Normalises `addrs` of process `tgid`, whose executable mappings are `mappings`; `None`
     /// when its maps cannot be read (it exited). With the frames, the open files of their
-    /// checked modules (for the namer). An address in a file mapping that holds no code is no
-    /// frame: dropped and counted (`not_code`); code in a device's memory (`/dev/zero`, JIT in
-    /// shared anonymous memory) is code in no file.
+    /// checked modules (for the namer). `code` is every executable range of the process (empty:
+    /// not known): an address outside them (a data file, the stack, shared anonymous memory) is
+    /// no frame, dropped and counted (`not_code`); code in a device's memory (`/dev/zero`, JIT
+    /// in shared anonymous memory) is code in no file.
     pub fn normalize(
         &mut self,
         tgid: u32,
         addrs: &[u64],
         mappings: &[Mapping],
+        code: &[std::ops::Range<u64>],
     ) -> Option<(Vec<NormalFrame>, Vec<ModuleHandle>)> {
         let out = match self.normalizer.normalize_user_addrs(Pid::from(tgid), addrs) {
             Ok(out) => out,
@@ -176,29 +178,22 @@ impl FrameNormalizer {
         let mut handles: Vec<ModuleHandle> = Vec::new();
         let mut frames = Vec::with_capacity(found.len());
         for (addr, offset, path, done) in found {
+            if !code.is_empty() && !code.iter().any(|r| r.contains(&addr)) {
+                self.not_code += 1;
+                continue;
+            }
             let Some(path) = path else {
                 frames.push(done.unwrap_or(NormalFrame::Unknown { addr }));
                 continue;
             };
-            let module = match mappings.iter().find(|m| m.range.contains(&addr) && m.path == path) {
+            let module = match mappings.iter().find(|m| m.range.contains(&addr)) {
+                // Shared anonymous memory (JIT code): no file names it.
                 Some(m) if m.path.starts_with("/dev/") => {
                     frames.push(NormalFrame::Unknown { addr });
                     continue;
                 }
-                Some(m) => self.module_of(tgid, m),
-                None => match mappings.iter().find(|m| m.range.contains(&addr)) {
-                    Some(m) if m.path.starts_with("/dev/") => {
-                        frames.push(NormalFrame::Unknown { addr });
-                        continue;
-                    }
-                    Some(_) => self.module(path, None, Checked::No),
-                    // Executable mappings known, none holds it: no code lies there.
-                    None if !mappings.is_empty() => {
-                        self.not_code += 1;
-                        continue;
-                    }
-                    None => self.module(path, None, Checked::No),
-                },
+                Some(m) if m.path == path => self.module_of(tgid, m),
+                _ => self.module(path, None, Checked::No),
             };
             if let Some(f) = self.files.get(&module) {
                 if !handles.iter().any(|(h, _)| Arc::ptr_eq(h, &module)) {
@@ -411,7 +406,7 @@ mod tests {
     #[test]
     fn an_address_in_a_mapping_without_code_is_no_frame() {
         // A read-only file mapping of this process (data, no code): blazesym finds its file,
-        // yet no call returns there. Shared anonymous memory (`/dev/zero`) likewise.
+        // yet no call returns there. Shared anonymous memory (`/dev/zero`) and the stack likewise.
         use std::os::fd::AsRawFd as _;
         let file = std::fs::File::open("/proc/self/exe").expect("own executable");
         // SAFETY: a fresh private read-only mapping of an open file, unmapped below.
@@ -430,19 +425,24 @@ mod tests {
         };
         assert!(data != libc::MAP_FAILED && shared != libc::MAP_FAILED);
         let code = an_address_in_a_mapping_without_code_is_no_frame as fn() as usize as u64;
-        let maps =
-            super::super::process_memory::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
+        let on_stack = 0u64;
+        let text = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let (maps, ranges) =
+            (super::super::process_memory::parse_maps(&text), super::super::process_memory::executable_ranges(&text));
         let mut n = FrameNormalizer::default();
-        let addrs = [code, data as u64 + 0x10, shared as u64 + 0x1fff];
-        let (frames, _) = n.normalize(std::process::id(), &addrs, &maps).expect("own maps readable");
+        let addrs = [code, data as u64 + 0x10, shared as u64 + 0x1fff, &raw const on_stack as u64];
+        let (frames, _) = n.normalize(std::process::id(), &addrs, &maps, &ranges).expect("own maps readable");
         // SAFETY: the mappings made above, not used after.
         unsafe {
             libc::munmap(data, 4096);
             libc::munmap(shared, 8192);
         }
         assert!(matches!(frames[0], NormalFrame::File { .. }), "the code frame stays: {frames:?}");
-        assert_eq!(frames.len(), 1, "the data and /dev/zero addresses are no frames: {frames:?}");
-        assert_eq!(n.not_code, 2);
+        assert_eq!(frames.len(), 1, "the data, /dev/zero and stack addresses are no frames: {frames:?}");
+        assert_eq!(n.not_code, 3);
+        // Ranges not known: nothing is judged.
+        let (frames, _) = n.normalize(std::process::id(), &addrs[..2], &maps, &[]).expect("own maps readable");
+        assert_eq!(frames.len(), 2);
     }
 
     #[test]
@@ -454,7 +454,7 @@ mod tests {
         let maps =
             super::super::process_memory::parse_maps(&std::fs::read_to_string("/proc/self/maps").expect("own maps"));
         let mut n = FrameNormalizer::default();
-        let (frames, files) = n.normalize(me, &[addr], &maps).expect("own maps readable");
+        let (frames, files) = n.normalize(me, &[addr], &maps, &[]).expect("own maps readable");
         let NormalFrame::File { module, offset } = &frames[0] else { panic!("not in a file: {frames:?}") };
         assert!(module.path.is_absolute() && *offset > 0 && *offset != addr);
         assert_eq!(module.checked, Checked::BuildId, "the test binary has a build id");
@@ -468,11 +468,11 @@ mod tests {
         let unnamed = FrameNamer::default().name(me, &frames, &[]);
         assert_eq!(unnamed[0].function, None, "{}", unnamed[0]);
         // Mappings that do not hold the address: the module is not checked, so not named.
-        let (frames, files) = n.normalize(me, &[addr], &[]).expect("own maps readable");
+        let (frames, files) = n.normalize(me, &[addr], &[], &[]).expect("own maps readable");
         assert!(matches!(&frames[0], NormalFrame::File { module, .. } if module.checked == Checked::No));
         assert!(files.is_empty());
         // An address in no mapping stays an address, shown with its module placeholder.
-        let (frames, _) = n.normalize(me, &[0x10], &maps).expect("own maps readable");
+        let (frames, _) = n.normalize(me, &[0x10], &maps, &[]).expect("own maps readable");
         assert_eq!(frames, vec![NormalFrame::Unknown { addr: 0x10 }]);
         assert_eq!(FrameNamer::default().name(1, &frames, &[])[0].to_string(), "[unknown]+0x10");
     }

@@ -18,7 +18,7 @@ use framehop::{
     ExplicitModuleSectionInfo, Module, Unwinder as _,
 };
 
-use super::process_memory::{parse_maps, Mapping};
+use super::process_memory::{executable_ranges, parse_maps, Mapping};
 use super::{
     module_file::{Elf, ModuleFileError},
     process_file::{debug_file, open_mapped, ModuleFailures},
@@ -179,6 +179,8 @@ struct ProcessModules {
     _held: Vec<Arc<UnwindSections>>,
     ranges: Vec<Range<u64>>,
     mappings: Vec<Mapping>,
+    /// Every executable range, file or anonymous (JIT): where code can lie.
+    code: Vec<Range<u64>>,
     built: Instant,
 }
 
@@ -225,6 +227,12 @@ impl Unwinders {
         self.procs.get(&tgid).map(|p| p.mappings.as_slice())
     }
 
+    /// Every executable range of the process as last read (by [`Unwinders::mappings`]): empty
+    /// when not known.
+    pub fn code(&self, tgid: u32) -> &[Range<u64>] {
+        self.procs.get(&tgid).map_or(&[], |p| p.code.as_slice())
+    }
+
     /// Unwinds one sample of `tgid`.
     pub fn unwind(
         &mut self,
@@ -254,7 +262,7 @@ impl Unwinders {
             }
         }
         let text = std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok()?;
-        let mappings = parse_maps(&text);
+        let (mappings, code) = (parse_maps(&text), executable_ranges(&text));
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
         let mut held: Vec<Arc<UnwindSections>> = Vec::new();
@@ -279,7 +287,8 @@ impl Unwinders {
                 }
             }
         }
-        self.procs.insert(tgid, ProcessModules { unwinder, _held: held, ranges, mappings, built: Instant::now() });
+        self.procs
+            .insert(tgid, ProcessModules { unwinder, _held: held, ranges, mappings, code, built: Instant::now() });
         Some(())
     }
 
