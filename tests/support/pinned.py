@@ -1,7 +1,8 @@
 # A Python process that pins host memory and reports the kernel's truth about it, then waits
 # (blocked on stdin) until the test has the agent's snapshot: `mlock MIB MARKER` mlocks MIB MiB;
 # `cuda LIB MIB MARKER` pins MIB MiB through LIB's cuMemHostAlloc, registers MIB/4 MiB of its
-# own mapping with cuMemHostRegister_v2, and allocates then frees 8 MiB (not pinned at the end).
+# own mapping with cuMemHostRegister_v2, and allocates then frees 8 MiB (not pinned at the end);
+# `plain MIB MARKER` only touches MIB MiB (nothing pinned or locked).
 # Prints `pid=.. vmlck=.. pinned_pages_node0=..` (pages of the pinned ranges on node 0, from its
 # own numa_maps) and the ranges.
 import ctypes
@@ -36,6 +37,11 @@ if how == "mlock":
         sys.exit("mlock: " + os.strerror(ctypes.get_errno()))
     pages = numa_pages(addr, 0)
     ranges = f"locked={addr:#x}+{size}"
+elif how == "plain":
+    size = int(sys.argv[2]) << 20
+    keep, addr = mapping(size)
+    pages = 0
+    ranges = f"plain={addr:#x}+{size} plain_pages_node0={numa_pages(addr, 0)}"
 else:
     cuda = ctypes.CDLL(sys.argv[2])
     size = int(sys.argv[3]) << 20

@@ -33,3 +33,47 @@ pub fn read_tiering_vmstat(t: &Topology) -> crate::model::tiering::VmstatReading
             .collect(),
     }
 }
+
+/// Memory blocks are read again this often: their state and zone change only when memory is
+/// onlined or offlined, and a big machine has thousands of them (three files each).
+const BLOCKS_EVERY_NS: u64 = 10_000_000_000;
+
+/// Each node's memory blocks by state and zone, read at most every [`BLOCKS_EVERY_NS`].
+#[derive(Debug, Default)]
+pub struct NodeMemoryReads {
+    next_blocks_ns: u64,
+    blocks: std::collections::BTreeMap<u32, crate::topology::hotplug::NodeBlocks>,
+}
+
+impl NodeMemoryReads {
+    /// The nodes' sizes and free memory (`nodes`, read this reading) with their blocks.
+    pub fn update(&mut self, nodes: &[NodeInfo], now_ns: u64) -> Vec<crate::model::unplug::NodeMemory> {
+        if now_ns >= self.next_blocks_ns {
+            self.next_blocks_ns = now_ns.saturating_add(BLOCKS_EVERY_NS);
+            let root = std::path::Path::new("/sys");
+            match crate::topology::MemoryBlocks::read(root) {
+                Ok(b) => {
+                    let (states, problems) = crate::topology::hotplug::read_node_blocks(root, &b);
+                    for p in problems {
+                        tracing::debug!("{p}");
+                    }
+                    self.blocks = states;
+                }
+                Err(e) => {
+                    tracing::debug!("{e}; whether nodes could be offlined is not judged from their blocks");
+                    self.blocks.clear();
+                }
+            }
+        }
+        nodes
+            .iter()
+            .map(|n| crate::model::unplug::NodeMemory {
+                id: n.id,
+                tier: n.tier.clone(),
+                total_bytes: n.mem_total_bytes,
+                free_bytes: n.mem_free_bytes,
+                blocks: self.blocks.get(&n.id).cloned(),
+            })
+            .collect()
+    }
+}

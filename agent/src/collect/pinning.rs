@@ -359,6 +359,7 @@ pub fn combine(driver: Option<&DriverPinned>, kernel: Option<&KernelPinned>) -> 
         for (&n, &b) in &k.locked_by_node {
             *p.bytes_by_node.entry(n).or_default() += b;
         }
+        p.locked_bytes_by_node = k.locked_by_node.clone();
         p.unplaced_bytes += k.unplaced_bytes;
     }
     p

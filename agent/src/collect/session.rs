@@ -145,6 +145,8 @@ pub struct Session {
     pin_watch: PinWatch,
     /// Each process's kernel-counted pinned and locked memory, as its last insight read found it.
     kernel_pinned: HashMap<u32, pinning::KernelPinned>,
+    /// Each node's memory blocks by state and zone, for the unplug view.
+    node_memory: node_reads::NodeMemoryReads,
 }
 
 impl Session {
@@ -257,6 +259,7 @@ impl Session {
             page_scaler: Scaler::default(),
             pin_watch,
             kernel_pinned: HashMap::new(),
+            node_memory: node_reads::NodeMemoryReads::default(),
         };
         let note = session.probes.page_path_note.clone();
         session.model.page_path = match &session.probes.page_cycle {
@@ -450,6 +453,7 @@ impl Session {
                 n.mem_free_bytes = info.free_bytes;
             }
         }
+        self.model.node_memory = self.node_memory.update(&nodes, now_ns);
         // The CUDA driver's ranges first: a locked mapping also registered with it counts there.
         let watched: Vec<(u32, u64)> = self
             .model

@@ -65,6 +65,8 @@ fn fan_out(a: &str, attrs: &[&str], shape: Shape) -> Option<usize> {
         CXL_ERROR_PERSISTENCE => 2,
         // hot, cold (and warm).
         instruments::hotness::CLASS => 4,
+        // yes, uncertain, no.
+        instruments::unplug::VERDICT => 3,
         // The rules of the insights engine (a dozen), and a severity that follows its rule.
         instruments::insights::INSIGHT_ID => 32,
         instruments::insights::INSIGHT_SEVERITY if attrs.contains(&instruments::insights::INSIGHT_ID) => 1,

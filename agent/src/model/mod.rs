@@ -29,6 +29,7 @@ pub mod scan_plan;
 pub mod site;
 pub mod snapshot;
 pub mod tiering;
+pub mod unplug;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -107,6 +108,9 @@ pub struct Model {
     pub liveness: liveness::Liveness,
     /// The machine's GPUs (from the topology), for saying which one a rank drives.
     pub gpus: Vec<crate::topology::Gpu>,
+    /// Each node's size, free memory and memory blocks as last read: what `unplug` judges
+    /// offlining from.
+    pub node_memory: Vec<unplug::NodeMemory>,
     /// Exits found by that check (their exit record lost or never written), and processes
     /// whose pid another process took before their exit was seen.
     pub exits_found_late: u64,

@@ -14,6 +14,10 @@ pub struct PinnedMemory {
     /// Pinned bytes per node whose node is known: the CUDA driver's ranges and the mlocked
     /// mappings, page by page.
     pub bytes_by_node: BTreeMap<u32, u64>,
+    /// Of `bytes_by_node`, the mlocked mappings' bytes: those pages stay in memory but can
+    /// migrate (an unplug moves them), unlike the driver's pinned ones.
+    #[serde(default)]
+    pub locked_bytes_by_node: BTreeMap<u32, u64>,
     /// Bytes of `cuMemHostAlloc`/`cuMemAllocHost` ranges (`cudaHostAlloc`, `pin_memory=True`).
     pub cuda_host_alloc_bytes: u64,
     /// Bytes of `cuMemHostRegister` ranges (`cudaHostRegister`).
@@ -44,6 +48,9 @@ impl PinnedMemory {
     pub fn add(&mut self, other: &PinnedMemory) {
         for (&n, &v) in &other.bytes_by_node {
             *self.bytes_by_node.entry(n).or_default() += v;
+        }
+        for (&n, &v) in &other.locked_bytes_by_node {
+            *self.locked_bytes_by_node.entry(n).or_default() += v;
         }
         self.cuda_host_alloc_bytes += other.cuda_host_alloc_bytes;
         self.cuda_host_register_bytes += other.cuda_host_register_bytes;

@@ -299,6 +299,9 @@ pub struct Snapshot {
     pub tiering: Option<super::tiering::TieringSnapshot>,
     /// CXL devices, memory errors and EDAC counters.
     pub health: crate::health::snapshot::HealthSnapshot,
+    /// Who would block an unplug: per CXL device and node, the holders, their pinned bytes,
+    /// whether it could be offlined now and why (`model/unplug.rs`).
+    pub unplug: super::unplug::UnplugView,
     /// Hot/warm/cold bytes per tier, node, process and job (with `--hotness`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hotness: Option<super::hotness_view::HotnessSnapshot>,
@@ -509,6 +512,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         processes,
         tiering: model.tiering.since_start(),
         health: crate::health::snapshot::build(&model.health, |n| process::tgids_on_node(&model.processes, n)),
+        unplug: super::unplug::of_model(model, ctx.page_size),
         hotness,
         insights: super::insights::view::snapshot(&model.insights, ctx.window_start_ns),
         agent: AgentSnapshot {

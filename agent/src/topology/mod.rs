@@ -9,6 +9,7 @@ pub mod memory_blocks;
 pub mod classify;
 pub mod cxl;
 pub mod gpu;
+pub mod hotplug;
 pub mod parse;
 mod read;
 pub mod render;
@@ -154,6 +155,9 @@ pub struct Topology {
     /// Which node owns each memory block (pfn -> node); `None` when unreadable.
     #[serde(serialize_with = "serialize_memory_blocks")]
     pub memory_blocks: Option<MemoryBlocks>,
+    /// Per node, its memory blocks by state and zone: what decides whether it could be
+    /// offlined (`hotplug.rs`); empty when the blocks are unknown.
+    pub block_states: BTreeMap<u32, hotplug::NodeBlocks>,
     /// Whether `/sys/bus/cxl` exists: without it the kernel has no CXL driver loaded, so an
     /// empty `cxl_memdevs` says nothing about the hardware.
     pub cxl_bus: bool,

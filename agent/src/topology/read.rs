@@ -3,7 +3,7 @@
 use std::{collections::BTreeSet, path::Path};
 
 use super::{
-    classify, cxl, gpu,
+    classify, cxl, gpu, hotplug,
     memory_blocks::MemoryBlocks,
     parse,
     sysfs::{Need, Sysfs},
@@ -42,6 +42,14 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
             None
         }
     };
+    let block_states = match &memory_blocks {
+        Some(b) => {
+            let (states, problems) = hotplug::read_node_blocks(root, b);
+            fs.problems.extend(problems);
+            states
+        }
+        None => Default::default(),
+    };
     let cxl = cxl::read_cxl(&mut fs, memory_blocks.as_ref());
     let edac = cxl::read_edac(&mut fs);
     for node in &mut nodes {
@@ -60,6 +68,7 @@ pub(super) fn read(root: &Path, overrides: &TierOverrides) -> Topology {
         masks,
         memory_tiers,
         memory_blocks,
+        block_states,
         cxl_bus: cxl.bus_present,
         cxl_memdevs: cxl.memdevs,
         cxl_regions: cxl.regions,

@@ -88,6 +88,28 @@ pub fn text(t: &Topology) -> String {
         table(&mut out, &["NODE", "BLOCKS", "RANGES"], rows);
     }
 
+    if !t.block_states.is_empty() {
+        out.push_str("\nMemory blocks by state and zone (what offlining a node depends on)\n");
+        let rows = t.block_states.iter().map(|(node, b)| {
+            let kernel: Vec<String> = b.online_kernel.iter().map(|(z, n)| format!("{n} {z}")).collect();
+            vec![
+                node.to_string(),
+                b.blocks.to_string(),
+                b.online.to_string(),
+                b.offline.to_string(),
+                b.online_movable.to_string(),
+                dash_if_empty(kernel.join(", ")),
+                b.online_spanning.to_string(),
+                b.unknown.to_string(),
+            ]
+        });
+        table(
+            &mut out,
+            &["NODE", "BLOCKS", "ONLINE", "OFFLINE", "MOVABLE", "KERNEL ZONES", "SPANNING", "UNKNOWN"],
+            rows,
+        );
+    }
+
     out.push_str("\nCXL memory devices\n");
     if !t.cxl_bus {
         out.push_str("  none (no /sys/bus/cxl: no CXL hardware, or the cxl_acpi and cxl_pci modules are not loaded)\n");

@@ -75,6 +75,8 @@ fn lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
         }
     }
     out.push(Line::from(""));
+    out.extend(super::unplug::lines(&crate::model::unplug::of_model(scene.model, scene.page_size), width));
+    out.push(Line::from(""));
     event_lines(&mut out, scene, &snap, width);
     out.push(Line::from(""));
 

@@ -25,6 +25,7 @@ mod snapshot_tests;
 pub mod terminal;
 pub mod theme;
 pub mod tiering;
+pub mod unplug;
 pub mod widgets;
 
 #[cfg(test)]

@@ -207,6 +207,7 @@ impl Fixture {
             ts_ns: 99 * S,
         }));
         health(&mut model);
+        unplug(&mut model);
         tiering(&mut model);
         let devices = Devices {
             memdevs: vec![CxlMemdev {
@@ -413,4 +414,34 @@ pub fn probe_done() -> TierProbe {
         one_node_report(node_result(2, Tier::Cxl, 262.1, 7.8, Some((270, 8.5)))),
     ];
     TierProbe::Done { report: super::probe::combine(parts, vec![]), finished_ns: 98 * S, took_ns: 21 * S }
+}
+
+/// The nodes' memory blocks (DRAM in ZONE_NORMAL, the expander's node in ZONE_MOVABLE) and
+/// rank 1's pinned buffer on the expander: the Health view's unplug section.
+fn unplug(model: &mut Model) {
+    use crate::{model::unplug::NodeMemory, topology::hotplug::NodeBlocks};
+    let blocks = |n: u64, movable: bool| NodeBlocks {
+        block_size_bytes: 1 << 30,
+        blocks: n,
+        online: n,
+        online_movable: if movable { n } else { 0 },
+        online_kernel: if movable { BTreeMap::new() } else { BTreeMap::from([("Normal".to_string(), n)]) },
+        ..Default::default()
+    };
+    model.node_memory = [(0, "dram", 64, 19, false), (1, "dram", 64, 50, false), (2, "cxl", 128, 97, true)]
+        .map(|(id, tier, total, free, movable)| NodeMemory {
+            id,
+            tier: tier.into(),
+            total_bytes: Some(total * GIB),
+            free_bytes: Some(free * GIB),
+            blocks: Some(blocks(total, movable)),
+        })
+        .to_vec();
+    if let Some(p) = model.processes.get_mut(&4243) {
+        p.pinned = Some(crate::model::pinned::PinnedMemory {
+            bytes_by_node: BTreeMap::from([(2, 6 * GIB / 10)]),
+            cuda_host_alloc_bytes: 6 * GIB / 10,
+            ..Default::default()
+        });
+    }
 }

@@ -8,7 +8,7 @@
 //! `error.type`) and `hw.status` (UpDownCounter, `1`, one point per `hw.state`, 1 for the current
 //! one) for memory devices; the per-node and per-tier splits are in no convention.
 //!
-//! One file per concern: [`process`], [`node`], [`migrations`], [`health`], [`probe`] (the tier
+//! One file per concern: [`process`], [`node`], [`unplug`] (offlining nodes), [`migrations`], [`health`], [`probe`] (the tier
 //! probe) and [`agent`] (the agent's own health) each declare their instruments and map their
 //! part of the model; this file holds the vocabulary (kinds, attribute names, the catalog) and
 //! puts the parts together.
@@ -108,6 +108,7 @@ pub mod probe;
 pub mod process;
 #[cfg(test)]
 mod tests;
+pub mod unplug;
 
 /// Every instrument, in documentation order.
 pub const CATALOG: &[MetricDef] = &[
@@ -128,6 +129,9 @@ pub const CATALOG: &[MetricDef] = &[
     node::NODE_FREES,
     node::NODE_TIERING,
     node::NUMA_HINT_FAULTS,
+    unplug::NODE_PINNED,
+    unplug::NODE_BLOCKERS,
+    unplug::NODE_OFFLINE,
     health::HW_STATUS,
     health::HW_ERRORS,
     health::CXL_TEMPERATURE,
@@ -277,6 +281,7 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     let mut out = Points::new();
     process::points(input, &mut out);
     node::points(input, &mut out);
+    unplug::points(input, &mut out);
     health::points(&input.model.health, &mut out);
     if let Some(p) = input.probe {
         probe::points(p, &mut out);

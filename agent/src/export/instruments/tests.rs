@@ -465,3 +465,58 @@ fn recursion_misses_are_exported_per_attached_program_and_in_total() {
     let total = one(&p, "tierscope.agent.kernel.dropped", &[(DROP_REASON, "recursion_misses")]);
     assert_eq!(total, Value::U64(32));
 }
+
+#[test]
+fn each_node_gets_its_pinned_bytes_blockers_and_one_verdict() {
+    use crate::{model::unplug::NodeMemory, topology::hotplug::NodeBlocks};
+    let mut m = model();
+    let movable = NodeBlocks { blocks: 16, online: 16, online_movable: 16, ..Default::default() };
+    m.node_memory = vec![
+        NodeMemory {
+            id: 0,
+            tier: "dram".into(),
+            total_bytes: Some(8 << 30),
+            free_bytes: Some(6 << 30),
+            blocks: Some(movable.clone()),
+        },
+        NodeMemory {
+            id: 2,
+            tier: "cxl".into(),
+            total_bytes: Some(4 << 30),
+            free_bytes: Some(3 << 30),
+            blocks: Some(movable),
+        },
+    ];
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    let h = AgentHealth {
+        programs: vec![],
+        channel_full: 0,
+        undecodable: 0,
+        scan_seconds: 0.0,
+        scans: 0,
+        tracking_refused: 0,
+    };
+    let p = points(&ExportInput {
+        model: &m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+        resident_shares: false,
+    });
+    let node = |n: &'static str| [(NODE, n)];
+    // Pids 10 and 11 pinned 2 GiB + 1 MiB on node 2 through the driver; nothing on node 0.
+    assert_eq!(one(&p, unplug::NODE_PINNED.name, &node("2")), Value::U64((2 << 30) + (1 << 20)));
+    assert_eq!(one(&p, unplug::NODE_BLOCKERS.name, &node("2")), Value::U64(2));
+    assert_eq!(one(&p, unplug::NODE_PINNED.name, &node("0")), Value::U64(0));
+    let verdict =
+        |n: &'static str, v: &'static str| one(&p, unplug::NODE_OFFLINE.name, &[(NODE, n), (unplug::VERDICT, v)]);
+    assert_eq!(
+        (verdict("2", "no"), verdict("2", "yes"), verdict("2", "uncertain")),
+        (Value::U64(1), Value::U64(0), Value::U64(0))
+    );
+    assert_eq!((verdict("0", "yes"), verdict("0", "no")), (Value::U64(1), Value::U64(0)));
+}
