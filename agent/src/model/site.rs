@@ -58,6 +58,8 @@ pub struct SiteTotals {
 pub struct SiteTally {
     pub samples: HashMap<(u32, u64), SiteTotals>,
     pub named: Vec<(u32, u64, Vec<SiteFrame>)>,
+    /// CPU samples (tgid, sample), their stacks named like sites (`named`).
+    pub cpu: Vec<(u32, super::cpu_profile::CpuMark)>,
 }
 
 impl SiteTally {
@@ -118,7 +120,7 @@ pub fn estimate_pages(sites: &BTreeMap<u64, SiteTotals>, exact_pages: u64) -> Ve
 }
 
 /// What ran a frame: machine code, or the Python interpreter.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FrameKind {
     #[default]
@@ -127,7 +129,7 @@ pub enum FrameKind {
 }
 
 /// One frame of a site, innermost first.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct SiteFrame {
     pub kind: FrameKind,
     /// The file the frame's code came from (its name, `libcuda.so.1`), or `[vdso]`, or
