@@ -86,7 +86,7 @@ pub const INTERPRETER_LOOP: &str = "_PyEval_EvalFrameDefault (Python bytecode)";
 
 /// One line of a "top" list: a Python line or a native function, the samples found in it
 /// (innermost: its own time, not its callees') and the CPU time they stand for.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct CpuLine {
     /// `path/to/train.py:42 in step`, or `function (module)` / `module+0xoffset`.
     pub what: String,
