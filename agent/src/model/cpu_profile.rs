@@ -26,17 +26,7 @@ pub fn period_ns(hz: u32) -> u64 {
     1_000_000_000u64.checked_div(u64::from(hz)).unwrap_or(0)
 }
 
-/// One delivered CPU sample: when, which thread, which stack, and how many ticks it carries
-/// (itself and those its process's budget skipped).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuMark {
-    /// `bpf_ktime_get_ns` of the tick.
-    pub ts_ns: u64,
-    pub tid: u32,
-    /// The stack's id (shared with the site ids: the same hash of normalised frames).
-    pub stack: u64,
-    pub ticks: u64,
-}
+pub use super::site::CpuMark;
 
 /// What the samples of one stack add up to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

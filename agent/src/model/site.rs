@@ -52,6 +52,18 @@ pub struct SiteTotals {
     pub samples: u64,
 }
 
+/// One delivered CPU sample: when, which thread, which stack, and how many ticks it carries
+/// (itself and those its process's budget skipped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuMark {
+    /// `bpf_ktime_get_ns` of the tick.
+    pub ts_ns: u64,
+    pub tid: u32,
+    /// The stack's id (shared with the site ids: the same hash of normalised frames).
+    pub stack: u64,
+    pub ticks: u64,
+}
+
 /// What the site reader gathered since the model last took it: sample totals per (tgid, site),
 /// and the frames of sites named meanwhile.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,7 +71,7 @@ pub struct SiteTally {
     pub samples: HashMap<(u32, u64), SiteTotals>,
     pub named: Vec<(u32, u64, Vec<SiteFrame>)>,
     /// CPU samples (tgid, sample), their stacks named like sites (`named`).
-    pub cpu: Vec<(u32, super::cpu_profile::CpuMark)>,
+    pub cpu: Vec<(u32, CpuMark)>,
 }
 
 impl SiteTally {

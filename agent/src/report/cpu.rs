@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::svg::escape;
+use super::escape::escape;
 use crate::{
     model::cpu_profile::{top_native_functions, top_python_lines, CpuLine},
     recording::Recording,
