@@ -13,6 +13,9 @@ pub enum EventKind {
     HealthTrace = 5,
     /// A sampled CXL-tier allocation with its user stack: [`SiteSampleEvent`].
     SiteSample = 6,
+    /// A CPU-clock sample of a watched process's thread with its user stack: a
+    /// [`SiteSampleEvent`] whose `pages` are the clock ticks it stands for.
+    CpuSample = 7,
 }
 
 impl EventKind {
@@ -24,6 +27,7 @@ impl EventKind {
             4 => Some(EventKind::RawTrace),
             5 => Some(EventKind::HealthTrace),
             6 => Some(EventKind::SiteSample),
+            7 => Some(EventKind::CpuSample),
             _ => None,
         }
     }
@@ -186,6 +190,10 @@ pub const SITE_MAX_FRAMES: usize = 127;
 /// process allocated on this CPU since its previous delivered sample here, this allocation's
 /// included: site pages add up to the process's CXL allocations however many samples were
 /// skipped (less what is still pending).
+///
+/// The CPU sampler (`EventKind::CpuSample` in the header) writes the same record: the stack of
+/// the thread a cpu-clock tick found running, `pages` the ticks it stands for (this one and
+/// those its process's budget skipped since its previous delivered sample), `node` 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SiteSampleEvent {

@@ -28,6 +28,18 @@ pub struct SiteBudget {
 }
 const _: () = assert!(core::mem::size_of::<SiteBudget>() == 8);
 
+/// A watched process's CPU-sample budget (`CPU_BUDGET`, by tgid; the kernel inserts it at the
+/// process's first tick while it has a `SITE_BUDGET` entry, the agent deletes it with that
+/// entry): a GCRA token bucket like [`SiteBudget`], and the ticks it skipped since its last
+/// delivered sample (carried by the next one, so skipped CPU time is not lost).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuBudget {
+    pub next_ns: u64,
+    pub skipped: u64,
+}
+const _: () = assert!(core::mem::size_of::<CpuBudget>() == 16);
+
 /// The per-CPU slot of CXL-tier site sampling (`SITE_SAMPLER`): the countdown to the next
 /// attempt and the CXL-tier pages of the last allocating tgid on this CPU not yet carried by a
 /// sample (another tgid moves them to `SITE_PENDING`), and whether that tgid had a

@@ -30,6 +30,8 @@ pub mod map {
     pub const PY_SEARCH: &str = "PY_SEARCH";
     pub const PIN_CALLS: &str = "PIN_CALLS";
     pub const PINNED: &str = "PINNED";
+    pub const CPU_SAMPLES: &str = "CPU_SAMPLES";
+    pub const CPU_BUDGET: &str = "CPU_BUDGET";
     pub const ALL: &[&str] = &[
         FAULTS,
         FAULT_CACHE,
@@ -58,6 +60,8 @@ pub mod map {
         PY_SEARCH,
         PIN_CALLS,
         PINNED,
+        CPU_SAMPLES,
+        CPU_BUDGET,
     ];
 }
 
@@ -90,6 +94,11 @@ pub mod global {
     pub const TASK_LAYOUT: &str = "TASK_LAYOUT";
     /// `u32`: log2 of `sizeof(struct page)` (from BTF): `(page - PAGE_BASE) >> it` is the pfn.
     pub const PAGE_STRUCT_SHIFT: &str = "PAGE_STRUCT_SHIFT";
+    /// `u64`: nanoseconds between a process's CPU samples (1e9 / `cpu_samples_per_sec`; 0: no
+    /// budget).
+    pub const CPU_INTERVAL_NS: &str = "CPU_INTERVAL_NS";
+    /// `u64`: how far ahead of now a process's CPU-sample budget may run (ns).
+    pub const CPU_BURST_NS: &str = "CPU_BURST_NS";
 }
 
 /// Program names (the Rust function names in `tierscope-ebpf`).
@@ -133,4 +142,6 @@ pub mod program {
     pub const CU_HOST_REGISTER: &str = "cu_host_register";
     pub const CU_HOST_PIN_RETURN: &str = "cu_host_pin_return";
     pub const CU_HOST_RELEASE: &str = "cu_host_release";
+    /// The CPU sampler: a perf_event program on each online CPU's software cpu-clock event.
+    pub const CPU_SAMPLE: &str = "cpu_sample";
 }

@@ -3,6 +3,7 @@ use crate::{event::*, layout::*, maps::*, stack::PyProcess};
 
 // SAFETY: all of these are #[repr(C)], Copy, made of integers, with explicit padding.
 unsafe impl aya::Pod for TgidPending {}
+unsafe impl aya::Pod for CpuBudget {}
 unsafe impl aya::Pod for FaultKey {}
 unsafe impl aya::Pod for TaskFaults {}
 unsafe impl aya::Pod for TaskLayout {}

@@ -57,6 +57,22 @@ pub enum Stat {
     /// for each process it tracks and deletes it when the process leaves the set): skipped on
     /// purpose, its pending pages on this CPU dropped. Nothing watched is lost here.
     SiteNotWatched = 22,
+    /// cpu-clock ticks the CPU sampler saw (one per online CPU per period). Every tick ends as
+    /// exactly one of the `Cpu*` outcomes below.
+    CpuAttempts = 23,
+    /// CPU samples written to the `CPU_SAMPLES` ring buffer with their user stack.
+    CpuDelivered = 24,
+    /// The tick found a thread of no watched process (or the idle task): skipped on purpose.
+    CpuNotWatched = 25,
+    /// No user frames: a kernel thread, or a thread whose user stack could not be walked.
+    CpuNoUserStack = 26,
+    /// Over the process's CPU-sample budget: skipped on purpose, its tick carried by the
+    /// process's next delivered sample.
+    CpuRateLimited = 27,
+    /// The `CPU_SAMPLES` ring buffer was full.
+    CpuRingFull = 28,
+    /// `bpf_get_stack` failed, or `CPU_BUDGET` had no room for the process.
+    CpuStackError = 29,
 }
 
 /// Number of slots in the `STATS` map.
@@ -64,7 +80,7 @@ pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 21] = [
+    pub const ALL: [(Stat, &'static str); 28] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -86,6 +102,23 @@ impl Stat {
         (Stat::SiteRingFull, "site_ring_full"),
         (Stat::SiteStackError, "site_stack_error"),
         (Stat::SiteNotWatched, "site_not_watched"),
+        (Stat::CpuAttempts, "cpu_attempts"),
+        (Stat::CpuDelivered, "cpu_delivered"),
+        (Stat::CpuNotWatched, "cpu_not_watched"),
+        (Stat::CpuNoUserStack, "cpu_no_user_stack"),
+        (Stat::CpuRateLimited, "cpu_rate_limited"),
+        (Stat::CpuRingFull, "cpu_ring_full"),
+        (Stat::CpuStackError, "cpu_stack_error"),
+    ];
+
+    /// The CPU-sampling outcomes that end an attempt (every tick ends in exactly one).
+    pub const CPU_OUTCOMES: [Stat; 6] = [
+        Stat::CpuDelivered,
+        Stat::CpuNotWatched,
+        Stat::CpuNoUserStack,
+        Stat::CpuRateLimited,
+        Stat::CpuRingFull,
+        Stat::CpuStackError,
     ];
 
     /// The site-sampling outcomes that end an attempt (every attempt ends in exactly one).

@@ -9,6 +9,7 @@
 #![no_main]
 
 mod common;
+mod cpu_samples;
 mod cxl_events;
 mod fault_latency;
 mod faults;

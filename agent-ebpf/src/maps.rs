@@ -38,6 +38,10 @@ pub static MIGRATE_LAYOUT: MigrateLayout = MigrateLayout::DEFAULT;
 pub static TASK_LAYOUT: TaskLayout = TaskLayout::DEFAULT;
 #[unsafe(no_mangle)]
 pub static PAGE_STRUCT_SHIFT: u32 = 6;
+#[unsafe(no_mangle)]
+pub static CPU_INTERVAL_NS: u64 = 0;
+#[unsafe(no_mangle)]
+pub static CPU_BURST_NS: u64 = 0;
 
 // The per-process maps are shared by all CPUs (values added to with one atomic add,
 // `common::add_to`), not per CPU: their memory does not grow with the possible CPUs. Their
@@ -136,3 +140,14 @@ pub static PIN_CALLS: HashMap<u64, PinCall> = HashMap::with_max_entries(PIN_CALL
 /// (tgid, kind, address) -> bytes of host memory the CUDA driver pinned for that process.
 #[map]
 pub static PINNED: HashMap<PinKey, u64> = HashMap::with_max_entries(PINNED_MAX, 0);
+/// CPU samples of watched processes (`cpu_samples.rs`): [`SiteSampleEvent`] records of kind
+/// `CpuSample`, apart from `SITE_SAMPLES` so neither crowds the other out. Sized by the agent
+/// (one page when the sampler is off).
+///
+/// [`SiteSampleEvent`]: tierscope_common::event::SiteSampleEvent
+#[map]
+pub static CPU_SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+/// tgid -> its CPU-sample budget, inserted at its first tick while it has a `SITE_BUDGET`
+/// entry; LRU and sized like `SITE_BUDGET`, so a watched one is never evicted.
+#[map]
+pub static CPU_BUDGET: LruHashMap<u32, CpuBudget> = LruHashMap::with_max_entries(SITE_WATCH_MAX, 0);

@@ -126,6 +126,10 @@ pub struct TierFlags {
     /// pages are carried by its next sample (0: no budget).
     #[arg(long, default_value_t = crate::model::site::DEFAULT_SAMPLES_PER_SEC)]
     pub site_samples_per_sec: u32,
+    /// CPU samples per second per CPU of the watched processes' threads (software cpu-clock
+    /// ticks; each sample's native and Python stack makes their CPU profile; 0: off).
+    #[arg(long, value_name = "HZ", default_value_t = crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ)]
+    pub cpu_samples_hz: u32,
     /// Size of the kernel's event ring buffer in KiB (a power of two, 4 to 262144); a burst
     /// bigger than it is counted as `ringbuf_full` losses.
     #[arg(long, value_name = "KIB", default_value_t = crate::model::agent::DEFAULT_EVENT_RING_KIB, value_parser = ring_kib)]
@@ -148,6 +152,7 @@ impl Default for TierFlags {
             site_sample_every: crate::model::site::DEFAULT_SAMPLE_EVERY,
             exited_grace: None,
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
+            cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
             event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
             insights_config: None,
             page_path: crate::model::page_path::PagePathMode::default(),

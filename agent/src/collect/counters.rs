@@ -133,12 +133,14 @@ pub fn read(ebpf: &Ebpf) -> CounterReading {
     r
 }
 
-/// The kernel stats in the order they are read while the kernel counts: `site_attempts` last.
+/// The kernel stats in the order they are read while the kernel counts: the attempts
+/// (`site_attempts`, `cpu_attempts`) last.
 /// An attempt is counted before its outcome, so outcomes read first can never exceed the
 /// attempts read after them; an attempt in flight between the two reads shows as a small
 /// positive `unaccounted`, never a negative one.
 fn stats_in_read_order() -> impl Iterator<Item = (Stat, &'static str)> {
-    let (attempts, rest): (Vec<_>, Vec<_>) = Stat::ALL.into_iter().partition(|(s, _)| *s == Stat::SiteAttempts);
+    let (attempts, rest): (Vec<_>, Vec<_>) =
+        Stat::ALL.into_iter().partition(|(s, _)| matches!(s, Stat::SiteAttempts | Stat::CpuAttempts));
     rest.into_iter().chain(attempts)
 }
 
@@ -247,6 +249,9 @@ mod tests {
         let at = |stat: Stat| order.iter().position(|&s| s == stat).expect("every stat is read");
         for outcome in Stat::SITE_OUTCOMES {
             assert!(at(outcome) < at(Stat::SiteAttempts), "{} is read before site_attempts", outcome.name());
+        }
+        for outcome in Stat::CPU_OUTCOMES {
+            assert!(at(outcome) < at(Stat::CpuAttempts), "{} is read before cpu_attempts", outcome.name());
         }
         for (stat, _) in Stat::ALL {
             at(stat);

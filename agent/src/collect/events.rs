@@ -61,7 +61,7 @@ impl Decoder {
             Some(EventKind::RawTrace) => self.decode_raw(&read::<RawTraceEvent>(buf)?),
             Some(EventKind::HealthTrace) => self.decode_health(&read::<HealthTraceEvent>(buf)?),
             // Site samples come through their own ring buffer (`collect::sites`), never this one.
-            Some(EventKind::SiteSample) | None => Err(DecodeError::UnknownKind(h.kind)),
+            Some(EventKind::SiteSample | EventKind::CpuSample) | None => Err(DecodeError::UnknownKind(h.kind)),
         }
     }
 

@@ -6,7 +6,7 @@ use crate::model::kernel_memory::{parse_cpu_count, parse_map_fdinfo, parse_mem_t
 
 /// The machine as the sizing sees it. Unreadable files leave their figure at the sizing's
 /// floor (each is named in a warning).
-pub fn machine_shape(proc: &Path, sys: &Path, cxl_tier: bool, tracked_max: u32) -> MachineShape {
+pub fn machine_shape(proc: &Path, sys: &Path, cxl_tier: bool, cpu_samples: bool, tracked_max: u32) -> MachineShape {
     let read = |p: &Path| match std::fs::read_to_string(p) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -29,6 +29,7 @@ pub fn machine_shape(proc: &Path, sys: &Path, cxl_tier: bool, tracked_max: u32) 
         pid_max: read(&proc.join("sys/kernel/pid_max")).and_then(|s| s.trim().parse().ok()).unwrap_or(u32::MAX),
         mem_bytes: read(&proc.join("meminfo")).and_then(|s| parse_mem_total(&s)).unwrap_or(u64::MAX),
         cxl_tier,
+        cpu_samples,
         tracked_max,
     }
 }

@@ -5,6 +5,7 @@ pub mod btf;
 pub mod caps;
 pub mod container;
 pub mod counters;
+pub mod cpu_sampler;
 pub mod damon;
 pub mod events;
 pub mod gpu_use;

@@ -50,6 +50,9 @@ pub struct Probes {
     /// asked for but is not running.
     pub page_cycle: Option<PageCycle>,
     pub page_path_note: Option<String>,
+    /// The CPU time one sampler tick stands for; `None` when the sampler is off or refused
+    /// (its program status says why).
+    pub cpu_period_ns: Option<u64>,
 }
 
 /// `collect.max_tracked`'s default (`export/config.rs`), for commands without that setting.
@@ -76,6 +79,8 @@ pub struct LoadOptions {
     pub tracked_max: u32,
     /// Every page event counted, or the per-event programs duty-cycled (`--page-path`).
     pub page_path: PagePathMode,
+    /// The CPU sampler's ticks per second per CPU (0: off).
+    pub cpu_samples_hz: u32,
 }
 
 impl Default for LoadOptions {
@@ -88,6 +93,7 @@ impl Default for LoadOptions {
             user_stack_pages: crate::model::site::DEFAULT_USER_STACK_PAGES,
             tracked_max: DEFAULT_TRACKED_MAX,
             page_path: PagePathMode::default(),
+            cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
         }
     }
 }
@@ -170,10 +176,23 @@ impl Probes {
                 size_of::<tierscope_common::event::SiteSampleEvent>(),
             )
         };
+        // Off: one page, like the site ring without a CXL-tier node.
+        let cpu_ring_bytes = if opts.cpu_samples_hz == 0 {
+            page_size as u32
+        } else {
+            crate::model::site::site_ring_bytes(
+                crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC,
+                size_of::<tierscope_common::event::SiteSampleEvent>(),
+            )
+        };
+        let cpu_interval_ns = 1_000_000_000u64
+            .checked_div(u64::from(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC))
+            .unwrap_or(0);
         let shape = super::kernel_memory::machine_shape(
             Path::new("/proc"),
             Path::new("/sys"),
             !opts.cxl_nodes.is_empty(),
+            opts.cpu_samples_hz > 0,
             opts.tracked_max,
         );
         let sizes = size_maps(&shape);
@@ -190,6 +209,10 @@ impl Probes {
             .override_global(global::PAGE_STRUCT_SHIFT, struct_shift.as_ref().unwrap_or(&6), true)
             .override_global(global::USER_STACK_PAGES, &opts.user_stack_pages, true)
             .override_global(global::TASK_FSBASE, &task_fsbase, true)
+            .override_global(global::CPU_INTERVAL_NS, &cpu_interval_ns, true)
+            .override_global(global::CPU_BURST_NS, &SITE_BURST_NS, true)
+            .map_max_entries(map::CPU_SAMPLES, cpu_ring_bytes)
+            .map_max_entries(map::CPU_BUDGET, sizes.site_watch)
             .map_max_entries(map::BLOCK_NODE, table_len)
             .map_max_entries(map::EVENTS, opts.event_ring_bytes)
             .map_max_entries(map::POLICY_EVENTS, opts.event_ring_bytes)
@@ -249,6 +272,8 @@ impl Probes {
             programs.push(attach(&mut ebpf, spec, btf.as_ref(), tracefs_path.as_ref()));
         }
         let (page_cycle, page_path_note) = start_cycle(sampled, page_events_cycled, cycled, &mut programs);
+        let (cpu_status, cpu_period_ns) = super::cpu_sampler::attach(&mut ebpf, opts.cpu_samples_hz);
+        programs.push(cpu_status);
         Ok(Probes {
             ebpf,
             programs,
@@ -263,6 +288,7 @@ impl Probes {
             sizing: (shape, sizes),
             page_cycle,
             page_path_note,
+            cpu_period_ns,
         })
     }
 

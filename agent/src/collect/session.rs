@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _, Result};
-use tierscope_common::names::map;
+use tierscope_common::names::{map, program};
 use tokio::sync::mpsc;
 
 use super::{
@@ -82,6 +82,8 @@ pub struct SessionOptions {
     pub insights: Option<crate::model::insights::InsightConfig>,
     /// Every page event counted (the default) or the per-event programs duty-cycled.
     pub page_path: PagePathMode,
+    /// The CPU sampler's ticks per second per CPU (0: off; `None`: the default).
+    pub cpu_samples_hz: Option<u32>,
 }
 
 pub struct Session {
@@ -177,6 +179,7 @@ impl Session {
                 .saturating_mul(1024),
             tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
             page_path: opts.page_path,
+            cpu_samples_hz: opts.cpu_samples_hz.unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ),
             ..LoadOptions::default()
         };
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
@@ -213,12 +216,19 @@ impl Session {
             aya::maps::RingBuf::try_from(site_ring).context("SITE_SAMPLES is not a ring buffer (build bug)")?;
         // Without the map (an old object), samples keep their native frames only.
         let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
-        let site_reader = sites::spawn(site_ring, py_procs).context("starting the site-sample reader")?;
+        let cpu_ring = probes.cpu_period_ns.and_then(|_| probes.ebpf.take_map(map::CPU_SAMPLES));
+        let cpu_ring = cpu_ring.and_then(|m| aya::maps::RingBuf::try_from(m).ok());
+        let site_reader = sites::spawn(site_ring, cpu_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());
         let mut model = Model::new(probes.migration_names.clone());
         crate::health::set_inventory(&mut model.health, &topology);
         model.gpus = topology.gpus.clone();
+        model.cpu_period_ns = probes.cpu_period_ns.unwrap_or(0);
+        model.cpu_samples_hz = if model.cpu_period_ns == 0 { 0 } else { load.cpu_samples_hz };
+        model.cpu_sampler_note = (load.cpu_samples_hz > 0 && model.cpu_period_ns == 0)
+            .then(|| probes.programs.iter().find(|p| p.name == program::CPU_SAMPLE).and_then(|p| p.reason.clone()))
+            .flatten();
         model.insights = crate::model::insights::InsightEngine::new(opts.insights.clone().unwrap_or_default());
         let mut session = Session {
             probes,

@@ -15,7 +15,10 @@ use aya::{
     maps::{HashMap, MapData, PerCpuHashMap},
     Ebpf,
 };
-use tierscope_common::{maps::SiteBudget, names::map};
+use tierscope_common::{
+    maps::{CpuBudget, SiteBudget},
+    names::map,
+};
 
 use crate::model::{snapshot::ProcessFilter, Model};
 
@@ -105,6 +108,14 @@ impl SiteWatch {
             if let Ok(mut pending) = PerCpuHashMap::<&mut MapData, u32, u64>::try_from(pending) {
                 for tgid in &remove {
                     let _ = pending.remove(tgid);
+                }
+            }
+        }
+        // And a leaver's CPU-sample budget (skipped ticks must not go to a reused pid).
+        if let Some(budgets) = ebpf.map_mut(map::CPU_BUDGET) {
+            if let Ok(mut budgets) = HashMap::<&mut MapData, u32, CpuBudget>::try_from(budgets) {
+                for tgid in &remove {
+                    let _ = budgets.remove(tgid);
                 }
             }
         }

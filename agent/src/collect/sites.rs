@@ -2,7 +2,9 @@
 //! records arrive (so stacks are normalised while their process still lives), deduplicates
 //! stacks per process by a hash of their frames, and adds each sample to a tally the session
 //! folds into the model on its tick (a burst of samples never crowds the event channel). A
-//! second thread names new sites from the modules' ELF files, off the reader's path.
+//! second thread names new sites from the modules' ELF files, off the reader's path. The CPU
+//! sampler's records (`CPU_SAMPLES`, the same record of another kind) go through the same
+//! unwinding, normalising and naming, into the tally's CPU samples.
 use std::{
     collections::{hash_map::DefaultHasher, HashMap, HashSet},
     hash::{Hash as _, Hasher as _},
@@ -28,7 +30,10 @@ use super::{
     symbols::{site_id, FrameNamer, FrameNormalizer, ModuleHandle, NormalFrame, MAX_FRAMES},
     unwind::{Fallback, Unwinders},
 };
-use crate::model::site::{splice_python, SiteFrame, SiteTally, StackFigures};
+use crate::model::{
+    cpu_profile::CpuMark,
+    site::{splice_python, SiteFrame, SiteTally, StackFigures},
+};
 
 /// What the reader could not decode or normalise, and how stacks were taken.
 #[derive(Debug, Default)]
@@ -111,10 +116,14 @@ impl SiteReaderStats {
     }
 }
 
-/// A decoded site sample.
+/// A decoded site sample, or CPU sample (`cpu`: then `pages` are the clock ticks it carries).
 #[derive(Debug, PartialEq, Eq)]
 pub struct SiteSample {
     pub tgid: u32,
+    /// The sampled thread, and when (`bpf_ktime_get_ns`).
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub cpu: bool,
     pub pages: u64,
     /// Return addresses of the frame-pointer walk, innermost first, at most [`MAX_FRAMES`].
     pub frames: Vec<u64>,
@@ -128,7 +137,7 @@ pub struct SiteSample {
     pub python: Vec<RawPyFrame>,
 }
 
-/// Decodes a `SITE_SAMPLES` record. Pure.
+/// Decodes a `SITE_SAMPLES` or `CPU_SAMPLES` record. Pure.
 pub fn decode(buf: &[u8]) -> Option<SiteSample> {
     if buf.len() < size_of::<SiteSampleEvent>() {
         return None;
@@ -136,15 +145,20 @@ pub fn decode(buf: &[u8]) -> Option<SiteSample> {
     // SAFETY: length checked; SiteSampleEvent is #[repr(C)] integers; read_unaligned copes with
     // any alignment. Boxed: the record is ~18 KiB.
     let e: Box<SiteSampleEvent> = Box::new(unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) });
-    if EventKind::from_u32(e.header.kind) != Some(EventKind::SiteSample) {
-        return None;
-    }
+    let cpu = match EventKind::from_u32(e.header.kind) {
+        Some(EventKind::SiteSample) => false,
+        Some(EventKind::CpuSample) => true,
+        _ => return None,
+    };
     let n = (e.stack_bytes as usize / 8).min(e.frames.len()).min(MAX_FRAMES);
     let frames = e.frames[..n].iter().copied().take_while(|&a| a != 0).collect();
     let len = (e.user.len as usize).min(e.user.bytes.len());
     let py = (e.python.count as usize).min(e.python.frames.len());
     Some(SiteSample {
         tgid: e.header.tgid,
+        tid: e.header.pid,
+        ts_ns: e.header.ts_ns,
+        cpu,
         pages: e.pages,
         frames,
         stack_status: e.user.status,
@@ -397,9 +411,10 @@ const DRAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
 /// How often the reader lets go of unwind tables no live process maps.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Starts the reader and namer threads.
+/// Starts the reader and namer threads; `cpu_ring` is the CPU sampler's (absent when off).
 pub fn spawn(
     mut ring: RingBuf<MapData>,
+    mut cpu_ring: Option<RingBuf<MapData>>,
     py_procs: Option<BpfHashMap<MapData, u32, PyProcess>>,
 ) -> std::io::Result<SiteReader> {
     let stats = Arc::new(SiteReaderStats::default());
@@ -434,16 +449,19 @@ pub fn spawn(
         let mut dedup = Dedup::default();
         let mut stacks = Stacks { unwinders: Unwinders::default(), python: PyResolver::default(), py_procs };
         let fd = ring.as_raw_fd();
+        // poll ignores a negative fd.
+        let cpu_fd = cpu_ring.as_ref().map_or(-1, |r| r.as_raw_fd());
         let mut batch = SiteTally::default();
         let mut last_trim = std::time::Instant::now();
         loop {
             let mut pfds = [
                 libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: woken.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: cpu_fd, events: libc::POLLIN, revents: 0 },
             ];
-            // SAFETY: two valid pollfds; the ring buffer and the socket keep their fds open
-            // while they live (both are owned by this thread).
-            unsafe { libc::poll(pfds.as_mut_ptr(), 2, 200) };
+            // SAFETY: three pollfds (the third ignored when negative); the ring buffers and the
+            // socket keep their fds open while they live (all are owned by this thread).
+            unsafe { libc::poll(pfds.as_mut_ptr(), 3, 200) };
             let mut sink = [0u8; 64];
             while matches!(std::io::Read::read(&mut (&woken), &mut sink), Ok(n) if n > 0) {}
             loop {
@@ -466,18 +484,25 @@ pub fn spawn(
                 }
             }
             let mut drained = 0usize;
-            while let Some(item) = ring.next() {
-                drained += 1;
-                let Some(s) = decode(&item) else {
-                    st.undecodable.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                };
-                drop(item);
-                let site = site_of(&s, &mut dedup, &mut stacks, &mut normalizer, &name_tx, &st);
-                batch.add(s.tgid, site, s.pages);
-                // Hand over in batches: the lock is taken once per thousand samples at most.
-                if batch.samples.len() >= 1024 {
-                    merge(&out, std::mem::take(&mut batch));
+            for ring in std::iter::once(&mut ring).chain(cpu_ring.as_mut()) {
+                while let Some(item) = ring.next() {
+                    drained += 1;
+                    let Some(s) = decode(&item) else {
+                        st.undecodable.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    drop(item);
+                    let site = site_of(&s, &mut dedup, &mut stacks, &mut normalizer, &name_tx, &st);
+                    if s.cpu {
+                        let mark = CpuMark { ts_ns: s.ts_ns, tid: s.tid, stack: site, ticks: s.pages };
+                        batch.cpu.push((s.tgid, mark));
+                    } else {
+                        batch.add(s.tgid, site, s.pages);
+                    }
+                    // Hand over in batches: the lock is taken once per thousand samples at most.
+                    if batch.samples.len() + batch.cpu.len() >= 1024 {
+                        merge(&out, std::mem::take(&mut batch));
+                    }
                 }
             }
             merge(&out, std::mem::take(&mut batch));
@@ -500,10 +525,11 @@ pub fn spawn(
 }
 
 fn merge(out: &Mutex<SiteTally>, batch: SiteTally) {
-    if batch.samples.is_empty() {
+    if batch.samples.is_empty() && batch.cpu.is_empty() {
         return;
     }
     let mut t = out.lock().unwrap_or_else(|e| e.into_inner());
+    t.cpu.extend(batch.cpu);
     for (k, v) in batch.samples {
         let e = t.samples.entry(k).or_default();
         e.pages += v.pages;
@@ -613,6 +639,9 @@ mod tests {
     fn sample(tgid: u32, frames: Vec<u64>) -> SiteSample {
         SiteSample {
             tgid,
+            tid: tgid,
+            ts_ns: 0,
+            cpu: false,
             pages: 1,
             frames,
             stack_status: USER_STACK_NO_REGS,
@@ -641,6 +670,10 @@ mod tests {
         let r = record(EventKind::SiteSample as u32, 8);
         assert_eq!(decode(&r[..r.len() - 1]), None);
         assert_eq!(decode(&record(EventKind::Exec as u32, 8)), None);
+        // A CPU sample is the same record of another kind: its thread, time and ticks kept.
+        let c = decode(&record(EventKind::CpuSample as u32, 8)).expect("decodes");
+        assert_eq!((c.cpu, c.tgid, c.tid, c.ts_ns, c.pages), (true, 42, 43, 1, 9));
+        assert!(!decode(&r).expect("decodes").cpu);
     }
 
     #[test]

@@ -110,6 +110,7 @@ mod tests {
             pid_max: 4_194_304,
             mem_bytes: 24 << 30,
             cxl_tier: false,
+            cpu_samples: false,
             tracked_max: 64,
         };
         let frees = MapShape {

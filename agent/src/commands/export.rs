@@ -1,12 +1,12 @@
 //! `tierscope export FILE --pprof OUT.pb.gz --perfetto OUT.pftrace`: a recorded session in the
-//! formats other tools open. Each file is written as [`crate::output_file`] says (a new file or
+//! formats other tools open (with `--pprof`, the CPU profile beside the sites': `OUT.cpu.pb.gz`). Each file is written as [`crate::output_file`] says (a new file or
 //! the user's own, never through a link).
 use anyhow::{Context as _, Result};
 
 use crate::{
     cli::ExportArgs,
     output_file,
-    report::{perfetto, pprof},
+    report::{perfetto, pprof, pprof_cpu},
 };
 
 pub fn run(args: ExportArgs) -> Result<i32> {
@@ -16,6 +16,12 @@ pub fn run(args: ExportArgs) -> Result<i32> {
         let bytes = pprof::encode_gzip(&profile).context("compressing the pprof profile")?;
         output_file::write(out, &bytes).context("the pprof profile")?;
         eprintln!("tierscope: wrote {} ({} CXL allocation sites)", out.display(), profile.sample.len());
+        if let Some(cpu) = pprof_cpu::profile(&rec)? {
+            let path = pprof_cpu::beside(out);
+            let bytes = pprof::encode_gzip(&cpu).context("compressing the CPU profile")?;
+            output_file::write(&path, &bytes).context("the CPU profile")?;
+            eprintln!("tierscope: wrote {} (CPU profile: {} stacks by thread)", path.display(), cpu.sample.len());
+        }
     }
     if let Some(out) = &args.perfetto {
         let writing = || format!("writing {}", out.display());

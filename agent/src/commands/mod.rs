@@ -64,6 +64,7 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         insights: tiers.insights_config.clone(),
         tracked_max: None,
         page_path: tiers.page_path,
+        cpu_samples_hz: Some(tiers.cpu_samples_hz),
     }
 }
 

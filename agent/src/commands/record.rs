@@ -226,7 +226,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reap = tokio::time::interval(Duration::from_millis(100));
     let mut rec = Recorder {
-        capture: Capture::default(),
+        capture: Capture::starting_at(started_ns),
         filter,
         explicit_pids,
         root,

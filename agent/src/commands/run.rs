@@ -284,6 +284,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         insights: Some(cfg.insights.clone()),
         tracked_max: Some(u32::try_from(cfg.max_tracked).unwrap_or(u32::MAX)),
         page_path: cfg.page_path,
+        cpu_samples_hz: Some(cfg.cpu_samples_hz),
         ..Default::default()
     })?;
     let kernel_memory = kernel_memory_line(s.probes.sizing.0.possible_cpus);

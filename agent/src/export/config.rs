@@ -112,6 +112,8 @@ pub struct FileCollect {
     pub max_tracked: Option<usize>,
     /// Site samples (user stacks of CXL-tier allocations) one process may deliver per second.
     pub site_samples_per_sec: Option<u32>,
+    /// CPU samples per second per CPU of the tracked processes' threads (0: off).
+    pub cpu_samples_hz: Option<u32>,
     /// The kernel's event ring buffer in KiB (a power of two, 4 to 262144; default 1024).
     pub event_ring_kib: Option<u32>,
     /// `exact` (every page event counted, the default) or `sampled` (duty-cycled, estimates).
@@ -200,6 +202,8 @@ pub struct Config {
     pub max_tracked: usize,
     /// `[collect] site_samples_per_sec`: the per-process site-sample budget (0: none).
     pub site_samples_per_sec: u32,
+    /// `[collect] cpu_samples_hz`: the CPU sampler's ticks per second per CPU (0: off).
+    pub cpu_samples_hz: u32,
     /// `[collect] event_ring_kib`: the kernel's event ring buffer in KiB.
     pub event_ring_kib: u32,
     /// `[collect] page_path` / `--page-path`.
@@ -426,6 +430,16 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         ));
     }
     let site_samples_per_sec = file.collect.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
+    let cpu_samples_hz = file.collect.cpu_samples_hz.unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ);
+    if cpu_samples_hz > 1000 {
+        return Err(bad(
+            "collect.cpu_samples_hz",
+            format!(
+                "{cpu_samples_hz} is over 1000 ticks per second per CPU: use 0 (off) to 1000 (default {})",
+                crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ
+            ),
+        ));
+    }
     let event_ring_kib = crate::model::agent::check_ring_kib(
         file.collect.event_ring_kib.unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB),
     )
@@ -476,6 +490,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         residency_interval,
         max_tracked,
         site_samples_per_sec,
+        cpu_samples_hz,
         event_ring_kib,
         page_path,
         track_pids,

@@ -10,8 +10,9 @@
 use serde::Serialize;
 use tierscope_common::{
     maps::{
-        FaultKey, Log2Hist, MigrateCounts, MigrateKey, PageBaseSlot, SiteBudget, SiteSlot, TaskFaults, TgidNode,
-        TgidNodePending, TgidPending, FAULT_PATHS, LOG2_BUCKETS, MAX_MIGRATE_REASONS, MAX_NODES, SITE_WATCH_MAX,
+        CpuBudget, FaultKey, Log2Hist, MigrateCounts, MigrateKey, PageBaseSlot, SiteBudget, SiteSlot, TaskFaults,
+        TgidNode, TgidNodePending, TgidPending, FAULT_PATHS, LOG2_BUCKETS, MAX_MIGRATE_REASONS, MAX_NODES,
+        SITE_WATCH_MAX,
     },
     names::map,
     pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
@@ -32,6 +33,9 @@ pub struct MachineShape {
     pub mem_bytes: u64,
     /// Whether a node is on the CXL tier: only then are allocation sites sampled and watched.
     pub cxl_tier: bool,
+    /// Whether the CPU sampler is on (`cpu_samples_hz` > 0): it samples the watched processes
+    /// too, so they are watched without a CXL-tier node.
+    pub cpu_samples: bool,
     /// The command's limit on processes shown or tracked (`collect.max_tracked` for `run`).
     pub tracked_max: u32,
 }
@@ -47,7 +51,8 @@ pub struct MapSizes {
     pub exited_faults: u32,
     pub fault_latency: u32,
     pub migrations: u32,
-    /// `SITE_BUDGET` and `SITE_PENDING`: processes whose sites can be watched at once.
+    /// `SITE_BUDGET`, `SITE_PENDING` and `CPU_BUDGET`: processes whose sites and CPU samples
+    /// can be watched at once.
     pub site_watch: u32,
 }
 
@@ -67,7 +72,7 @@ pub fn size_maps(shape: &MachineShape) -> MapSizes {
     let by_memory = prev_power_of_two(shape.mem_bytes / MIN_PROCESS_BYTES);
     let by_pids = shape.pid_max.max(1).checked_next_power_of_two().unwrap_or(u32::MAX);
     let process_slots = wanted.clamp(MIN_PROCESS_SLOTS, MAX_PROCESS_SLOTS).min(by_memory).min(by_pids).max(1024);
-    let site_watch = if shape.cxl_tier {
+    let site_watch = if shape.cxl_tier || shape.cpu_samples {
         shape
             .tracked_max
             .saturating_mul(4)
@@ -75,7 +80,7 @@ pub fn size_maps(shape: &MachineShape) -> MapSizes {
             .unwrap_or(SITE_WATCH_MAX)
             .clamp(MIN_SITE_WATCH, SITE_WATCH_MAX)
     } else {
-        // Nothing is sampled without a CXL-tier node: the agent watches nobody.
+        // Nothing is sampled without a CXL-tier node or the CPU sampler: the agent watches nobody.
         1
     };
     MapSizes {
@@ -210,12 +215,14 @@ fn shape<K, V>(name: &str, kind: MapKind, max_entries: u32) -> MapShape {
 }
 
 /// Every map of the kernel object as the loader sizes it (`ring_bytes`: each event ring,
-/// `site_ring_bytes`: the site-sample ring, `block_slots`: `BLOCK_NODE`). The root test
+/// `site_ring_bytes`: the site-sample ring, `cpu_ring_bytes`: the CPU-sample ring,
+/// `block_slots`: `BLOCK_NODE`). The root test
 /// `tests/kernel_memory.rs` checks this table against the loaded maps.
 pub fn agent_maps(
     sizes: &MapSizes,
     ring_bytes: u32,
     site_ring_bytes: u32,
+    cpu_ring_bytes: u32,
     block_slots: u32,
     py_procs: u32,
 ) -> Vec<MapShape> {
@@ -260,6 +267,14 @@ pub fn agent_maps(
         shape::<u32, u64>(map::PY_SEARCH, LruHash, PY_SEARCH_SLOTS),
         shape::<u64, PinCall>(map::PIN_CALLS, Hash, PIN_CALLS_MAX),
         shape::<PinKey, u64>(map::PINNED, Hash, PINNED_MAX),
+        MapShape {
+            name: map::CPU_SAMPLES.into(),
+            kind: RingBuf,
+            key_size: 0,
+            value_size: 0,
+            max_entries: cpu_ring_bytes,
+        },
+        shape::<u32, CpuBudget>(map::CPU_BUDGET, LruHash, sizes.site_watch),
     ]
 }
 
@@ -358,6 +373,7 @@ mod tests {
             pid_max: 4_194_304,
             mem_bytes: 2 << 40,
             cxl_tier: true,
+            cpu_samples: false,
             tracked_max: 1_024,
         }
     }
@@ -365,7 +381,7 @@ mod tests {
     fn maps_bytes(shape: &MachineShape) -> u64 {
         let sizes = size_maps(shape);
         let site_ring = 4 << 20;
-        agent_maps(&sizes, 1 << 20, site_ring, 4096, 4096)
+        agent_maps(&sizes, 1 << 20, site_ring, 4096, 4096, 4096)
             .iter()
             .map(|m| m.bytes(shape.possible_cpus) + HEADER_MAX)
             .sum()
@@ -402,11 +418,14 @@ mod tests {
     #[test]
     fn the_per_cpu_part_is_a_few_kib() {
         let sizes = size_maps(&node(2));
-        let per_cpu: u64 = agent_maps(&sizes, 1 << 20, 4 << 20, 4096, 4096).iter().map(MapShape::bytes_per_cpu).sum();
+        let per_cpu: u64 =
+            agent_maps(&sizes, 1 << 20, 4 << 20, 4096, 4096, 4096).iter().map(MapShape::bytes_per_cpu).sum();
         // SITE_PENDING (1 KiB watched x 8 B ... ), FREES (8 KiB), the stats and slots.
         assert!(per_cpu < 64 << 10, "{per_cpu} B per CPU");
         let no_cxl = size_maps(&MachineShape { cxl_tier: false, ..node(2) });
         assert_eq!(no_cxl.site_watch, 1, "nothing is watched without a CXL-tier node");
+        let cpu_only = size_maps(&MachineShape { cxl_tier: false, cpu_samples: true, ..node(2) });
+        assert!(cpu_only.site_watch >= MIN_SITE_WATCH, "the CPU sampler watches without a CXL-tier node");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod cgroup;
 pub mod container;
+pub mod cpu_profile;
 pub mod departed;
 pub mod event;
 pub mod faults;
@@ -82,6 +83,14 @@ pub struct Model {
     /// Processes whose CXL allocation sites the kernel samples now (the watched ones), and
     /// those it could not take (its map full).
     pub sites_watched: usize,
+    /// CPU samples that reached the model, and the CPU time one tick stands for (0: the
+    /// sampler is off or did not attach).
+    pub cpu_samples_received: u64,
+    pub cpu_period_ns: u64,
+    /// The sampler's ticks per second per CPU (0: off), and why it is not running when asked
+    /// for (the perf events could not be opened).
+    pub cpu_samples_hz: u32,
+    pub cpu_sampler_note: Option<String>,
     pub site_watch_refused: u64,
     /// How the CUDA driver's pinning is watched (`collect/pinning.rs`).
     pub pinning: pinned::PinningStatus,
@@ -316,6 +325,12 @@ impl Model {
                 let s = p.cxl_sites.entry(site).or_default();
                 s.pages += t.pages;
                 s.samples += t.samples;
+            }
+        }
+        for (tgid, mark) in tally.cpu {
+            self.cpu_samples_received += 1;
+            if let Some(p) = self.processes.get_mut(&tgid) {
+                p.cpu.add(mark);
             }
         }
         for (tgid, site, frames) in tally.named {

@@ -52,12 +52,26 @@ pub struct SiteTotals {
     pub samples: u64,
 }
 
+/// One delivered CPU sample: when, which thread, which stack, and how many ticks it carries
+/// (itself and those its process's budget skipped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuMark {
+    /// `bpf_ktime_get_ns` of the tick.
+    pub ts_ns: u64,
+    pub tid: u32,
+    /// The stack's id (shared with the site ids: the same hash of normalised frames).
+    pub stack: u64,
+    pub ticks: u64,
+}
+
 /// What the site reader gathered since the model last took it: sample totals per (tgid, site),
 /// and the frames of sites named meanwhile.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SiteTally {
     pub samples: HashMap<(u32, u64), SiteTotals>,
     pub named: Vec<(u32, u64, Vec<SiteFrame>)>,
+    /// CPU samples (tgid, sample), their stacks named like sites (`named`).
+    pub cpu: Vec<(u32, CpuMark)>,
 }
 
 impl SiteTally {
@@ -118,7 +132,7 @@ pub fn estimate_pages(sites: &BTreeMap<u64, SiteTotals>, exact_pages: u64) -> Ve
 }
 
 /// What ran a frame: machine code, or the Python interpreter.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FrameKind {
     #[default]
@@ -132,7 +146,7 @@ pub enum FrameKind {
 }
 
 /// One frame of a site, innermost first.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct SiteFrame {
     pub kind: FrameKind,
     /// The file the frame's code came from (its name, `libcuda.so.1`), or `[vdso]`, or

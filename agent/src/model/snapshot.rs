@@ -99,6 +99,8 @@ pub struct ProcessSnapshot {
     pub top_cxl_alloc_sites: Vec<AllocSite>,
     /// How many distinct sites were sampled (the top ones are listed).
     pub cxl_alloc_site_count: usize,
+    /// Its CPU profile from the cpu-clock sampler (null when it has no sample).
+    pub cpu_profile: Option<super::cpu_profile::CpuProfileView>,
     /// The GPU it drives and the evidence (`model/gpu.rs`); null without GPUs or evidence.
     pub gpu: Option<super::gpu::GpuView>,
     /// Where it may run and where its threads last ran; null until read (training processes).
@@ -245,6 +247,8 @@ pub struct AgentSnapshot {
     pub events_received: u64,
     /// The CXL allocation-site sampler: attempts and how each ended.
     pub site_sampling: SiteSampling,
+    /// The CPU sampler: ticks and how each ended.
+    pub cpu_sampling: super::cpu_profile::CpuSampling,
     /// How the CUDA driver's pinned memory is watched: `cuda` (`watching`, `no CUDA library
     /// mapped`, `unsupported: why`), the libraries probed, processes looked at.
     pub pinning: super::pinned::PinningStatus,
@@ -427,6 +431,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 alloc_pages_per_s_by_node: p.alloc_rate_by_node.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                 cxl_alloc_site_count: p.cxl_sites.len(),
                 top_cxl_alloc_sites: sites,
+                cpu_profile: super::cpu_profile::view(&p.cpu, &p.site_frames, model.cpu_period_ns),
                 faults: p.faults,
                 faults_by_path: FaultsByPath {
                     cpu_user: split.cpu_user,
@@ -490,6 +495,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                         | "site_rate_limited"
                         | "site_not_watched"
                         | "site_watch_inherited"
+                        | "cpu_attempts"
+                        | "cpu_delivered"
+                        | "cpu_rate_limited"
+                        | "cpu_not_watched"
                 )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
@@ -528,6 +537,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 ctx.site_unnormalized,
                 ctx.site_stacks,
             ),
+            cpu_sampling: super::cpu_profile::CpuSampling::of(model),
             pinning: model.pinning.clone(),
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,

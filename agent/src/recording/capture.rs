@@ -47,6 +47,8 @@ pub struct Capture {
     sites: BTreeMap<u32, Vec<SiteRec>>,
     /// Insights closed so far (the engine's count), so each closing is written once.
     insights_closed: u64,
+    /// CPU samples and stacks written so far.
+    cpu: super::cpu::CpuCapture,
 }
 
 /// Seconds after the recording started as its milliseconds (0 for a time before it).
@@ -72,6 +74,12 @@ pub fn insight_rec(v: &InsightView) -> InsightRec {
 }
 
 impl Capture {
+    /// A capture of a recording that started at `started_ns` (CLOCK_MONOTONIC): CPU samples'
+    /// times are written from there.
+    pub fn starting_at(started_ns: u64) -> Self {
+        Capture { cpu: super::cpu::CpuCapture::starting_at(started_ns), ..Capture::default() }
+    }
+
     /// The records for one interval: identities that changed, events since the last call, the
     /// frame, and sites that changed.
     pub fn observe(&mut self, snap: &Snapshot, model: &Model, t_ms: u64) -> Vec<Record> {
@@ -158,6 +166,9 @@ impl Capture {
                 out.push(Record::Sites(SitesRec { t_ms, pid: p.pid, sites }));
             }
         }
+        out.extend(
+            self.cpu.observe(snap.processes.iter().map(|p| p.pid), model, t_ms).into_iter().map(Record::CpuSamples),
+        );
         out
     }
 }

@@ -2,6 +2,7 @@
 //! writer and the reader here, and what a recorder takes from each snapshot of the model
 //! ([`capture`]). Documented in docs/session-format.md.
 pub mod capture;
+pub mod cpu;
 pub mod format;
 pub mod records;
 pub mod replay;
@@ -47,6 +48,8 @@ pub struct Recording {
     pub events: Vec<EventRec>,
     /// The latest CXL allocation sites of every process that had some.
     pub sites: BTreeMap<u32, SitesRec>,
+    /// Every process's CPU samples and their stacks (absent in older files).
+    pub cpu: BTreeMap<u32, cpu::CpuRecording>,
     pub end: Option<EndRec>,
     /// What the reader had to skip (a partial last chunk) or could not find (no end record).
     pub warnings: Vec<String>,
@@ -296,6 +299,7 @@ fn collect<R: std::io::Read>(
             Record::Sites(s) => {
                 rec.sites.insert(s.pid, s);
             }
+            Record::CpuSamples(c) => rec.cpu.entry(c.pid).or_default().add(c),
             Record::End(e) => rec.end = Some(e),
         }
         Ok(())

@@ -26,6 +26,7 @@ pub enum Record {
     Event(EventRec),
     /// The CXL allocation sites of a process (cumulative), when they changed.
     Sites(SitesRec),
+    CpuSamples(super::cpu::CpuSamplesRec),
     End(EndRec),
 }
 

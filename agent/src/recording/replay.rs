@@ -336,6 +336,7 @@ mod tests {
                 EventRec { t_ms: 9500, kind: EventKind::Exit { pid: 7, comm: "ts-alloc".into() } },
             ],
             sites: BTreeMap::new(),
+            cpu: BTreeMap::new(),
             end: None,
             warnings: vec![],
             on_disk: None,

@@ -152,6 +152,9 @@ pub struct Analysis {
     pub faults_per_s: f64,
     pub processes: Vec<ProcessUse>,
     pub sites: Vec<Site>,
+    /// Each sampled process's CPU profile (none in recordings without CPU samples).
+    #[serde(default)]
+    pub cpu: Vec<super::cpu::CpuUse>,
     pub histograms: Vec<Histogram>,
     pub health: Vec<Happening>,
     /// Placement calls, process starts and exits.
@@ -638,6 +641,7 @@ pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
         faults_per_s: if duration > 0.0 { faults as f64 / duration } else { 0.0 },
         processes,
         sites,
+        cpu: super::cpu::analyze(rec),
         histograms,
         health,
         events,

@@ -332,6 +332,7 @@ mod tests {
                 .collect(),
             events: vec![],
             sites: BTreeMap::new(),
+            cpu: BTreeMap::new(),
             end: None,
             warnings: vec![],
             on_disk: None,

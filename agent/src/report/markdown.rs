@@ -105,6 +105,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
             let _ = writeln!(s, "  - `{f}`");
         }
     }
+    s.push_str(&super::cpu::markdown(&a.cpu, cell));
     s.push_str(&super::insights::markdown(&a.insights, cell));
     s.push_str("\n## Health events\n\n");
     if a.health.is_empty() {

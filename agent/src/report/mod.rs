@@ -3,6 +3,7 @@
 //! ([`insights`]); the forms other tools open: a pprof
 //! profile of the CXL allocation sites ([`pprof`]) and Perfetto counter tracks ([`perfetto`]).
 pub mod analysis;
+pub mod cpu;
 pub mod diff;
 pub mod escape;
 pub mod html;
@@ -10,6 +11,7 @@ pub mod insights;
 pub mod markdown;
 pub mod perfetto;
 pub mod pprof;
+pub mod pprof_cpu;
 #[cfg(test)]
 mod recording_insight_tests;
 pub mod svg;

@@ -13,7 +13,7 @@ use super::insights::{insights, InsightUse};
 use crate::recording::{ReadError, Recording};
 
 /// The messages of profile.proto that a profile of sites uses, field numbers as there.
-mod proto {
+pub(super) mod proto {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Profile {
         #[prost(message, repeated, tag = "1")]
@@ -98,6 +98,9 @@ mod proto {
     pub struct Line {
         #[prost(uint64, tag = "1")]
         pub function_id: u64,
+        /// A Python frame's line (0: none).
+        #[prost(int64, tag = "2")]
+        pub line: i64,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -142,18 +145,18 @@ pub fn frame_parts(text: &str) -> FrameParts<'_> {
 
 /// The string table: index 0 is "".
 #[derive(Default)]
-struct Strings {
+pub(super) struct Strings {
     index: BTreeMap<String, i64>,
-    table: Vec<String>,
+    pub(super) table: Vec<String>,
 }
 
 impl Strings {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let mut s = Strings::default();
         s.id("");
         s
     }
-    fn id(&mut self, s: &str) -> i64 {
+    pub(super) fn id(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
@@ -228,7 +231,7 @@ pub fn profile(rec: &Recording) -> Result<Profile, ReadError> {
                     id,
                     mapping_id,
                     address: parts.offset,
-                    line: vec![proto::Line { function_id }],
+                    line: vec![proto::Line { function_id, line: 0 }],
                 });
                 location_id.push(id);
             }
@@ -262,7 +265,7 @@ pub fn profile(rec: &Recording) -> Result<Profile, ReadError> {
 
 /// An insight as one comment line: `insight allocation_churn warning on train 7, open 2.0 s to
 /// 4.0 s: <summary>`.
-fn insight_comment(u: &InsightUse) -> String {
+pub(super) fn insight_comment(u: &InsightUse) -> String {
     let until = u.closed_s.map_or_else(|| "the end".to_string(), |c| format!("{c:.1} s"));
     format!(
         "insight {} {} on {}, open {:.1} s to {until}: {}",

@@ -270,6 +270,34 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
     }
     out.push(Line::from(""));
 
+    // CPU profile.
+    out.push(heading("Top CPU lines (sampled cpu-clock ticks: share, CPU time)"));
+    match crate::model::cpu_profile::view(&p.cpu, &p.site_frames, scene.model.cpu_period_ns) {
+        None => {
+            let why = match (&scene.model.cpu_sampler_note, scene.model.cpu_samples_hz) {
+                (Some(note), _) => note.clone(),
+                (None, 0) => "off (--cpu-samples-hz 0)".to_string(),
+                (None, _) => "none sampled yet".to_string(),
+            };
+            out.push(Line::from(Span::styled(format!("  {why}"), theme::dim())));
+        }
+        Some(v) => {
+            // Python lines first (what a training engineer reads), then native functions.
+            let lines = v.top_python_lines.iter().take(5).chain(v.top_native_functions.iter().take(3));
+            for l in lines {
+                out.push(Line::from(vec![
+                    Span::raw(format!(
+                        "  {} {} ",
+                        rpad(&format!("{:.0}%", l.share * 100.0), 4),
+                        rpad(&format!("{:.1}s", l.cpu_ns as f64 / 1e9), 6)
+                    )),
+                    Span::raw(format::truncate(&l.what, width.saturating_sub(16))),
+                ]));
+            }
+        }
+    }
+    out.push(Line::from(""));
+
     // Policy.
     out.push(heading("Placement policy (the process's own mbind / set_mempolicy / move_pages calls)"));
     if p.policy_events.is_empty() {

@@ -185,6 +185,16 @@ impl Fixture {
         ));
         let cuda = crate::model::site::SiteFrame::unnamed("libcuda.so.1", 0x1a2b3c);
         named.named.push((4242, 9, vec![cuda, f("allocate_grad_buffer", 0x2040)]));
+        // CPU samples: 30 ticks in the training step's line, 10 in the data loader's.
+        model.cpu_period_ns = 20_408_163;
+        model.cpu_samples_hz = 49;
+        let py = |line, func: &str| crate::model::site::SiteFrame::python("/w/train.py", func, line);
+        named.named.push((4242, 21, vec![py(42, "step"), py(90, "main")]));
+        named.named.push((4242, 22, vec![f("memcpy", 0x3000), py(17, "load_batch"), py(91, "main")]));
+        for (i, stack) in (0..40u64).map(|i| (i, if i % 4 == 3 { 22 } else { 21 })) {
+            let mark = crate::model::site::CpuMark { ts_ns: i * 20_408_163, tid: 4242, stack, ticks: 1 };
+            named.cpu.push((4242, mark));
+        }
         model.apply_sites(named);
         model.apply_event(Event::Policy(PolicyDecision {
             tgid: 4242,

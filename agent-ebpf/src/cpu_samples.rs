@@ -1,0 +1,104 @@
+//! The CPU sampler: a perf_event program on each online CPU's software cpu-clock event (no PMU
+//! needed; works in VMs). Each tick that finds a thread of a watched process (one with a
+//! `SITE_BUDGET` entry: the same watch as the CXL sites) running takes the same record a site
+//! sample takes (frame-pointer stack, registers and stack copy, Python frames) into
+//! `CPU_SAMPLES`, under a per-process budget (`CPU_BUDGET`). Every tick ends in one counted
+//! `cpu_*` outcome.
+use aya_ebpf::{
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_ktime_get_ns},
+    macros::perf_event,
+    programs::PerfEventContext,
+    EbpfContext,
+};
+use tierscope_common::{
+    event::{EventKind, SiteSampleEvent, SITE_MAX_FRAMES},
+    maps::CpuBudget,
+    stats::Stat,
+};
+
+use crate::{
+    common::{count, global, header},
+    maps::{AGENT_TGID, CPU_BUDGET, CPU_BURST_NS, CPU_INTERVAL_NS, CPU_SAMPLES, SITE_BUDGET},
+};
+
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> i32 {
+    count(Stat::CpuAttempts);
+    let id = bpf_get_current_pid_tgid();
+    let (tgid, pid) = ((id >> 32) as u32, id as u32);
+    // SAFETY: only whether the entry exists is used.
+    if tgid == 0 || tgid == global(&AGENT_TGID) || unsafe { SITE_BUDGET.get(&tgid) }.is_none() {
+        count(Stat::CpuNotWatched);
+        return 0;
+    }
+    sample(&ctx, tgid, pid);
+    0
+}
+
+#[inline(always)]
+fn sample(ctx: &PerfEventContext, tgid: u32, pid: u32) {
+    let b = match CPU_BUDGET.get_ptr_mut(&tgid) {
+        Some(b) => b,
+        None => {
+            let _ = CPU_BUDGET.insert(&tgid, &CpuBudget::default(), BPF_NOEXIST as u64);
+            match CPU_BUDGET.get_ptr_mut(&tgid) {
+                Some(b) => b,
+                None => {
+                    count(Stat::CpuStackError);
+                    return;
+                }
+            }
+        }
+    };
+    // SAFETY: a live map value. Two CPUs of one process may race: at worst one extra sample
+    // passes or one skipped tick is not carried; nothing is counted twice.
+    let b = unsafe { &mut *b };
+    let interval = global(&CPU_INTERVAL_NS);
+    if interval != 0 {
+        // SAFETY: no preconditions.
+        let now = unsafe { bpf_ktime_get_ns() };
+        let next = if b.next_ns > now { b.next_ns } else { now };
+        if next - now > global(&CPU_BURST_NS) {
+            b.skipped += 1;
+            count(Stat::CpuRateLimited);
+            return;
+        }
+        b.next_ns = next + interval;
+    }
+    let Some(mut entry) = CPU_SAMPLES.reserve::<SiteSampleEvent>(0) else {
+        b.skipped += 1;
+        count(Stat::CpuRingFull);
+        return;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `frames` lies inside the reserved record; the size is its constant length.
+    let copied = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            (&raw mut (*rec).frames).cast(),
+            (SITE_MAX_FRAMES * 8) as u32,
+            BPF_F_USER_STACK as u64,
+        )
+    };
+    if copied <= 0 {
+        entry.discard(0);
+        // 0: no user frames (a kernel thread); < 0: the callchain buffers were busy.
+        count(if copied == 0 { Stat::CpuNoUserStack } else { Stat::CpuStackError });
+        return;
+    }
+    let ticks = core::mem::replace(&mut b.skipped, 0) + 1;
+    // SAFETY: the reserved record; every field but `frames` (written above) is set here.
+    unsafe {
+        (*rec).header = header(EventKind::CpuSample as u32, tgid, pid);
+        (*rec).pages = ticks;
+        (*rec).node = 0;
+        (*rec).stack_bytes = copied as u32;
+    }
+    // SAFETY: fields of the reserved record.
+    let (user, python) = unsafe { (&raw mut (*rec).user, &raw mut (*rec).python) };
+    crate::user_stack::capture(user);
+    crate::python_frames::capture(python, tgid, pid);
+    entry.submit(0);
+    count(Stat::CpuDelivered);
+}

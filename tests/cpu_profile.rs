@@ -1,0 +1,161 @@
+//! Root tests of the CPU sampler against the real kernel: a Python stand-in burns its thread's
+//! CPU in `hot_loop` for a known CPU time and in `warm_loop` for half as long
+//! (support/python_cpu.py). The profile's top Python line is in `hot_loop`, the two functions'
+//! samples stand about 2:1, the ticks match the sampler's rate times the CPU time the process
+//! measured itself, and every tick ends in one counted outcome. A session recorded with
+//! `tierscope record -- python3 ...` holds the same profile in its report and in the CPU pprof
+//! profile `export --pprof` writes beside the sites'.
+use serde_json::Value;
+use tierscope_tests::{
+    process, require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr, Agent, Workload,
+    UNTIL_INTERRUPTED,
+};
+
+const PYTHON: &str = "/usr/bin/python3";
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_cpu.py");
+/// The sampler's default rate (agent/src/model/cpu_profile.rs).
+const HZ: f64 = 49.0;
+/// CPU seconds `hot_loop` burns (`warm_loop` half as long).
+const HOT_S: &str = "2";
+
+/// The 1-based lines of `function`'s body in the script.
+fn lines_of(function: &str) -> std::ops::RangeInclusive<u64> {
+    let script = std::fs::read_to_string(SCRIPT).expect("script");
+    let start = script.lines().position(|l| l.starts_with(&format!("def {function}("))).expect("def") as u64 + 1;
+    start..=start + 3
+}
+
+/// Ticks per function, from a list of `{what, samples}` Python lines (`path:LINE in function`).
+fn by_function(lines: &Value, function: &str) -> u64 {
+    lines
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| l["what"].as_str().is_some_and(|w| w.ends_with(&format!(" in {function}"))))
+        .map(|l| l["samples"].as_u64().expect("samples"))
+        .sum()
+}
+
+fn line_number(what: &str) -> u64 {
+    let (left, _) = what.rsplit_once(" in ").expect("`path:LINE in function`");
+    left.rsplit_once(':').and_then(|(_, l)| l.parse().ok()).expect("a line")
+}
+
+/// hot_loop's and warm_loop's ticks stand as their CPU times (2:1) within a third, and the
+/// top line is in hot_loop.
+fn check_profile(python_lines: &Value, what: &str) -> (u64, u64) {
+    let top = python_lines[0]["what"].as_str().unwrap_or_else(|| panic!("{what}: no Python line: {python_lines}"));
+    assert!(top.ends_with(" in hot_loop") && top.contains("python_cpu.py:"), "{what}: top line {top}");
+    assert!(lines_of("hot_loop").contains(&line_number(top)), "{what}: {top} is a line of hot_loop");
+    let (hot, warm) = (by_function(python_lines, "hot_loop"), by_function(python_lines, "warm_loop"));
+    let ratio = hot as f64 / warm.max(1) as f64;
+    eprintln!("{what}: hot_loop {hot} ticks, warm_loop {warm}: ratio {ratio:.2}");
+    // 2 s and 1 s of CPU at 49 Hz: ~98 and ~49 ticks; a periodic clock misses by a tick or two.
+    assert!((1.5..=2.7).contains(&ratio), "{what}: hot/warm ticks {hot}/{warm} = {ratio:.2}, not about 2");
+    (hot, warm)
+}
+
+#[test]
+#[ignore = "requires root"]
+fn the_cpu_profile_of_a_python_process_puts_its_hot_function_first_at_the_sampled_rate() {
+    require_root_and_agent!();
+    let mut w = Workload::start(PYTHON, &[SCRIPT, HOT_S]);
+    let pid = w.pid;
+    tierscope_tests::wait_blocked_on_pipe(pid);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string()]);
+    let done = w.go();
+    let snap = agent.interrupt();
+    w.finish();
+    let sampling = &snap["agent"]["cpu_sampling"];
+    eprintln!("cpu_sampling: {sampling}");
+    let p = process(&snap, pid);
+    let profile = &p["cpu_profile"];
+    assert!(profile.is_object(), "the process has a CPU profile: {p}");
+    let (hot, warm) = check_profile(&profile["top_python_lines"], "snapshot");
+    // Its ticks against the CPU time it measured itself (process_time over the burn).
+    let cpu_ns: f64 = done["cpu_ns"].parse().expect("cpu_ns");
+    let expected = cpu_ns / 1e9 * HZ;
+    let ticks = profile["ticks"].as_u64().expect("ticks") as f64;
+    eprintln!("ticks {ticks} for {:.2} s of CPU: {expected:.1} expected at {HZ} Hz", cpu_ns / 1e9);
+    // Ticks before and after the burn (start-up, the wait) add a few; a periodic tick misses
+    // at most one per CPU-run.
+    assert!(ticks >= expected * 0.85 && ticks <= expected * 1.15 + 5.0, "ticks {ticks} vs {expected:.1} expected");
+    assert!(hot + warm >= (expected * 0.8) as u64, "the two functions hold the burn's ticks: {hot} + {warm}");
+    assert_eq!(profile["period_ns"].as_u64(), Some((1e9 / HZ) as u64));
+    // Every tick ended in one outcome (read outcomes-first: a tick in flight shows as +1).
+    let attempts = sampling["attempts"].as_u64().expect("attempts");
+    let unaccounted = sampling["unaccounted"].as_i64().expect("unaccounted");
+    assert!((0..=4).contains(&unaccounted), "every tick is counted: {sampling}");
+    assert!(sampling["delivered"].as_u64() >= Some(ticks as u64 / 2), "delivered: {sampling}");
+    assert_eq!(sampling["rate_limited"].as_u64(), Some(0), "one thread at 49 Hz is under the budget");
+    assert!(attempts > 0 && sampling["not_watched"].as_u64() > Some(0), "other CPUs' ticks: {sampling}");
+}
+
+#[test]
+#[ignore = "requires root, protoc and pprof's profile.proto (cargo xtask setup installs them)"]
+fn a_recorded_session_reports_and_exports_the_cpu_profile() {
+    require_root_and_agent!();
+    let d = scratch_dir("cpu_profile", "record");
+    let file = d.join("cpu.tscope");
+    let f = file.to_str().expect("path");
+    let o = tierscope(&["record", "-o", f, "--interval-ms", "200", "--", PYTHON, SCRIPT, HOT_S, "--now"]);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    let o = tierscope(&["report", f, "--format", "json"]);
+    assert!(o.status.success(), "report: {}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+    let cpu = report["cpu"].as_array().expect("report cpu");
+    let python = cpu
+        .iter()
+        .find(|c| c["comm"].as_str().is_some_and(|c| c.starts_with("python3")))
+        .unwrap_or_else(|| panic!("python3 in {cpu:?}"));
+    let (hot, warm) = check_profile(&python["top_python_lines"], "report");
+    let o = tierscope(&["report", f, "--format", "md"]);
+    assert!(o.status.success(), "report --format md: {}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("in hot_loop`"), "the Markdown report lists hot_loop");
+    // The pprof CPU profile beside the sites'.
+    let out = d.join("sites.pb.gz");
+    let o = tierscope(&["export", f, "--pprof", out.to_str().expect("p")]);
+    assert!(o.status.success(), "export: {}", stderr(&o));
+    let cpu_pb = d.join("sites.cpu.pb.gz");
+    assert!(stderr(&o).contains("sites.cpu.pb.gz"), "export names the CPU profile: {}", stderr(&o));
+    let decoded = protoc_decode(&cpu_pb);
+    for needed in ["\"samples\"", "\"count\"", "\"cpu\"", "\"nanoseconds\"", "\"hot_loop\"", "\"warm_loop\""] {
+        assert!(decoded.contains(needed), "the CPU profile has {needed}");
+    }
+    // Its values: each sample's [ticks, ticks x period]; hot_loop's line among the lines.
+    let values: Vec<i64> =
+        decoded.lines().filter_map(|l| l.trim().strip_prefix("value: ")).filter_map(|v| v.parse().ok()).collect();
+    let ticks: i64 = values.iter().step_by(2).sum();
+    let ns: i64 = values.iter().skip(1).step_by(2).sum();
+    assert_eq!(ns, ticks * (1e9 / HZ) as i64, "cpu = samples x period");
+    assert!(ticks as u64 >= hot + warm, "the profile holds the report's ticks: {ticks} vs {hot} + {warm}");
+    let hot_line = lines_of("hot_loop");
+    assert!(
+        decoded
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("line: "))
+            .filter_map(|v| v.parse::<u64>().ok())
+            .any(|l| hot_line.contains(&l)),
+        "a location has hot_loop's line"
+    );
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+/// `protoc --decode` of a gzipped profile with pprof's own profile.proto, as text.
+fn protoc_decode(path: &std::path::Path) -> String {
+    use std::process::{Command, Stdio};
+    const DIR: &str = "/usr/share/gocode/src/github.com/google/pprof/proto";
+    let raw = Command::new("gzip").arg("-dc").arg(path).output().expect("gzip -dc");
+    assert!(raw.status.success(), "gzip reads {}", path.display());
+    let mut protoc = Command::new("protoc")
+        .args(["--decode", "perftools.profiles.Profile", "--proto_path", DIR, "profile.proto"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("protoc (cargo xtask setup installs it)");
+    std::io::Write::write_all(&mut protoc.stdin.take().expect("stdin"), &raw.stdout).expect("to protoc");
+    let o = protoc.wait_with_output().expect("protoc");
+    assert!(o.status.success(), "protoc --decode: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
