@@ -529,11 +529,8 @@ impl Session {
                     tracing::info!("memory blocks changed: {written} slots of the page -> node table rewritten");
                 }
                 self.block_slots_rewritten += written as u64;
-                if beyond > 0 && !self.beyond_warned {
-                    self.beyond_warned = true;
-                    tracing::warn!(
-                        "{beyond} memory blocks lie beyond the page -> node table: their pages count as node unknown until the agent restarts"
-                    );
+                if beyond > 0 && !std::mem::replace(&mut self.beyond_warned, true) {
+                    tracing::warn!("{beyond} memory blocks lie beyond the page -> node table: their pages count as node unknown until the agent restarts");
                 }
             }
             Err(e) => tracing::debug!("memory blocks: {e}"),

@@ -86,9 +86,10 @@ pub struct CpuLine {
     pub share: f64,
 }
 
-/// The innermost Python frame of a stack (where the interpreter was), as text.
+/// The innermost Python frame of a stack (where the interpreter was; for a native worker, its
+/// main thread's line, labelled as such), as text.
 fn innermost_python(frames: &[SiteFrame]) -> Option<String> {
-    frames.iter().find(|f| f.kind == FrameKind::Python).map(ToString::to_string)
+    frames.iter().find(|f| f.is_python()).map(ToString::to_string)
 }
 
 /// What the innermost native code was: the frame's function (`function (module)`), or its

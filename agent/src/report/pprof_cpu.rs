@@ -27,16 +27,17 @@ struct Tables {
 impl Tables {
     fn location(&mut self, f: &SiteFrame) -> u64 {
         let (name, file, line) = match f.kind {
-            FrameKind::Python => (
-                f.function.clone().unwrap_or_else(|| "?".into()),
-                f.file.clone().unwrap_or_else(|| f.module.clone()),
-                u64::from(f.line.unwrap_or(0)),
-            ),
+            FrameKind::Python | FrameKind::MainThread => {
+                let function = f.function.clone().unwrap_or_else(|| "?".into());
+                // The main thread's frame is a native worker's context, not its caller: said so.
+                let name = if f.kind == FrameKind::MainThread { format!("(main thread) {function}") } else { function };
+                (name, f.file.clone().unwrap_or_else(|| f.module.clone()), u64::from(f.line.unwrap_or(0)))
+            }
             FrameKind::Native => {
                 (f.function.clone().unwrap_or_else(|| format!("{}+{:#x}", f.module, f.offset)), f.module.clone(), 0)
             }
         };
-        let key = (name.clone(), file.clone(), if f.kind == FrameKind::Python { line } else { f.offset });
+        let key = (name.clone(), file.clone(), if f.is_python() { line } else { f.offset });
         if let Some(&id) = self.locations.get(&key) {
             return id;
         }
