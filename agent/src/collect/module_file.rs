@@ -286,15 +286,69 @@ struct FunctionSymbol {
 #[derive(Debug, Default)]
 pub struct Functions {
     syms: Vec<FunctionSymbol>,
-    strings: Vec<u8>,
+    names: Names,
+}
+
+/// Where a symbol table's names are: in memory, or (a table larger than [`NAMES_HELD`]: the
+/// 78 MB `.strtab` of PyTorch's `libtorch_cpu.so`) left in the file and read a name at a time
+/// when a frame is named.
+#[derive(Debug)]
+enum Names {
+    Held(Vec<u8>),
+    InFile { file: std::sync::Arc<ModuleFile>, offset: u64, len: u64 },
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        Names::Held(Vec::new())
+    }
+}
+
+/// String tables up to this size are read whole (aliases then ranked by their names' length);
+/// larger ones stay in the file.
+pub const NAMES_HELD: u64 = 4 << 20;
+/// The longest name read from a table left in the file (C++ names run to a few KiB).
+const MAX_NAME: u64 = 64 << 10;
+
+impl Names {
+    /// The name at `at`, up to its NUL.
+    fn get(&self, at: u32) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match self {
+            Names::Held(b) => c_str(b, at as usize).map(std::borrow::Cow::Borrowed),
+            Names::InFile { file, offset, len } => {
+                let mut want = 512u64;
+                loop {
+                    let size = want.min(len.checked_sub(u64::from(at))?);
+                    let b = file.read(offset + u64::from(at), size, MAX_NAME).ok()?;
+                    if let Some(end) = b.iter().position(|&c| c == 0) {
+                        return Some(std::borrow::Cow::Owned(b[..end].to_vec()));
+                    }
+                    if size < want || want >= MAX_NAME {
+                        return None;
+                    }
+                    want = (want * 8).min(MAX_NAME);
+                }
+            }
+        }
+    }
 }
 
 impl Functions {
     /// The defined functions (`STT_FUNC`, `STT_GNU_IFUNC`) of a symbol table. Pure.
     pub fn parse(symtab: &[u8], strings: Vec<u8>) -> Functions {
+        Functions::ranked(symtab, Names::Held(strings))
+    }
+
+    fn ranked(symtab: &[u8], names: Names) -> Functions {
         // Of the aliases at one address, the one shown: global before weak before local,
         // then the longest, then the shortest name (`__libc_start_main`, not a local
-        // `__libc_start_main_alias_2`).
+        // `__libc_start_main_alias_2`); names left in the file are not compared (the first in
+        // the table wins: C++ aliases, such as a constructor's complete and base object
+        // symbols, read the same once demangled).
+        let strings: &[u8] = match &names {
+            Names::Held(b) => b,
+            Names::InFile { .. } => &[],
+        };
         let mut ranked: Vec<((u8, std::cmp::Reverse<u64>, usize), FunctionSymbol)> = symtab
             .chunks_exact(SYM_LEN)
             .filter_map(|s| {
@@ -314,22 +368,23 @@ impl Functions {
         let mut syms: Vec<FunctionSymbol> = ranked.into_iter().map(|(_, f)| f).collect();
         syms.dedup_by_key(|s| s.addr);
         syms.shrink_to_fit();
-        Functions { syms, strings }
+        Functions { syms, names }
     }
 
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }
 
-    /// The function containing `addr` and the offset into it. Pure.
-    pub fn find(&self, addr: u64) -> Option<(&[u8], u64)> {
+    /// The function containing `addr` and the offset into it (a table's names left in the
+    /// file are read here).
+    pub fn find(&self, addr: u64) -> Option<(std::borrow::Cow<'_, [u8]>, u64)> {
         let i = self.syms.partition_point(|s| s.addr <= addr).checked_sub(1)?;
         let s = self.syms[i];
         let off = addr - s.addr;
         if off >= s.size.max(1) {
             return None;
         }
-        c_str(&self.strings, s.name as usize).map(|n| (n, off))
+        self.names.get(s.name).map(|n| (n, off))
     }
 
     /// The address of the first defined symbol named `name` (any type). Pure.
@@ -342,14 +397,18 @@ impl Functions {
 
     /// Bytes held (a bound on what a namer keeps).
     pub fn bytes(&self) -> usize {
-        self.syms.capacity() * size_of::<FunctionSymbol>() + self.strings.capacity()
+        let names = match &self.names {
+            Names::Held(b) => b.capacity(),
+            Names::InFile { .. } => 0,
+        };
+        self.syms.capacity() * size_of::<FunctionSymbol>() + names
     }
 }
 
 /// An ELF file's headers, read from a [`ModuleFile`]; its sections read on request.
 #[derive(Debug)]
 pub struct Elf {
-    file: ModuleFile,
+    file: std::sync::Arc<ModuleFile>,
     pub segments: Vec<Segment>,
     pub sections: Vec<Section>,
 }
@@ -391,7 +450,7 @@ impl Elf {
                 })
                 .collect();
         }
-        Ok(Elf { file, segments, sections })
+        Ok(Elf { file: std::sync::Arc::new(file), segments, sections })
     }
 
     pub fn path(&self) -> &Path {
@@ -491,12 +550,29 @@ impl Elf {
         }
     }
 
-    /// The functions of `.symtab` (`dynamic`: `.dynsym`).
+    /// The functions of `.symtab` (`dynamic`: `.dynsym`); a string table over [`NAMES_HELD`]
+    /// stays in the file.
     pub fn functions(&self, dynamic: bool) -> Result<Functions, ModuleFileError> {
-        Ok(match self.symbol_table(if dynamic { SHT_DYNSYM } else { SHT_SYMTAB })? {
-            Some((syms, strings)) => Functions::parse(&syms, strings),
-            None => Functions::default(),
-        })
+        self.functions_holding(dynamic, NAMES_HELD)
+    }
+
+    fn functions_holding(&self, dynamic: bool, held: u64) -> Result<Functions, ModuleFileError> {
+        let kind = if dynamic { SHT_DYNSYM } else { SHT_SYMTAB };
+        let Some(s) = self.sections.iter().find(|s| s.kind == kind) else { return Ok(Functions::default()) };
+        let Some(strtab) = self.sections.get(s.link as usize) else { return Ok(Functions::default()) };
+        let in_file = strtab.size > held
+            && strtab.kind != SHT_NOBITS
+            && strtab.flags & SHF_COMPRESSED == 0
+            && strtab.offset.checked_add(strtab.size).is_some_and(|end| end <= self.file.len);
+        if !in_file {
+            return Ok(match self.symbol_table(kind)? {
+                Some((syms, strings)) => Functions::parse(&syms, strings),
+                None => Functions::default(),
+            });
+        }
+        let Some(syms) = self.section_data(s)? else { return Ok(Functions::default()) };
+        let names = Names::InFile { file: self.file.clone(), offset: strtab.offset, len: strtab.size };
+        Ok(Functions::ranked(&syms, names))
     }
 
     /// The address of the symbol `name`, from `.dynsym`, else `.symtab`.
@@ -549,7 +625,7 @@ mod tests {
         let sym =
             whole.symbols().find(|s| s.kind() == object::SymbolKind::Text && s.size() > 16).expect("a function symbol");
         let (name, off) = funcs.find(sym.address() + 5).expect("found");
-        assert_eq!((name, off), (sym.name_bytes().expect("name"), 5));
+        assert_eq!((&*name, off), (sym.name_bytes().expect("name"), 5));
     }
 
     #[test]
@@ -626,6 +702,30 @@ mod tests {
     }
 
     #[test]
+    fn names_left_in_the_file_are_the_names_held_in_memory() {
+        // This test binary's `.symtab`, once held whole and once left in the file (as a
+        // string table over NAMES_HELD is): the same function, offset and name for every
+        // address but those of aliases (only held names rank them by length).
+        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+        let elf = Elf::open(&exe).expect("own exe readable");
+        let held = elf.functions_holding(false, u64::MAX).expect("symtab");
+        let in_file = elf.functions_holding(false, 0).expect("symtab");
+        assert!(matches!(held.names, Names::Held(_)) && matches!(in_file.names, Names::InFile { .. }));
+        assert!(in_file.bytes() < held.bytes() / 2, "{} vs {}", in_file.bytes(), held.bytes());
+        let (mut same, mut aliased) = (0, 0);
+        for s in held.syms.iter().take(5000) {
+            let (a, b) = (held.find(s.addr).expect("held"), in_file.find(s.addr).expect("in file"));
+            assert_eq!(a.1, b.1);
+            if a.0 == b.0 {
+                same += 1;
+            } else {
+                aliased += 1;
+            }
+        }
+        assert!(same > 1000 && aliased * 100 < same, "{same} named alike, {aliased} aliases named otherwise");
+    }
+
+    #[test]
     fn functions_are_found_by_address() {
         let sym = |name: u32, info: u8, shndx: u16, addr: u64, size: u64| {
             let mut b = name.to_le_bytes().to_vec();
@@ -645,10 +745,14 @@ mod tests {
         ]
         .concat();
         let f = Functions::parse(&table, strings.clone());
-        assert_eq!(f.find(0x1000), Some((&b"alpha"[..], 0)));
-        assert_eq!(f.find(0x101f), Some((&b"alpha"[..], 0x1f)));
+        assert_eq!(f.find(0x1000).map(|(n, o)| (n.into_owned(), o)), Some((b"alpha".to_vec(), 0)));
+        assert_eq!(f.find(0x101f).map(|(n, o)| (n.into_owned(), o)), Some((b"alpha".to_vec(), 0x1f)));
         assert_eq!(f.find(0x1020), None, "a gap (an object symbol is no function)");
-        assert_eq!(f.find(0x1045), Some((&b"beta"[..], 5)), "the global alias, not the local one");
+        assert_eq!(
+            f.find(0x1045).map(|(n, o)| (n.into_owned(), o)),
+            Some((b"beta".to_vec(), 5)),
+            "the global alias, not the local one"
+        );
         assert_eq!(f.find(0x2004), None, "undefined symbols name nothing");
         assert_eq!(f.find(0x10), None);
         assert_eq!(Functions::address_of(&table, &strings, b"data"), Some(0x1020));

@@ -309,7 +309,7 @@ impl ModuleFunctions {
     fn name(&self, offset: u64) -> Option<FunctionAt> {
         let addr = self.loads.iter().find(|(r, _)| r.contains(&offset)).map(|(r, va)| offset - r.start + va)?;
         let (name, at) = self.symtab.find(addr).or_else(|| self.dynsym.find(addr))?;
-        Some((demangle(&String::from_utf8_lossy(name)), at))
+        Some((demangle(&String::from_utf8_lossy(&name)), at))
     }
 }
 
