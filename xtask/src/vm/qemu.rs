@@ -25,6 +25,10 @@ pub enum Shape {
     /// Two sockets: node 0 with CPU 0 and node 1 with CPU 1, 512 MiB each, one memory tier (no
     /// HMAT): the CPU/memory affinity question without a slow tier.
     TwoSockets,
+    /// Node 0 with both CPUs and node 1 CPU-less, 512 MiB each, with neither HMAT nor a CXL
+    /// device: nothing says what node 1's memory is, and the kernel keeps both nodes in one
+    /// memory tier (issue 29: such a node is far memory of unknown kind, not "cxl").
+    Bare,
     /// One node of 1536 MiB with 2 CPUs: the few-CPU end of the kernel-memory line.
     Cpus2,
     /// The same memory with 64 CPUs (about two minutes of boot under TCG on two host cores):
@@ -38,6 +42,7 @@ impl Shape {
             Shape::Hmat => "hmat",
             Shape::Cxl => "cxl",
             Shape::TwoSockets => "two-sockets",
+            Shape::Bare => "bare",
             Shape::Cpus2 => "cpus-2",
             Shape::Cpus64 => "cpus-64",
         }
@@ -64,7 +69,7 @@ impl Shape {
         let machine = match self {
             Shape::Hmat => "q35,accel=tcg,hmat=on",
             Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
-            Shape::TwoSockets => "q35,accel=tcg",
+            Shape::TwoSockets | Shape::Bare => "q35,accel=tcg",
             Shape::Cpus2 | Shape::Cpus64 => "q35",
         };
         if matches!(self, Shape::Cpus2 | Shape::Cpus64) {
@@ -108,6 +113,8 @@ impl Shape {
         .collect();
         let numa: &[&str] = if self == Shape::TwoSockets {
             &["node,nodeid=0,cpus=0,memdev=m0", "node,nodeid=1,cpus=1,memdev=m1"]
+        } else if self == Shape::Bare {
+            &["node,nodeid=0,cpus=0-1,memdev=m0", "node,nodeid=1,memdev=m1"]
         } else {
             &[
                 "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",

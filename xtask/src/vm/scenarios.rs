@@ -56,6 +56,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "kmem-2", shape: Shape::Cpus2, kind: Kind::Test, timeout_s: 240, judge: super::kmem::judge },
     // Two minutes of boot and a slow verifier on 64 TCG CPUs.
     Scenario { name: "kmem-64", shape: Shape::Cpus64, kind: Kind::Test, timeout_s: 600, judge: super::kmem::judge },
+    Scenario { name: "far-memory", shape: Shape::Bare, kind: Kind::Test, timeout_s: 120, judge: far_memory },
     Scenario {
         name: "insights-split",
         shape: Shape::TwoSockets,
@@ -241,6 +242,46 @@ fn residency(r: &Report) -> Vec<Figure> {
             )
         }))
         .collect()
+}
+
+/// A CPU-less node nothing describes (no HMAT, no CXL region, no GPU driver, one kernel memory
+/// tier for both nodes): `topology` calls it far memory of unknown kind and says why, not CXL.
+fn far_memory(r: &Report) -> Vec<Figure> {
+    let node = |id: u64| {
+        r.snapshots
+            .get("topology")?
+            .get("nodes")?
+            .as_array()?
+            .iter()
+            .find(|n| n.get("id").and_then(Value::as_u64) == Some(id))
+    };
+    let field = |id: u64, f: &str| node(id).and_then(|n| n.get(f)).and_then(Value::as_str).map(str::to_string);
+    let evidence = field(1, "tier_evidence").unwrap_or_default();
+    vec![
+        Figure::kernel(
+            "memory tiers holding nodes",
+            r.truth("memory_tiers"),
+            |t| t <= 1.0,
+            "at most one: the kernel splits nothing",
+        ),
+        Figure::kernel("node1 CPUs", r.truth("node1_cpus"), |c| c == 0.0, "none"),
+        Figure::equals("node0 tier", "dram", field(0, "tier").as_deref()),
+        Figure::equals("node1 tier", "far", field(1, "tier").as_deref()),
+        Figure {
+            name: "node1 evidence says why (unknown kind, how to name it)".into(),
+            kernel: None,
+            agent: None,
+            ok: evidence.contains("far memory (unknown kind)") && evidence.contains("[tiers]"),
+            rule: format!("agent says {evidence:?}"),
+        },
+        Figure {
+            name: "topology's text calls node1 far, never cxl".into(),
+            kernel: None,
+            agent: None,
+            ok: r.checks.iter().any(|(ok, t)| *ok && t.contains("text says far")),
+            rule: "the guest's check".into(),
+        },
+    ]
 }
 
 /// Top-level migrations of `reason`, field `succeeded`.
