@@ -91,6 +91,39 @@ fn the_cpu_profile_of_a_python_process_puts_its_hot_function_first_at_the_sample
     assert!(attempts > 0 && sampling["not_watched"].as_u64() > Some(0), "other CPUs' ticks: {sampling}");
 }
 
+/// A code object freed and another made at its address (CPython reuses the memory at once): the
+/// second's ticks are named by its own file and function, never by the name read at that
+/// address before.
+#[test]
+#[ignore = "requires root"]
+fn a_code_object_at_a_reused_address_is_named_as_itself() {
+    require_root_and_agent!();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_reuse.py");
+    let mut w = Workload::start(PYTHON, &[script, "1"]);
+    let pid = w.pid;
+    tierscope_tests::wait_blocked_on_pipe(pid);
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string()]);
+    let done = w.go();
+    let snap = agent.interrupt();
+    w.finish();
+    assert_eq!(done["reused"], "1", "CPython made backward's code object at the freed one's address");
+    let lines = &process(&snap, pid)["cpu_profile"]["top_python_lines"];
+    eprintln!("lines: {lines}");
+    let samples = |needle: &str| -> u64 {
+        lines
+            .as_array()
+            .expect("lines")
+            .iter()
+            .filter(|l| l["what"].as_str().is_some_and(|w| w.contains(needle)))
+            .map(|l| l["samples"].as_u64().expect("samples"))
+            .sum()
+    };
+    let (first, second) = (samples("<string>:"), samples("reused_steps.py:"));
+    // One CPU second each at 49 Hz: ~49 ticks apiece.
+    assert!(first >= 25 && second >= 25, "each code object has its own ticks: <string> {first}, backward {second}");
+    assert!(samples(" in backward") == second, "backward's ticks are named backward: {lines}");
+}
+
 #[test]
 #[ignore = "requires root, protoc and pprof's profile.proto (cargo xtask setup installs them)"]
 fn a_recorded_session_reports_and_exports_the_cpu_profile() {

@@ -189,11 +189,48 @@ pub fn split_by_entry(minor: u8, frames: &[RawPyFrame]) -> Vec<Vec<RawPyFrame>> 
     runs
 }
 
+/// What says a code object at an address is still the one read there: its file name, qualified
+/// name and line table pointers (a code object freed and another made at its address, such as an
+/// `exec`'d `<string>` and a function defined later, has other ones).
+type CodeIdentity = [u64; 3];
+
+/// The identity of the code object at `code`: one read of the span its three pointers lie in
+/// (24-32 bytes in 3.10-3.13).
+fn code_identity(tgid: u32, code: u64, layout: &PyLayout) -> Option<CodeIdentity> {
+    let offs = [layout.code_filename, layout.code_qualname, layout.code_linetable];
+    let (lo, hi) = (offs.iter().min().copied()?, offs.iter().max().copied()? + 8);
+    if hi - lo > 256 {
+        return Some([
+            read_u64(tgid, code + offs[0])?,
+            read_u64(tgid, code + offs[1])?,
+            read_u64(tgid, code + offs[2])?,
+        ]);
+    }
+    let mut b = vec![0u8; (hi - lo) as usize];
+    if !read_mem(tgid, code + lo, &mut b) {
+        return None;
+    }
+    let at = |off: u64| {
+        let i = (off - lo) as usize;
+        u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default())
+    };
+    Some(offs.map(at))
+}
+
+/// Whether a code object read with identity `seen` still names the one there now: the same
+/// pointers, or the process's memory no longer readable (it exited: what was read is the best
+/// name there is). Pure.
+fn still_valid(seen: Option<CodeIdentity>, now: Option<CodeIdentity>) -> bool {
+    now.is_none() || seen == now
+}
+
 /// The processes recognised and their code objects.
 #[derive(Default)]
 pub struct PyResolver {
     pub targets: HashMap<u32, PyTarget>,
-    codes: HashMap<(u32, u64), Option<Arc<CodeInfo>>>,
+    /// Code objects read, with the identity they had then (checked again at each use: the
+    /// process frees and reuses addresses while it runs).
+    codes: HashMap<(u32, u64), (Option<CodeIdentity>, Option<Arc<CodeInfo>>)>,
 }
 
 /// Code objects kept before the cache starts over.
@@ -212,11 +249,15 @@ impl PyResolver {
             .map(|run| {
                 run.iter()
                     .map(|f| {
-                        let info = self
-                            .codes
-                            .entry((tgid, f.code))
-                            .or_insert_with(|| read_code(tgid, f.code, &t.layout).map(Arc::new))
-                            .clone();
+                        let now = code_identity(tgid, f.code, &t.layout);
+                        let info = match self.codes.get(&(tgid, f.code)) {
+                            Some((seen, info)) if still_valid(*seen, now) => info.clone(),
+                            _ => {
+                                let info = read_code(tgid, f.code, &t.layout).map(Arc::new);
+                                self.codes.insert((tgid, f.code), (now, info.clone()));
+                                info
+                            }
+                        };
                         match info {
                             Some(c) => {
                                 let line = match t.layout.code_unit(f.code, f.instr) {
@@ -246,6 +287,15 @@ impl PyResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_code_object_read_once_is_read_again_when_its_address_holds_another() {
+        let (a, b) = ([1, 2, 3], [1, 5, 3]);
+        assert!(still_valid(Some(a), Some(a)));
+        assert!(!still_valid(Some(a), Some(b)), "another object at the address: read it again");
+        assert!(!still_valid(None, Some(a)), "unreadable before, readable now: read it");
+        assert!(still_valid(Some(a), None), "the process is gone: the name read is the best there is");
+    }
 
     #[test]
     fn interpreter_files_give_their_version() {
