@@ -354,4 +354,4 @@ pub fn html(ranks: &[RankSteps]) -> String {
 
 #[cfg(test)]
 #[path = "steps_tests.rs"]
-mod tests;
+pub(crate) mod tests;

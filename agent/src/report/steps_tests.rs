@@ -14,7 +14,7 @@ const PERIOD_NS: u64 = 10_000_000;
 /// (3 samples), loss_backward (5; 15 in step 4) and optimizer_step (2), then a wrap-up; a
 /// worker thread's samples beside it; frames every `frame_ms` with the rank allocating 2 pages
 /// per ms on node 1.
-fn recording(frame_ms: u64) -> Recording {
+pub(crate) fn recording(frame_ms: u64) -> Recording {
     let f = "/job/train.py";
     let py = |frames: &[(&str, u32)]| -> Vec<SiteFrame> {
         frames.iter().rev().map(|&(func, line)| SiteFrame::python(f, func, line)).collect()
