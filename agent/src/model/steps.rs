@@ -175,6 +175,10 @@ fn regularity(times: &[u64]) -> (f64, f64) {
     (within as f64 / iv.len() as f64, m)
 }
 
+/// A rhythm candidate: its share of regular intervals, its frame position (depth, file,
+/// function) and the sample indices of its boundaries.
+type Candidate<'a> = (f64, (usize, &'a str, &'a str), Vec<usize>);
+
 /// Finds the steps in one process's main-thread samples, in time order; samples without Python
 /// frames (never named, or native-only) are left out. Without a marker the frame position whose
 /// starts are most regular is chosen (ties to the outermost). `Err` says why none were found.
@@ -221,8 +225,7 @@ pub fn detect(samples: &[StepSample<'_>], marker: Option<&StepMarker>) -> Result
             by_position.entry((depth, f.file, f.function)).or_default().present(i, f.line);
         }
     }
-    // (share, depth, file, function, boundary indices) of the best candidate.
-    let mut best: Option<(f64, (usize, &str, &str), Vec<usize>)> = None;
+    let mut best: Option<Candidate<'_>> = None;
     for (key, starts) in &by_position {
         let idx = starts.boundaries(n);
         if idx.len() < MIN_INTERVALS + 1 {
