@@ -355,6 +355,11 @@ pub struct ReportArgs {
     /// Write here instead of standard output.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+    /// Find each rank's training steps where this Python function starts again on the main
+    /// thread: FILE.py:FUNCTION or FUNCTION (`train.py:train_step`, `Optimizer.step`); without
+    /// it, from the rank's rhythm (docs/steps.md).
+    #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
+    pub step_marker: Option<crate::model::steps::StepMarker>,
 }
 
 /// What `diff` writes.
@@ -392,6 +397,10 @@ pub struct ExportArgs {
     /// Write the timelines as Perfetto counter tracks (ui.perfetto.dev).
     #[arg(long, value_name = "OUT.pftrace")]
     pub perfetto: Option<PathBuf>,
+    /// The training steps on each rank's Perfetto track start where this Python function starts
+    /// again (as `report --step-marker`); without it, from the rank's rhythm.
+    #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
+    pub step_marker: Option<crate::model::steps::StepMarker>,
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
-//! `tierscope export FILE --pprof OUT.pb.gz --perfetto OUT.pftrace`: a recorded session in the
-//! formats other tools open (with `--pprof`, the CPU profile beside the sites': `OUT.cpu.pb.gz`). Each file is written as [`crate::output_file`] says (a new file or
-//! the user's own, never through a link).
+//! `tierscope export FILE --pprof OUT.pb.gz --perfetto OUT.pftrace [--step-marker SPEC]`: a
+//! recorded session in the formats other tools open (with `--pprof`, the CPU profile beside the
+//! sites': `OUT.cpu.pb.gz`; the Perfetto trace holds each rank's training steps as slices). Each
+//! file is written as [`crate::output_file`] says (a new file or the user's own, never through a
+//! link).
 use anyhow::{Context as _, Result};
 
 use crate::{
     cli::ExportArgs,
     output_file,
-    report::{perfetto, pprof, pprof_cpu},
+    report::{perfetto, pprof, pprof_cpu, steps},
 };
 
 pub fn run(args: ExportArgs) -> Result<i32> {
@@ -26,7 +28,8 @@ pub fn run(args: ExportArgs) -> Result<i32> {
     if let Some(out) = &args.perfetto {
         let writing = || format!("writing {}", out.display());
         let file = output_file::create(out, &output_file::Invoker::current()).context("the Perfetto trace")?;
-        let written = perfetto::write(&rec, file);
+        let steps = steps::analyze(&rec, args.step_marker.as_ref())?;
+        let written = perfetto::write(&rec, &steps, file);
         if written.is_err() {
             // The trace is written as the frames are read: no half of one is left behind.
             let _ = std::fs::remove_file(out);
@@ -36,7 +39,8 @@ pub fn run(args: ExportArgs) -> Result<i32> {
             Err(perfetto::TraceError::Read(e)) => return Err(e.into()),
             Err(perfetto::TraceError::Write(e)) => return Err(e).with_context(writing),
         };
-        eprintln!("tierscope: wrote {} ({packets} trace packets)", out.display());
+        let found: usize = steps.iter().map(|r| r.count).sum();
+        eprintln!("tierscope: wrote {} ({packets} trace packets, {found} training steps)", out.display());
     }
     Ok(0)
 }

@@ -1,4 +1,4 @@
-//! `tierscope report FILE [--format html|md|json] [-o OUT]`: a recorded session as a
+//! `tierscope report FILE [--format html|md|json] [-o OUT] [--step-marker SPEC]`: a recorded session as a
 //! self-contained HTML page, Markdown, or JSON for scripts; `tierscope diff A B`: what changed.
 use anyhow::{Context as _, Result};
 
@@ -54,7 +54,7 @@ pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let rec = open(&args.file)?;
-    let a = analysis::analyze(&rec)?;
+    let a = analysis::analyze_with(&rec, args.step_marker.as_ref())?;
     let title = format!(
         "tierscope report: {}",
         args.file.file_name().map_or_else(|| args.file.display().to_string(), |n| n.to_string_lossy().into_owned())

@@ -29,6 +29,7 @@ pub mod residency;
 pub mod scan_plan;
 pub mod site;
 pub mod snapshot;
+pub mod steps;
 pub mod tiering;
 pub mod unplug;
 

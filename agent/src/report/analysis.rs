@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    model::histogram::Log2Histogram,
+    model::{histogram::Log2Histogram, steps::StepMarker},
     recording::{
         records::{EventKind, Frame, ProcessFrame},
         ReadError, Recording,
@@ -155,6 +155,9 @@ pub struct Analysis {
     /// Each sampled process's CPU profile (none in recordings without CPU samples).
     #[serde(default)]
     pub cpu: Vec<super::cpu::CpuUse>,
+    /// Each sampled Python process's training steps (none in recordings without CPU samples).
+    #[serde(default)]
+    pub steps: Vec<super::steps::RankSteps>,
     pub histograms: Vec<Histogram>,
     pub health: Vec<Happening>,
     /// Placement calls, process starts and exits.
@@ -352,9 +355,16 @@ impl SecondPass<'_> {
     }
 }
 
-/// The analysis of a recording. Its frames are read twice, one at a time (from memory or again
-/// from the file): memory holds the figures the report draws, never the frames.
+/// The analysis of a recording, its steps found from their rhythm ([`analyze_with`]).
 pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
+    analyze_with(rec, None)
+}
+
+/// The analysis of a recording, its steps found at `step_marker` when given. Its frames are
+/// read twice, one at a time (from memory or again from the file; a third time for the pages
+/// of the steps when some were found): memory holds the figures the report draws, never the
+/// frames.
+pub fn analyze_with(rec: &Recording, step_marker: Option<&StepMarker>) -> Result<Analysis, ReadError> {
     let duration = rec.duration_s();
     let node_ids: Vec<u32> = rec.topology.as_ref().map(|t| t.nodes.iter().map(|n| n.id).collect()).unwrap_or_default();
     let mut first = FirstPass::default();
@@ -642,6 +652,7 @@ pub fn analyze(rec: &Recording) -> Result<Analysis, ReadError> {
         processes,
         sites,
         cpu: super::cpu::analyze(rec),
+        steps: super::steps::analyze(rec, step_marker)?,
         histograms,
         health,
         events,

@@ -106,6 +106,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
         }
     }
     s.push_str(&super::cpu::markdown(&a.cpu, cell));
+    s.push_str(&super::steps::markdown(&a.steps, cell));
     s.push_str(&super::insights::markdown(&a.insights, cell));
     s.push_str("\n## Health events\n\n");
     if a.health.is_empty() {

@@ -7,7 +7,8 @@
 //! opening to its closing (or the recording's end) on a track of its own (one per insight id and
 //! subject) under its process's track, or under an `insights` track when it is about a job or a
 //! node, with its severity, subject, summary, evidence and what to try as debug annotations (the
-//! slice's arguments in ui.perfetto.dev). Timestamps are the wall clock of the recording in ns.
+//! slice's arguments in ui.perfetto.dev); each rank's training steps as slices on a `steps` track
+//! under its process's track. Timestamps are the wall clock of the recording in ns.
 //! Packets are written as they are made: a `Trace` is its repeated field 1 and nothing else, so
 //! each `TracePacket` encoded as that field is a valid trace, byte for byte the one prost would
 //! encode from all of them held; memory is the tracks' names and one frame, whatever the length.
@@ -15,7 +16,10 @@ use std::{collections::BTreeMap, io::Write};
 
 use prost::Message as _;
 
-use super::insights::{insights, InsightUse};
+use super::{
+    insights::{insights, InsightUse},
+    steps::RankSteps,
+};
 use crate::{
     model::insights::Subject,
     recording::{
@@ -161,9 +165,13 @@ struct Writer<W> {
 }
 
 impl<W: Write> Writer<W> {
-    fn packet(&mut self, t_ms: Option<u64>, mut p: proto::TracePacket) {
+    fn packet(&mut self, t_ms: Option<u64>, p: proto::TracePacket) {
+        self.packet_ns(t_ms.map(|t| self.started_ns + t * 1_000_000), p);
+    }
+
+    fn packet_ns(&mut self, ts_ns: Option<u64>, mut p: proto::TracePacket) {
         p.trusted_packet_sequence_id = Some(SEQUENCE);
-        p.timestamp = t_ms.map(|t| self.started_ns + t * 1_000_000);
+        p.timestamp = ts_ns;
         p.sequence_flags =
             Some(if self.packets == 0 { SEQ_INCREMENTAL_STATE_CLEARED } else { SEQ_NEEDS_INCREMENTAL_STATE });
         self.packets += 1;
@@ -282,6 +290,46 @@ impl<W: Write> Writer<W> {
     }
 }
 
+impl<W: Write> Writer<W> {
+    /// A rank's steps as slices (`step N`, its figures as arguments) on a `steps` track under
+    /// its process's track.
+    fn steps(&mut self, rec: &Recording, r: &RankSteps) {
+        let parent = self.process_track(rec, r.pid);
+        let description = format!("training steps by {} {}", r.found_by, r.frame.as_deref().unwrap_or(""));
+        let track = self.track(format!("steps {}", r.pid), |uuid| proto::TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some("steps".into()),
+            parent_uuid: Some(parent),
+            description: Some(description),
+            ..Default::default()
+        });
+        let num = |name: &str, v: f64| proto::DebugAnnotation { double_value: Some(v), ..arg(name) };
+        for s in &r.steps {
+            let mut args = vec![
+                num("duration_s", s.duration_s),
+                num("start_uncertainty_s", s.start_uncertainty_s),
+                num("end_uncertainty_s", s.end_uncertainty_s),
+                num("off_cpu_s", s.off_cpu_s),
+            ];
+            args.extend(s.cpu_s_by_phase.iter().map(|(p, &v)| num(&format!("cpu_s_{p}"), v)));
+            let e = |r#type, name, debug_annotations| proto::TrackEvent {
+                r#type: Some(r#type),
+                track_uuid: Some(track),
+                name,
+                debug_annotations,
+                ..Default::default()
+            };
+            for (t_s, ev) in [
+                (s.start_s, e(TYPE_SLICE_BEGIN, Some(format!("step {}", s.index)), args)),
+                (s.start_s + s.duration_s, e(TYPE_SLICE_END, None, vec![])),
+            ] {
+                let ts = self.started_ns + (t_s * 1e9).round() as u64;
+                self.packet_ns(Some(ts), proto::TracePacket { track_event: Some(ev), ..Default::default() });
+            }
+        }
+    }
+}
+
 /// An insight's opening or closing, at `t_ms`.
 struct Mark {
     t_ms: u64,
@@ -359,10 +407,10 @@ fn node_name(rec: &Recording, id: u32) -> String {
     }
 }
 
-/// Writes the trace of the recording to `out` (buffered here), packet by packet as the frames
-/// are read; how many packets it holds. A failed read or write leaves `out` with the packets
-/// written before it.
-pub fn write(rec: &Recording, out: impl Write) -> Result<u64, TraceError> {
+/// Writes the trace of the recording, with each rank's `steps`, to `out` (buffered here),
+/// packet by packet as the frames are read; how many packets it holds. A failed read or write
+/// leaves `out` with the packets written before it.
+pub fn write(rec: &Recording, steps: &[RankSteps], out: impl Write) -> Result<u64, TraceError> {
     let mut w = Writer {
         out: std::io::BufWriter::new(out),
         packets: 0,
@@ -462,6 +510,9 @@ pub fn write(rec: &Recording, out: impl Write) -> Result<u64, TraceError> {
     for m in marks {
         w.insight_mark(rec, &m, &uses[m.insight]);
     }
+    for r in steps {
+        w.steps(rec, r);
+    }
     if let Some(e) = w.failed {
         return Err(TraceError::Write(e));
     }
@@ -473,7 +524,7 @@ pub fn write(rec: &Recording, out: impl Write) -> Result<u64, TraceError> {
 #[cfg(test)]
 pub fn trace(rec: &Recording) -> Result<Trace, TraceError> {
     let mut bytes = Vec::new();
-    write(rec, &mut bytes)?;
+    write(rec, &[], &mut bytes)?;
     Ok(Trace::decode(&bytes[..]).expect("the written trace decodes"))
 }
 
@@ -490,6 +541,10 @@ fn describe(e: &EventKind) -> String {
         EventKind::Health { severity, summary, .. } => format!("health {severity}: {summary}"),
     }
 }
+
+#[cfg(test)]
+#[path = "perfetto_steps_tests.rs"]
+mod steps_tests;
 
 #[cfg(test)]
 mod tests {
@@ -586,7 +641,7 @@ mod tests {
     }
 
     /// The slices of the track `uuid`: (begin ns, end ns, name, arguments by name).
-    fn slices(t: &Trace, uuid: u64) -> Vec<(u64, u64, String, Vec<proto::DebugAnnotation>)> {
+    pub(super) fn slices(t: &Trace, uuid: u64) -> Vec<(u64, u64, String, Vec<proto::DebugAnnotation>)> {
         let mut out = vec![];
         let mut open = None;
         for (ts, e) in t.packet.iter().filter_map(|p| Some((p.timestamp?, p.track_event.as_ref()?))) {
@@ -609,7 +664,7 @@ mod tests {
         out
     }
 
-    fn track_named(t: &Trace, name: &str) -> proto::TrackDescriptor {
+    pub(super) fn track_named(t: &Trace, name: &str) -> proto::TrackDescriptor {
         t.packet
             .iter()
             .filter_map(|p| p.track_descriptor.clone())
@@ -685,7 +740,7 @@ mod tests {
     fn the_trace_written_packet_by_packet_is_the_bytes_of_the_whole_trace_encoded_at_once() {
         let rec = recording_with_sites();
         let mut bytes = vec![];
-        let packets = write(&rec, &mut bytes).unwrap();
+        let packets = write(&rec, &[], &mut bytes).unwrap();
         let whole = Trace::decode(&bytes[..]).expect("decodes");
         assert_eq!(whole.packet.len() as u64, packets);
         assert!(packets > 50, "{packets} packets");
@@ -716,9 +771,9 @@ mod tests {
     fn a_failed_write_is_an_error_at_any_point() {
         let rec = recording_with_sites();
         let mut whole = vec![];
-        write(&rec, &mut whole).unwrap();
+        write(&rec, &[], &mut whole).unwrap();
         for room in [0, 100, whole.len() - 1] {
-            let e = write(&rec, Full { room }).unwrap_err();
+            let e = write(&rec, &[], Full { room }).unwrap_err();
             assert!(matches!(e, TraceError::Write(_)) && e.to_string() == "no space left on device", "{room}: {e}");
         }
     }

@@ -1,0 +1,357 @@
+//! The report's training steps: per sampled Python process (rank), the steps its main thread's
+//! samples show ([`crate::model::steps`]: from `--step-marker`, else its rhythm), how sure they
+//! are, each step's duration, CPU time by phase and, where the frames are close enough, an
+//! estimate of the pages it allocated per node; the slowest steps and the phase that made them
+//! slow. The analysis is pure; the Markdown and HTML forms are drawn from it.
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde::{Deserialize, Serialize};
+
+use super::escape::escape;
+use crate::{
+    model::steps::{cpu_by_step, detect, interpolate, FoundBy, Phase, StepMarker, StepSample},
+    recording::{ReadError, Recording},
+};
+
+/// Slowest steps a report lists per rank.
+pub const SLOWEST_STEPS: usize = 3;
+/// Pages per step are estimated only when the recording's frames are at most this share of the
+/// median step apart (between two frames the counters are interpolated in time).
+pub const FRAMES_PER_STEP_FOR_PAGES: f64 = 2.0;
+
+/// One step of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepUse {
+    /// 0-based, in time order.
+    pub index: usize,
+    /// Seconds since the recording started: the step's first sample.
+    pub start_s: f64,
+    pub duration_s: f64,
+    /// How far before its first sample the step may have started (the gap to the sample before),
+    /// and how far before the next step's first sample it may have ended.
+    pub start_uncertainty_s: f64,
+    pub end_uncertainty_s: f64,
+    pub samples: u64,
+    /// Sampled CPU time by phase (`forward`, `backward`, `optimizer`, `data_loading`, `other`).
+    pub cpu_s_by_phase: BTreeMap<String, f64>,
+    /// The step's time the main thread was not found on CPU (waiting: I/O, the GPU, a lock).
+    pub off_cpu_s: f64,
+    /// Pages allocated per node during the step: an estimate, the process's counters
+    /// interpolated in time between the recording's frames; absent when they are too far apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_by_node_estimate: Option<BTreeMap<u32, f64>>,
+}
+
+/// One rank's steps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankSteps {
+    pub pid: u32,
+    pub comm: String,
+    pub rank: Option<u32>,
+    /// `marker`, `rhythm`, or `none`.
+    pub found_by: String,
+    /// The marker, or the frame whose restarts are the steps (`function (file)`, its depth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame: Option<String>,
+    /// Share of steps within 25% of the median duration.
+    pub regular_share: f64,
+    /// Why no step was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub count: usize,
+    pub median_s: f64,
+    pub p90_s: f64,
+    /// How the pages per step were estimated, or why they were not.
+    pub pages: String,
+    /// The slowest steps (indices into `steps`), slowest first, each with what made it slow.
+    pub slowest: Vec<SlowStep>,
+    pub steps: Vec<StepUse>,
+}
+
+/// A slow step and the phase (or the off-CPU time) furthest above its median.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlowStep {
+    pub index: usize,
+    pub why: String,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn found(f: &FoundBy) -> (&'static str, String) {
+    match f {
+        FoundBy::Marker(m) => ("marker", m.to_string()),
+        FoundBy::Rhythm { depth, file, function } => ("rhythm", format!("{function} ({file}), depth {depth}")),
+    }
+}
+
+/// What made a step slow: the phase (or off-CPU time) furthest above its median over the steps.
+fn why(step: &StepUse, steps: &[StepUse]) -> String {
+    let mut parts: Vec<(&str, f64, f64)> = vec![];
+    let median_of = |get: &dyn Fn(&StepUse) -> f64| {
+        let mut v: Vec<f64> = steps.iter().map(get).collect();
+        v.sort_by(f64::total_cmp);
+        quantile(&v, 0.5)
+    };
+    for p in Phase::ALL {
+        let get = |s: &StepUse| s.cpu_s_by_phase.get(p.as_str()).copied().unwrap_or(0.0);
+        parts.push((p.as_str(), get(step), median_of(&get)));
+    }
+    parts.push(("off CPU", step.off_cpu_s, median_of(&|s: &StepUse| s.off_cpu_s)));
+    let (what, v, m) = parts.into_iter().max_by(|a, b| (a.1 - a.2).total_cmp(&(b.1 - b.2))).unwrap_or_default();
+    format!("{what} {v:.2} s (median {m:.2} s)")
+}
+
+/// The steps of every process whose main thread has sampled Python frames, by rank then pid.
+/// A rank whose steps were found has its counters read from the frames (one more pass over
+/// them) for the pages per step.
+pub fn analyze(rec: &Recording, marker: Option<&StepMarker>) -> Result<Vec<RankSteps>, ReadError> {
+    let mut out = vec![];
+    for (&pid, c) in &rec.cpu {
+        let mut main: Vec<_> = c.samples.iter().filter(|s| s.tid == pid).collect();
+        main.sort_by_key(|s| s.t_us);
+        let frames_of = |id: u64| c.stacks.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+        let samples: Vec<StepSample<'_>> =
+            main.iter().map(|s| StepSample { t_us: s.t_us, ticks: s.ticks, frames: frames_of(s.stack) }).collect();
+        if !samples.iter().any(|s| s.frames.iter().any(|f| f.kind == crate::model::site::FrameKind::Python)) {
+            continue;
+        }
+        let info = rec.processes.get(&pid);
+        let mut r = RankSteps {
+            pid,
+            comm: info.map(|i| i.comm.clone()).unwrap_or_default(),
+            rank: info.and_then(|i| i.rank),
+            found_by: "none".into(),
+            ..RankSteps::default()
+        };
+        match detect(&samples, marker) {
+            Err(why) => r.reason = Some(why),
+            Ok(found_steps) => {
+                let (by, frame) = found(&found_steps.found_by);
+                (r.found_by, r.frame, r.regular_share) = (by.into(), Some(frame), found_steps.regular_share);
+                let b = &found_steps.boundaries;
+                let secs = |us: u64| us as f64 / 1e6;
+                r.steps = cpu_by_step(&samples, b)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, cpu)| {
+                        let duration_s = secs(b[i + 1].t_us - b[i].t_us);
+                        let cpu_s_by_phase: BTreeMap<String, f64> = Phase::ALL
+                            .iter()
+                            .zip(cpu.ticks_by_phase)
+                            .map(|(p, t)| (p.as_str().to_string(), (t * c.period_ns) as f64 / 1e9))
+                            .collect();
+                        let on_cpu: f64 = cpu_s_by_phase.values().sum();
+                        StepUse {
+                            index: i,
+                            start_s: secs(b[i].t_us),
+                            duration_s,
+                            start_uncertainty_s: secs(b[i].uncertainty_us),
+                            end_uncertainty_s: secs(b[i + 1].uncertainty_us),
+                            samples: cpu.samples,
+                            cpu_s_by_phase,
+                            off_cpu_s: (duration_s - on_cpu).max(0.0),
+                            pages_by_node_estimate: None,
+                        }
+                    })
+                    .collect();
+                let mut d: Vec<f64> = r.steps.iter().map(|s| s.duration_s).collect();
+                d.sort_by(f64::total_cmp);
+                (r.count, r.median_s, r.p90_s) = (d.len(), quantile(&d, 0.5), quantile(&d, 0.9));
+                let mut by_duration: Vec<&StepUse> = r.steps.iter().collect();
+                by_duration.sort_by(|a, b| b.duration_s.total_cmp(&a.duration_s).then(a.index.cmp(&b.index)));
+                r.slowest = by_duration
+                    .iter()
+                    .take(SLOWEST_STEPS)
+                    .map(|s| SlowStep { index: s.index, why: why(s, &r.steps) })
+                    .collect();
+            }
+        }
+        out.push(r);
+    }
+    add_pages(rec, &mut out)?;
+    out.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
+    Ok(out)
+}
+
+/// Each found step's pages per node, interpolated from the frames' cumulative counters, when
+/// the frames are close enough for the steps; else says why not.
+fn add_pages(rec: &Recording, ranks: &mut [RankSteps]) -> Result<(), ReadError> {
+    if ranks.iter().all(|r| r.steps.is_empty()) {
+        return Ok(());
+    }
+    let mut readings: BTreeMap<u32, BTreeMap<u32, Vec<(u64, u64)>>> = BTreeMap::new();
+    let mut frame_times = vec![];
+    rec.each_frame(|f| {
+        frame_times.push(f.t_ms);
+        for p in f.processes.iter().filter(|p| ranks.iter().any(|r| r.pid == p.pid && !r.steps.is_empty())) {
+            for (&node, &pages) in &p.alloc_pages_by_node {
+                readings.entry(p.pid).or_default().entry(node).or_default().push((f.t_ms * 1000, pages));
+            }
+        }
+    })?;
+    let mut gaps: Vec<f64> = frame_times.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e3).collect();
+    gaps.sort_by(f64::total_cmp);
+    let frame_gap = quantile(&gaps, 0.5);
+    for r in ranks.iter_mut().filter(|r| !r.steps.is_empty()) {
+        let most = r.median_s / FRAMES_PER_STEP_FOR_PAGES;
+        if frame_gap <= 0.0 || frame_gap > most {
+            r.pages = format!(
+                "not estimated: the frames are {frame_gap:.2} s apart, too far for steps of {:.2} s \
+                 (record with --interval-ms {} or less)",
+                r.median_s,
+                (most * 1e3).round() as u64
+            );
+            continue;
+        }
+        r.pages = format!(
+            "estimated: each node's allocation counter interpolated in time between frames {frame_gap:.2} s apart"
+        );
+        let nodes = readings.get(&r.pid);
+        for s in &mut r.steps {
+            let (a, b) = ((s.start_s * 1e6).round() as u64, ((s.start_s + s.duration_s) * 1e6).round() as u64);
+            let by_node: Option<BTreeMap<u32, f64>> = nodes.map(|n| {
+                n.iter()
+                    .filter_map(|(&node, v)| Some((node, (interpolate(v, b)? - interpolate(v, a)?).max(0.0))))
+                    .collect()
+            });
+            s.pages_by_node_estimate = by_node.filter(|m| !m.is_empty());
+        }
+    }
+    Ok(())
+}
+
+fn who(r: &RankSteps) -> String {
+    let rank = r.rank.map(|n| format!(" (rank {n})")).unwrap_or_default();
+    format!("{} {}{rank}", r.comm, r.pid)
+}
+
+fn how(r: &RankSteps) -> String {
+    match (r.found_by.as_str(), &r.frame) {
+        ("none", _) => format!("no steps: {}", r.reason.as_deref().unwrap_or("")),
+        (by, Some(frame)) => format!(
+            "{} steps by {by} {frame} ({:.0}% within 25% of the median); median {:.3} s, p90 {:.3} s",
+            r.count,
+            r.regular_share * 100.0,
+            r.median_s,
+            r.p90_s
+        ),
+        _ => String::new(),
+    }
+}
+
+fn phases(s: &StepUse) -> String {
+    let mut v: Vec<String> = Phase::ALL
+        .iter()
+        .filter_map(|p| {
+            s.cpu_s_by_phase.get(p.as_str()).filter(|&&x| x > 0.0).map(|x| format!("{} {x:.2} s", p.as_str()))
+        })
+        .collect();
+    v.push(format!("off CPU {:.2} s", s.off_cpu_s));
+    v.join(", ")
+}
+
+fn pages(s: &StepUse) -> String {
+    s.pages_by_node_estimate.as_ref().map_or_else(
+        || "-".into(),
+        |m| m.iter().map(|(n, p)| format!("node {n}: ~{p:.0}")).collect::<Vec<_>>().join(", "),
+    )
+}
+
+/// The section in Markdown (`cell` makes text safe in a table cell).
+pub fn markdown(ranks: &[RankSteps], cell: impl Fn(&str) -> String) -> String {
+    let mut s = String::from("\n## Training steps (from the main thread's samples)\n\n");
+    if ranks.is_empty() {
+        s.push_str("No Python main thread was sampled.\n");
+    }
+    for r in ranks {
+        let _ = writeln!(s, "### {}\n\n{}\n", cell(&who(r)), cell(&how(r)));
+        if r.steps.is_empty() {
+            continue;
+        }
+        let _ = writeln!(s, "Pages per step: {}.\n", cell(&r.pages));
+        s.push_str("Slowest steps:\n\n| step | start | duration | why | CPU by phase |\n|---:|---:|---:|---|---|\n");
+        for slow in &r.slowest {
+            let st = &r.steps[slow.index];
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} s | {:.3} s | {} | {} |",
+                st.index,
+                st.start_s,
+                st.duration_s,
+                cell(&slow.why),
+                cell(&phases(st))
+            );
+        }
+        s.push_str("\n| step | start (± s) | duration | samples | CPU by phase | pages allocated (estimate) |\n|---:|---:|---:|---:|---|---|\n");
+        for st in &r.steps {
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} (-{:.3}) | {:.3} s | {} | {} | {} |",
+                st.index,
+                st.start_s,
+                st.start_uncertainty_s,
+                st.duration_s,
+                st.samples,
+                cell(&phases(st)),
+                cell(&pages(st))
+            );
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The section in HTML.
+pub fn html(ranks: &[RankSteps]) -> String {
+    let mut s = String::from("<h2>Training steps (from the main thread's samples)</h2>");
+    if ranks.is_empty() {
+        s.push_str("<p>No Python main thread was sampled.</p>");
+    }
+    for r in ranks {
+        let _ = write!(s, "<h3>{}</h3><p>{}</p>", escape(&who(r)), escape(&how(r)));
+        if r.steps.is_empty() {
+            continue;
+        }
+        let _ = write!(s, "<p>Pages per step: {}.</p>", escape(&r.pages));
+        s.push_str(
+            "<table><tr><th>slowest step</th><th>start</th><th>duration</th><th>why</th><th>CPU by phase</th></tr>",
+        );
+        for slow in &r.slowest {
+            let st = &r.steps[slow.index];
+            let _ = write!(
+                s,
+                r#"<tr><td class="n">{}</td><td class="n">{:.3} s</td><td class="n">{:.3} s</td><td>{}</td><td>{}</td></tr>"#,
+                st.index,
+                st.start_s,
+                st.duration_s,
+                escape(&slow.why),
+                escape(&phases(st))
+            );
+        }
+        s.push_str("</table><table><tr><th>step</th><th>start</th><th>± s</th><th>duration</th><th>samples</th><th>CPU by phase</th><th>pages allocated (estimate)</th></tr>");
+        for st in &r.steps {
+            let _ = write!(
+                s,
+                r#"<tr><td class="n">{}</td><td class="n">{:.3} s</td><td class="n">-{:.3}</td><td class="n">{:.3} s</td><td class="n">{}</td><td>{}</td><td>{}</td></tr>"#,
+                st.index,
+                st.start_s,
+                st.start_uncertainty_s,
+                st.duration_s,
+                st.samples,
+                escape(&phases(st)),
+                escape(&pages(st))
+            );
+        }
+        s.push_str("</table>");
+    }
+    s
+}
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+pub(crate) mod tests;

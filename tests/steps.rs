@@ -1,0 +1,132 @@
+//! Root test of the training steps found at report time: a Python stand-in (support/
+//! python_steps.py) runs 12 steps of forward (0.15 s of CPU, and 4,096 fresh pages), backward
+//! (0.25 s) and optimizer_step (0.10 s) and writes when each step started; a session recorded
+//! with `tierscope record` at the sampler's default 49 Hz, frames every 200 ms, reports those
+//! steps from the main thread's rhythm alone and with `--step-marker python_steps.py:train_step`:
+//! their count, their durations against the stand-in's own, the phases' order, the pages per
+//! step, and `export --perfetto` writes them.
+use serde_json::Value;
+use tierscope_tests::{require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr};
+
+const PYTHON: &str = "/usr/bin/python3";
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_steps.py");
+const STEPS: usize = 12;
+/// The sampler's default rate: one sample every ~20 ms of the thread's CPU time.
+const SAMPLE_S: f64 = 1.0 / 49.0;
+/// Fresh pages forward() maps and touches each step.
+const PAGES_PER_STEP: f64 = 4096.0;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The stand-in's own step durations (seconds, CLOCK_MONOTONIC).
+fn own_durations(truth: &Value) -> Vec<f64> {
+    let starts: Vec<f64> = truth["starts"].as_array().expect("starts").iter().map(|v| v.as_f64().expect("s")).collect();
+    let end = truth["end"].as_f64().expect("end");
+    let mut d: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    d.push(end - starts[starts.len() - 1]);
+    d
+}
+
+/// The report's steps of the stand-in, checked against its own: `how` is `rhythm` or `marker`.
+fn check(report: &Value, how: &str, own: &[f64]) {
+    let ranks = report["steps"].as_array().expect("report steps");
+    let r = ranks
+        .iter()
+        .find(|r| r["comm"].as_str().is_some_and(|c| c.starts_with("python3")))
+        .unwrap_or_else(|| panic!("{how}: python3 in {ranks:?}"));
+    assert_eq!(r["found_by"], how, "{how}: {}", r["reason"]);
+    assert!(r["frame"].as_str().is_some_and(|f| f.contains("train_step")), "{how}: the frame: {}", r["frame"]);
+    let steps = r["steps"].as_array().expect("steps");
+    let count = r["count"].as_u64().expect("count") as usize;
+    assert_eq!(count, steps.len());
+    let found: Vec<f64> = steps.iter().map(|s| s["duration_s"].as_f64().expect("duration")).collect();
+    let (m, own_m) = (r["median_s"].as_f64().expect("median"), median(own.to_vec()));
+    eprintln!(
+        "{how}: {count} steps (ran {STEPS}), median {m:.4} s vs its own {own_m:.4} s ({:+.2}%), regular {}",
+        (m / own_m - 1.0) * 100.0,
+        r["regular_share"]
+    );
+    eprintln!("{how}: found {found:.3?}\n{how}: own   {own:.3?}");
+    assert!(count.abs_diff(STEPS) <= 1, "{how}: {count} steps found, {STEPS} ran");
+    assert!((m / own_m - 1.0).abs() <= 0.05, "{how}: median {m:.4} s, the stand-in's {own_m:.4} s");
+    if count == STEPS {
+        // Each boundary is at the first sample of its step: off by at most a few samples' gap.
+        for (k, (f, o)) in found.iter().zip(own).enumerate() {
+            assert!((f - o).abs() <= 3.0 * SAMPLE_S, "{how}: step {k} took {o:.3} s, found {f:.3} s");
+        }
+    }
+    let uncertainty = median(steps.iter().map(|s| s["start_uncertainty_s"].as_f64().expect("u")).collect());
+    assert!(uncertainty > 0.0 && uncertainty <= 3.0 * SAMPLE_S, "{how}: median start uncertainty {uncertainty}");
+    let phase = |p: &str| -> f64 { steps.iter().map(|s| s["cpu_s_by_phase"][p].as_f64().expect(p)).sum() };
+    let (fw, bw, opt, other) = (phase("forward"), phase("backward"), phase("optimizer"), phase("other"));
+    eprintln!("{how}: CPU by phase: forward {fw:.2} s, backward {bw:.2} s, optimizer {opt:.2} s, other {other:.2} s");
+    // Seen once in 8 recordings: backward 0 and its time under `other`, its frames named
+    // `<string>:1 in <module>`: collect/python.rs caches code objects by address for the
+    // process's life, and a start-up `exec` code object freed before backward's was compiled at
+    // its address names it (a collector defect, not the detector's).
+    assert!(bw > fw && fw > opt && opt > 0.0, "{how}: backward {bw} > forward {fw} > optimizer {opt}");
+    // 0.25 s of backward a step: its sampled CPU within a quarter of that.
+    let per_step = bw / count as f64;
+    assert!((0.25 * 0.75..=0.25 * 1.25).contains(&per_step), "{how}: backward {per_step:.3} s a step");
+    assert!(other < fw * 0.25, "{how}: little CPU outside the named phases: {other}");
+    assert_eq!(r["slowest"].as_array().map(Vec::len), Some(3.min(count)), "{how}: the slowest steps");
+    // Pages per step: estimated (frames 200 ms apart, steps ~0.5 s); their sum over the steps is
+    // the bursts in them, the first and last cut by the interpolation.
+    assert!(r["pages"].as_str().is_some_and(|p| p.starts_with("estimated")), "{how}: {}", r["pages"]);
+    let pages: f64 = steps
+        .iter()
+        .filter_map(|s| s["pages_by_node_estimate"].as_object())
+        .flat_map(|m| m.values().map(|v| v.as_f64().expect("pages")))
+        .sum();
+    let want = count as f64 * PAGES_PER_STEP;
+    eprintln!("{how}: {pages:.0} pages over the steps, {want:.0} mapped and touched");
+    assert!(
+        pages >= want - 1.5 * PAGES_PER_STEP && pages <= want * 1.25,
+        "{how}: {pages:.0} pages, ~{want:.0} expected"
+    );
+}
+
+#[test]
+#[ignore = "requires root"]
+fn the_steps_of_a_recorded_training_loop_are_found_from_its_rhythm_and_from_a_marker() {
+    require_root_and_agent!();
+    let d = scratch_dir("steps", "record");
+    let file = d.join("steps.tscope");
+    let truth = d.join("truth.json");
+    let (f, t) = (file.to_str().expect("path"), truth.to_str().expect("path"));
+    let n = STEPS.to_string();
+    let o = tierscope(&["record", "-o", f, "--interval-ms", "200", "--", PYTHON, SCRIPT, &n, t]);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth).expect("the stand-in's times")).expect("JSON");
+    let own = own_durations(&truth);
+    assert_eq!(own.len(), STEPS);
+    for (how, marker) in [("rhythm", None), ("marker", Some("python_steps.py:train_step"))] {
+        let mut args = vec!["report", f, "--format", "json"];
+        args.extend(marker.iter().flat_map(|m| ["--step-marker", *m]));
+        let o = tierscope(&args);
+        assert!(o.status.success(), "report: {}", stderr(&o));
+        check(&serde_json::from_slice(&o.stdout).expect("report JSON"), how, &own);
+    }
+    let o = tierscope(&["report", f, "--format", "md", "--step-marker", "python_steps.py:train_step"]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("steps by marker python_steps.py:train_step"), "the Markdown report: {md}");
+    let o = tierscope(&["report", f, "--step-marker", "train.py:"]);
+    assert_eq!(o.status.code(), Some(2), "a bad marker is a usage error");
+    assert!(stderr(&o).contains("FILE.py:FUNCTION"), "{}", stderr(&o));
+    let out = d.join("steps.pftrace");
+    let o = tierscope(&["export", f, "--perfetto", out.to_str().expect("p")]);
+    assert!(o.status.success(), "export: {}", stderr(&o));
+    let said = stderr(&o);
+    let steps: usize = said
+        .split(" training steps")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("export names its steps: {said}"));
+    assert!(steps.abs_diff(STEPS) <= 1, "export wrote {steps} steps: {said}");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
