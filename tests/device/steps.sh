@@ -24,9 +24,10 @@ for how in ("rhythm", "marker"):
         if not r.get("count"):
             print(f"{how}: pid {r.get('pid')} {r.get('comm')}: no steps: {r.get('reason')}")
             continue
-        m = r["median_s"]
+        m, typ = r["median_s"], r.get("typical_s", 0)
         print(f"{how}: pid {r['pid']} {r['comm']} rank {r.get('rank')}: {r['count']} steps (ran {ran}) by {r['found_by']} {r.get('frame')} regular {r.get('regular_share')}; "
-              f"median {m:.4f} s vs the loop's {st.median(own[5:]):.4f} s ({(m / st.median(own[5:]) - 1) * 100:+.2f}%), p90 {r.get('p90_s')}")
+              f"median {m:.4f} s vs the loop's {st.median(own):.4f} s ({(m / st.median(own) - 1) * 100:+.2f}%, on the sample grid), "
+              f"typical {typ:.4f} s vs the loop's median ({(typ / st.median(own) - 1) * 100:+.2f}%), p90 {r.get('p90_s')}")
         ph = {}
         for s in r["steps"]:
             for k, v in s.get("cpu_s_by_phase", {}).items():

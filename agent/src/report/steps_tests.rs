@@ -81,6 +81,7 @@ fn each_step_has_its_duration_phases_pages_and_the_slowest_says_why() {
     let durations: Vec<f64> = r.steps.iter().map(|s| s.duration_s).collect();
     assert_eq!(durations, vec![0.1, 0.1, 0.1, 0.1, 0.2, 0.1]);
     assert_eq!((r.median_s, r.p90_s), (0.1, 0.2));
+    assert!((r.typical_s - 0.1).abs() < 1e-9, "the slow step is not typical: {}", r.typical_s);
     assert!((r.regular_share - 5.0 / 6.0).abs() < 1e-9);
     // Step 0 starts at the 5th main-thread sample (0.14 s), 10 ms after the one before.
     assert_eq!((r.steps[0].start_s, r.steps[0].start_uncertainty_s), (0.14, 0.01));
@@ -133,4 +134,15 @@ fn a_recording_without_python_main_thread_samples_has_no_steps_section_entries()
     rec.cpu.get_mut(&PID).expect("rank").samples.retain(|s| s.tid != PID);
     assert!(analyze(&rec, None).expect("analysis").is_empty());
     assert!(super::markdown(&[], |s| s.to_string()).contains("No Python main thread was sampled."));
+}
+
+#[test]
+fn the_typical_step_is_the_mean_of_the_regular_ones_off_the_sample_grid() {
+    // A 0.232 s step sampled every 20.4 ms: found as 11 or 12 gaps; the first step's warm-up.
+    let g = 1.0 / 49.0;
+    let mut d = vec![2.5];
+    d.extend([11.0 * g, 12.0 * g, 11.0 * g, 12.0 * g, 11.0 * g, 11.0 * g, 12.0 * g, 11.0 * g]);
+    let t = super::typical(&d, 11.0 * g);
+    assert!((t - 11.375 * g).abs() < 1e-9, "{t}");
+    assert_eq!(super::typical(&[], 1.0), 0.0);
 }
