@@ -4,39 +4,13 @@
 //! here a stand-in library with libcuda's names and signatures (tests/support/cuda_stand_in.c),
 //! probed as the agent probes the real one (the GPU machine's run: tests/device/pinned_memory.sh).
 use std::{
-    collections::HashMap,
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
 };
 
-use tierscope_tests::{require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
+use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
 
-/// Debian's python3, not a pyenv shim.
-const PYTHON: &str = "/usr/bin/python3";
 const PAGE: u64 = 4096;
-
-/// tests/support/pinned.py started with `args`; its report line, once it holds its memory.
-fn pin(args: &[&str]) -> (Child, HashMap<String, String>) {
-    let mut child = Command::new(PYTHON)
-        .arg("-c")
-        .arg(include_str!("support/pinned.py"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{PYTHON}: {e} (apt-get install python3)"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("pinned.py output");
-    let kv: HashMap<String, String> =
-        line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
-    assert!(kv.contains_key("pid"), "pinned.py said: {line:?} (args {args:?})");
-    (child, kv)
-}
-
-fn num(kv: &HashMap<String, String>, key: &str) -> u64 {
-    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {kv:?}"))
-}
 
 fn field(v: &serde_json::Value, path: &[&str]) -> u64 {
     path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap_or_else(|| panic!("no {path:?} in {v}"))
@@ -61,17 +35,17 @@ fn mlocked_memory_is_pinned_on_its_node() {
     require_root_and_agent!();
     let marker = "tierscope_pinned_mlock";
     let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", marker]);
-    let (child, kv) = pin(&["mlock", "32", marker]);
+    let (child, kv) = pinned_py(&["mlock", "32", marker]);
     // The window ends (its last reading) while the process still holds its locked memory.
     let snap = agent.interrupt();
     release(child);
     let p = the_process(&snap, &kv["pid"]);
     let pinned = &p["pinned"];
-    assert_eq!(field(pinned, &["locked_bytes"]), num(&kv, "vmlck"), "VmLck as the kernel counts it: {pinned}");
-    assert!(num(&kv, "vmlck") >= 32 << 20, "{kv:?}");
+    assert_eq!(field(pinned, &["locked_bytes"]), kv_num(&kv, "vmlck"), "VmLck as the kernel counts it: {pinned}");
+    assert!(kv_num(&kv, "vmlck") >= 32 << 20, "{kv:?}");
     assert_eq!(
         field(p, &["pinned_bytes_by_node", "0"]),
-        num(&kv, "pinned_pages_node0") * PAGE,
+        kv_num(&kv, "pinned_pages_node0") * PAGE,
         "the locked mapping's pages on node 0 (its own numa_maps): {p}"
     );
     assert_eq!(field(pinned, &["cuda_host_alloc_bytes"]) + field(pinned, &["cuda_host_register_bytes"]), 0);
@@ -107,7 +81,7 @@ fn cuda_driver_pinning_is_seen_through_its_entry_points() {
         &[("TIERSCOPE_CUDA_LIBRARIES", lib)],
         &["--duration", UNTIL_INTERRUPTED, "--match", marker],
     );
-    let (child, kv) = pin(&["cuda", lib, "48", marker]);
+    let (child, kv) = pinned_py(&["cuda", lib, "48", marker]);
     let snap = agent.interrupt();
     release(child);
     let pinning = &snap["agent"]["pinning"];
@@ -118,14 +92,14 @@ fn cuda_driver_pinning_is_seen_through_its_entry_points() {
     assert_eq!(field(pinned, &["cuda_host_alloc_bytes"]), 48 << 20, "{pinned}");
     assert_eq!(field(pinned, &["cuda_host_register_bytes"]), 12 << 20, "{pinned}");
     // The registered mapping is also mlocked (VmLck): counted once, with the driver's bytes.
-    assert_eq!(num(&kv, "vmlck"), 12 << 20, "{kv:?}");
+    assert_eq!(kv_num(&kv, "vmlck"), 12 << 20, "{kv:?}");
     assert_eq!(field(pinned, &["locked_bytes"]), 0, "{pinned}");
     assert_eq!(
         field(p, &["pinned_bytes_by_node", "0"]),
-        num(&kv, "pinned_pages_node0") * PAGE,
+        kv_num(&kv, "pinned_pages_node0") * PAGE,
         "the pinned ranges' pages on node 0 (its own numa_maps): {p}"
     );
-    assert_eq!(num(&kv, "pinned_pages_node0") * PAGE, 60 << 20, "{kv:?}");
+    assert_eq!(kv_num(&kv, "pinned_pages_node0") * PAGE, 60 << 20, "{kv:?}");
     let drops = &snap["agent"]["drops"];
     for k in ["kernel.pin_no_entry", "kernel.pin_read_failed", "kernel.pin_map_full"] {
         assert_eq!(drops[k].as_u64().unwrap_or(0), 0, "{k}: {drops}");

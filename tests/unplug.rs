@@ -7,36 +7,13 @@
 //! plain one as a holder that blocks nothing; the node's memory blocks as sysfs counts them.
 use std::{
     collections::HashMap,
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
 };
 
-use tierscope_tests::{require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
+use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
 
-const PYTHON: &str = "/usr/bin/python3";
 const PAGE: u64 = 4096;
-
-fn start(args: &[&str]) -> (Child, HashMap<String, String>) {
-    let mut child = Command::new(PYTHON)
-        .arg("-c")
-        .arg(include_str!("support/pinned.py"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{PYTHON}: {e} (apt-get install python3)"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("pinned.py output");
-    let kv: HashMap<String, String> =
-        line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
-    assert!(kv.contains_key("pid"), "pinned.py said: {line:?} (args {args:?})");
-    (child, kv)
-}
-
-fn num(kv: &HashMap<String, String>, key: &str) -> u64 {
-    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {kv:?}"))
-}
 
 fn release(mut child: Child) {
     drop(child.stdin.take());
@@ -86,9 +63,9 @@ fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
         &[("TIERSCOPE_CUDA_LIBRARIES", lib)],
         &["--duration", UNTIL_INTERRUPTED, "--match", marker, "--cxl-node", "0"],
     );
-    let (pinner, pk) = start(&["cuda", lib, "48", marker]);
-    let (locker, lk) = start(&["mlock", "32", marker]);
-    let (plain, qk) = start(&["plain", "24", marker]);
+    let (pinner, pk) = pinned_py(&["cuda", lib, "48", marker]);
+    let (locker, lk) = pinned_py(&["mlock", "32", marker]);
+    let (plain, qk) = pinned_py(&["plain", "24", marker]);
     // The window ends (its last reading) while all three still hold their memory.
     let snap = agent.interrupt();
     for c in [pinner, locker, plain] {
@@ -113,7 +90,7 @@ fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
     // The pinning process: its pinned ranges' pages on node 0, as its own numa_maps counts them
     // (48 MiB allocated + 12 MiB registered).
     let p = holder(&pk);
-    let pinned = num(&pk, "pinned_pages_node0") * PAGE;
+    let pinned = kv_num(&pk, "pinned_pages_node0") * PAGE;
     assert_eq!(pinned, 60 << 20, "{pk:?}");
     assert_eq!((u(&p, "pinned_bytes"), p["blocks"].as_bool()), (pinned, Some(true)), "{p}");
     assert!(u(&p, "resident_bytes") >= pinned, "its pinned pages are resident: {p}");
@@ -134,14 +111,14 @@ fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
     let l = holder(&lk);
     assert_eq!(
         (u(&l, "locked_bytes"), u(&l, "pinned_bytes"), l["blocks"].as_bool()),
-        (num(&lk, "vmlck"), 0, Some(false)),
+        (kv_num(&lk, "vmlck"), 0, Some(false)),
         "{l}"
     );
-    assert!(num(&lk, "vmlck") >= 32 << 20, "{lk:?}");
+    assert!(kv_num(&lk, "vmlck") >= 32 << 20, "{lk:?}");
 
     // The plain process: a holder with its touched pages, blocking nothing.
     let q = holder(&qk);
-    assert!(u(&q, "resident_bytes") >= num(&qk, "plain_pages_node0") * PAGE, "{q} vs {qk:?}");
+    assert!(u(&q, "resident_bytes") >= kv_num(&qk, "plain_pages_node0") * PAGE, "{q} vs {qk:?}");
     assert_eq!((u(&q, "pinned_bytes"), u(&q, "locked_bytes"), q["blocks"].as_bool()), (0, 0, Some(false)), "{q}");
 
     // The node's blocks as sysfs counts them.

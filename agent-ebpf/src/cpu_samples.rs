@@ -5,14 +5,14 @@
 //! `CPU_SAMPLES`, under a per-process budget (`CPU_BUDGET`) that the process's main thread is
 //! outside of. Every tick ends in one counted `cpu_*` outcome.
 use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_ktime_get_ns},
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::perf_event,
     programs::PerfEventContext,
     EbpfContext,
 };
 use tierscope_common::{
-    event::{EventKind, SiteSampleEvent, SITE_MAX_FRAMES},
+    event::{EventKind, SiteSampleEvent},
     maps::CpuBudget,
     stats::Stat,
 };
@@ -78,15 +78,7 @@ fn sample(ctx: &PerfEventContext, tgid: u32, pid: u32) {
         return;
     };
     let rec = entry.as_mut_ptr();
-    // SAFETY: `frames` lies inside the reserved record; the size is its constant length.
-    let copied = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            (&raw mut (*rec).frames).cast(),
-            (SITE_MAX_FRAMES * 8) as u32,
-            BPF_F_USER_STACK as u64,
-        )
-    };
+    let copied = crate::user_stack::copy_frames(ctx.as_ptr(), rec);
     if copied <= 0 {
         entry.discard(0);
         // 0: no user frames (a kernel thread); < 0: the callchain buffers were busy.

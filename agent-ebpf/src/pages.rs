@@ -7,14 +7,13 @@
 //! classic program on the same events. Where that fails the agent attaches the classic programs,
 //! whose records carry the pfn.
 use aya_ebpf::{
-    bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_task, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{btf_tracepoint, tracepoint},
     programs::{BtfTracePointContext, TracePointContext},
     EbpfContext,
 };
 use tierscope_common::{
-    event::{EventKind, SiteSampleEvent, SITE_MAX_FRAMES},
+    event::{EventKind, SiteSampleEvent},
     layout::PageLayout,
     maps::{PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN},
     stats::Stat,
@@ -320,15 +319,7 @@ fn sample_site<C: EbpfContext>(ctx: &C, tgid: u32, pid: u32, node: u32, pages: u
         return;
     };
     let rec = entry.as_mut_ptr();
-    // SAFETY: `frames` lies inside the reserved record; the size is its constant length.
-    let copied = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            (&raw mut (*rec).frames).cast(),
-            (SITE_MAX_FRAMES * 8) as u32,
-            BPF_F_USER_STACK as u64,
-        )
-    };
+    let copied = crate::user_stack::copy_frames(ctx.as_ptr(), rec);
     if copied <= 0 {
         entry.discard(0);
         // 0: no user frames; < 0: the kernel's callchain buffers were busy.

@@ -1,7 +1,11 @@
 //! The allocating thread's user registers and a copy of its stack, for unwinding in user space
 //! with the modules' `.eh_frame` (as `perf --call-graph dwarf` does): code built without frame
 //! pointers (CPython, PyTorch, glibc) cannot be walked here.
-use aya_ebpf::helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, generated as gen};
+use aya_ebpf::{
+    bindings::BPF_F_USER_STACK,
+    helpers::{bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_kernel, generated as gen},
+};
+use tierscope_common::event::{SiteSampleEvent, SITE_MAX_FRAMES};
 use tierscope_common::stack::{
     UserStack, USER_STACK_MAX_PAGES, USER_STACK_NO_REGS, USER_STACK_OFF, USER_STACK_OK, USER_STACK_PAGE,
     USER_STACK_UNREADABLE,
@@ -86,5 +90,16 @@ pub fn capture(out: *mut UserStack) {
     unsafe {
         (*out).len = len;
         (*out).status = if len == 0 { USER_STACK_UNREADABLE } else { USER_STACK_OK };
+    }
+}
+
+/// The frame-pointer walk of the current thread's user stack into a reserved record's `frames`
+/// (site and CPU samples alike): bytes copied; 0 when there are no user frames (a kernel
+/// thread), < 0 when the kernel's callchain buffers were busy.
+#[inline(always)]
+pub fn copy_frames(ctx: *mut core::ffi::c_void, rec: *mut SiteSampleEvent) -> i64 {
+    // SAFETY: `frames` lies inside the reserved record; the size is its constant length.
+    unsafe {
+        bpf_get_stack(ctx, (&raw mut (*rec).frames).cast(), (SITE_MAX_FRAMES * 8) as u32, BPF_F_USER_STACK as u64)
     }
 }

@@ -319,3 +319,29 @@ pub fn vm_pte_pages(pid: u32) -> u64 {
         .expect("VmPTE");
     kb / 4
 }
+
+/// tests/support/pinned.py run by Debian's python3 (not a pyenv shim) with `args`; its report
+/// line (`key=value` words), once it holds its memory.
+pub fn pinned_py(args: &[&str]) -> (std::process::Child, std::collections::HashMap<String, String>) {
+    use std::io::BufRead as _;
+    const PYTHON: &str = "/usr/bin/python3";
+    let mut child = std::process::Command::new(PYTHON)
+        .arg("-c")
+        .arg(include_str!("pinned.py"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{PYTHON}: {e} (apt-get install python3)"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("pinned.py output");
+    let kv: std::collections::HashMap<String, String> =
+        line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
+    assert!(kv.contains_key("pid"), "pinned.py said: {line:?} (args {args:?})");
+    (child, kv)
+}
+
+/// The number under `key` in a report line's words.
+pub fn kv_num(kv: &std::collections::HashMap<String, String>, key: &str) -> u64 {
+    kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {kv:?}"))
+}
