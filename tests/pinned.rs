@@ -3,12 +3,9 @@
 //! which the kernel counts nowhere, is seen by uprobes on the driver library's entry points:
 //! here a stand-in library with libcuda's names and signatures (tests/support/cuda_stand_in.c),
 //! probed as the agent probes the real one (the GPU machine's run: tests/device/pinned_memory.sh).
-use std::{
-    path::Path,
-    process::{Child, Command},
-};
+use std::{path::Path, process::Child};
 
-use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
+use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, shared_library, Agent, UNTIL_INTERRUPTED};
 
 const PAGE: u64 = 4096;
 
@@ -64,16 +61,7 @@ fn mlocked_memory_is_pinned_on_its_node() {
 #[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn cuda_driver_pinning_is_seen_through_its_entry_points() {
     require_root_and_agent!();
-    let dir = scratch_dir("pinned", "cuda");
-    let lib = dir.join("libcuda.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/cuda_stand_in.c");
-    let st = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .expect("run cc (apt-get install gcc)");
-    assert!(st.success(), "cc {} failed", src.display());
+    let lib = shared_library("pinned", "cuda_stand_in.c", "libcuda.so.1");
     let lib = lib.to_str().expect("utf-8 path");
     let marker = "tierscope_pinned_cuda";
     let agent = Agent::snapshot_with(
@@ -104,5 +92,5 @@ fn cuda_driver_pinning_is_seen_through_its_entry_points() {
     for k in ["kernel.pin_no_entry", "kernel.pin_read_failed", "kernel.pin_map_full"] {
         assert_eq!(drops[k].as_u64().unwrap_or(0), 0, "{k}: {drops}");
     }
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(Path::new(lib).parent().expect("its scratch folder"));
 }

@@ -263,19 +263,9 @@ fn a_c_chain_without_frame_pointers_is_named_through_its_unwind_tables() {
     assert!(inner < middle && middle < outer && outer < main, "out of order: {frames:#?}");
 }
 
-/// `native_pool.c` built as a shared library in a scratch folder of its own.
+/// `native_pool.c` built as a shared library.
 fn native_pool_library() -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("native-pool-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let lib = dir.join("libnative_pool.so");
-    let st = std::process::Command::new("cc")
-        .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])
-        .arg(&lib)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/support/native_pool.c"))
-        .status()
-        .expect("run cc (apt-get install gcc)");
-    assert!(st.success(), "cc failed on native_pool.c");
-    lib
+    tierscope_tests::shared_library("site_frames", "native_pool.c", "libnative_pool.so")
 }
 
 const POOL_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/native_pool.py");

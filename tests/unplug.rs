@@ -5,13 +5,9 @@
 //! the pinning one as the blocker with its pinned bytes as its own numa_maps counts them, list
 //! the mlocking one as a holder whose locked pages move (mlock does not stop migration), and the
 //! plain one as a holder that blocks nothing; the node's memory blocks as sysfs counts them.
-use std::{
-    collections::HashMap,
-    path::Path,
-    process::{Child, Command},
-};
+use std::{collections::HashMap, path::Path, process::Child};
 
-use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, scratch_dir, Agent, UNTIL_INTERRUPTED};
+use tierscope_tests::{kv_num, pinned_py, require_root_and_agent, shared_library, Agent, UNTIL_INTERRUPTED};
 
 const PAGE: u64 = 4096;
 
@@ -46,16 +42,7 @@ fn node0_blocks() -> (u64, u64) {
 #[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
     require_root_and_agent!();
-    let dir = scratch_dir("unplug", "cuda");
-    let lib = dir.join("libcuda.so.1");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/cuda_stand_in.c");
-    let st = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .expect("run cc (apt-get install gcc)");
-    assert!(st.success(), "cc {} failed", src.display());
+    let lib = shared_library("unplug", "cuda_stand_in.c", "libcuda.so.1");
     let lib = lib.to_str().expect("utf-8 path");
     let marker = "tierscope_unplug_holder";
     let agent = Agent::snapshot_with(
@@ -71,7 +58,7 @@ fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
     for c in [pinner, locker, plain] {
         release(c);
     }
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(Path::new(lib).parent().expect("its scratch folder"));
 
     let unplug = &snap["unplug"];
     let node0 = unplug["nodes"]

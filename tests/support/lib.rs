@@ -345,3 +345,18 @@ pub fn pinned_py(args: &[&str]) -> (std::process::Child, std::collections::HashM
 pub fn kv_num(kv: &std::collections::HashMap<String, String>, key: &str) -> u64 {
     kv.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {kv:?}"))
 }
+
+/// `tests/support/SOURCE` (C) built with `cc -shared -fPIC -O2` as `NAME` in a scratch folder of
+/// `what`'s; its path.
+pub fn shared_library(what: &str, source: &str, name: &str) -> std::path::PathBuf {
+    let lib = scratch_dir(what, "lib").join(name);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("support").join(source);
+    let st = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-pthread", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("run cc (apt-get install gcc)");
+    assert!(st.success(), "cc {} failed", src.display());
+    lib
+}
