@@ -73,6 +73,10 @@ pub enum Stat {
     CpuRingFull = 28,
     /// `bpf_get_stack` failed, or `CPU_BUDGET` had no room for the process.
     CpuStackError = 29,
+    /// An allocation by another process (or on another node) than the last one on this CPU:
+    /// the per-CPU allocation cache moved its pending pages to the shared `ALLOCS` entry (an
+    /// atomic add on a line all CPUs write). Not a loss: a cost figure.
+    AllocCacheFlushes = 30,
 }
 
 /// Number of slots in the `STATS` map.
@@ -80,7 +84,7 @@ pub const STAT_SLOTS: u32 = 32;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 28] = [
+    pub const ALL: [(Stat, &'static str); 29] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -109,6 +113,7 @@ impl Stat {
         (Stat::CpuRateLimited, "cpu_rate_limited"),
         (Stat::CpuRingFull, "cpu_ring_full"),
         (Stat::CpuStackError, "cpu_stack_error"),
+        (Stat::AllocCacheFlushes, "alloc_cache_flushes"),
     ];
 
     /// The CPU-sampling outcomes that end an attempt (every tick ends in exactly one).

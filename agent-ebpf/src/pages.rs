@@ -163,6 +163,7 @@ fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, pages: u64) {
     }
     if slot.pending != 0 {
         add_to(&ALLOCS, &slot.key, slot.pending);
+        count(Stat::AllocCacheFlushes);
     }
     slot.key = key;
     slot.pending = pages;

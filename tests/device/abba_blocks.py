@@ -3,7 +3,9 @@ blocks of steps, so that each pair (alone block, agent block; the order alternat
 pair: A B, B A, A B, ...) compares steps of the same processes minutes apart, not two torchrun
 start-ups (fresh runs took ~75 s a pair: 10 pairs did not fit one device call).
 
-usage: abba_blocks.py LOG PAIRS BLOCK_STEPS SKIP [SETTLE_S] -- AGENT_CMD...
+usage: abba_blocks.py LOG PAIRS BLOCK_STEPS SKIP [SETTLE_S] -- AGENT_CMD... [--vs BASELINE_CMD...]
+With `--vs`, the baseline blocks run BASELINE_CMD (e.g. the agent with one feature off) instead
+of nothing: the pairs then measure the difference between the two commands.
 The training job writes `step N rank R at T took S` lines to LOG (started by the caller). For each
 block the driver waits for BLOCK_STEPS steps of rank 0; the first SKIP steps after each change
 (the agent starting or stopping) are left out, and an agent block starts SETTLE_S seconds (default
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import time
 
-STEP = re.compile(r"step (\d+) rank 0 at ([\d.]+) took ([\d.]+)")
+STEP = re.compile(r"step (\d+) rank 0 at ([\d.]+) took ([\d.]+)(?: cpu ([\d.]+))?")
 
 
 def steps(log):
@@ -29,7 +31,8 @@ def steps(log):
     with open(log) as f:
         for line in f:
             if m := STEP.search(line):
-                out.append((int(m.group(1)), float(m.group(3))))
+                cpu = float(m.group(4)) if m.group(4) else None
+                out.append((int(m.group(1)), float(m.group(3)), cpu))
     return out
 
 
@@ -62,43 +65,59 @@ def bootstrap_median(xs, n=10_000, seed=1):
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
+def summary(what, blocks, base):
+    changes = [b / a - 1 for a, b in zip(blocks["alone"], blocks["agent"])]
+    med = st.median(changes)
+    lo, hi = bootstrap_median(changes)
+    slower = sum(c > 0 for c in changes)
+    print(f"{what}: pair changes: " + ", ".join(f"{c * 100:+.2f}%" for c in changes))
+    print(f"{what}: paired median change {med * 100:+.2f}% over {len(changes)} ABBA pairs (agent vs {base}), "
+          f"bootstrap 95% interval {lo * 100:+.2f}% .. {hi * 100:+.2f}%; "
+          f"{slower} pairs higher with the agent, {len(changes) - slower} lower or equal")
+    print(f"{what}: targets: median <= +0.5%: {'met' if med <= 0.005 else 'MISSED'}; "
+          f"interval's upper end < +1.5%: {'met' if hi < 0.015 else 'MISSED'}")
+
+
 def main():
     log, pairs, block, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     settle = float(sys.argv[5]) if sys.argv[5] != "--" else 3.0
-    agent_cmd = sys.argv[sys.argv.index("--") + 1:]
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    agent_cmd, base_cmd = (cmd[:cmd.index("--vs")], cmd[cmd.index("--vs") + 1:]) if "--vs" in cmd else (cmd, None)
+    base = "base" if base_cmd else "alone"
     blocks = {"alone": [], "agent": []}
+    cpu_blocks = {"alone": [], "agent": []}
     cpu = []
     for p in range(pairs):
         order = ["alone", "agent"] if p % 2 == 0 else ["agent", "alone"]
         for way in order:
             agent = None
-            if way == "agent":
-                agent = subprocess.Popen(agent_cmd, stdout=subprocess.DEVNULL, stderr=open(f"{log}.agent{p}.err", "w"))
+            run = agent_cmd if way == "agent" else base_cmd
+            if run:
+                agent = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=open(f"{log}.{way}{p}.err", "w"))
                 time.sleep(settle)
             start = last_step(log)
             c0, t0 = (agent_cpu_ticks(agent.pid), time.time()) if agent else (0, 0)
             got = wait_steps(log, start, skip + block)[skip:]
             if agent:
-                cpu.append((agent_cpu_ticks(agent.pid) - c0) / 100 / (time.time() - t0) * 100)
+                if way == "agent":
+                    cpu.append((agent_cpu_ticks(agent.pid) - c0) / 100 / (time.time() - t0) * 100)
                 agent.send_signal(signal.SIGINT)
                 try:
                     agent.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     agent.kill()
                     agent.wait()
-            med = st.median(t for _, t in got)
+            med = st.median(t for _, t, _ in got)
             blocks[way].append(med)
-            print(f"pair {p + 1} {way:5}: steps {got[0][0]}..{got[-1][0]} median {med:.4f}s", flush=True)
-    changes = [b / a - 1 for a, b in zip(blocks["alone"], blocks["agent"])]
-    med = st.median(changes)
-    lo, hi = bootstrap_median(changes)
-    slower = sum(c > 0 for c in changes)
-    print("pair changes: " + ", ".join(f"{c * 100:+.2f}%" for c in changes))
-    print(f"paired median step change {med * 100:+.2f}% over {len(changes)} ABBA pairs, "
-          f"bootstrap 95% interval {lo * 100:+.2f}% .. {hi * 100:+.2f}%; "
-          f"{slower} pairs slower with the agent, {len(changes) - slower} faster or equal")
-    print(f"targets: median <= +0.5%: {'met' if med <= 0.005 else 'MISSED'}; "
-          f"interval's upper end < +1.5%: {'met' if hi < 0.015 else 'MISSED'}")
+            cpus = [c for _, _, c in got if c is not None]
+            cmed = st.median(cpus) if len(cpus) == len(got) else None
+            cpu_blocks[way].append(cmed)
+            label = base if way == "alone" else way
+            cpu_text = f" cpu median {cmed:.4f}s" if cmed is not None else ""
+            print(f"pair {p + 1} {label:5}: steps {got[0][0]}..{got[-1][0]} median {med:.4f}s{cpu_text}", flush=True)
+    summary("step time", blocks, base)
+    if all(c is not None for c in cpu_blocks["alone"] + cpu_blocks["agent"]):
+        summary("step CPU time (the process's, all threads)", cpu_blocks, base)
     if cpu:
         print(f"agent CPU while watching: {min(cpu):.2f}-{max(cpu):.2f}% of a core (median {st.median(cpu):.2f}%)")
 

@@ -21,6 +21,11 @@ SETTLE=${SETTLE:-3}
 NPROC=${NPROC:-1}
 PARAMS_M=${PARAMS_M:-552}
 PAGE_PATHS=${PAGE_PATHS:-"sampled exact"}
+# More agent flags (e.g. --cpu-samples-hz 0); VS: flags of a baseline agent run in the "alone"
+# blocks instead of nothing (e.g. VS="--cpu-samples-hz 0" with AGENT_ARGS empty: what the CPU
+# sampler alone costs).
+AGENT_ARGS=${AGENT_ARGS:-}
+VS=${VS:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOG="$OUT/train.log"
 printf '[tiers]\ncxl = [0]\n' > "$OUT/cxl0.toml"
@@ -34,8 +39,12 @@ until [ "$(grep -c 'rank 0 at' "$LOG")" -ge 5 ]; do
     sleep 1
 done
 for mode in $PAGE_PATHS; do
-    echo "== page path $mode: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
-    python3 "$HERE/abba_blocks.py" "$LOG" "$PAIRS" "$BLOCK" "$SKIP" "$SETTLE" -- \
-        "$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode" \
+    echo "== page path $mode $AGENT_ARGS${VS:+ vs $VS}: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
+    agent=("$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode")
+    vs=()
+    # shellcheck disable=SC2206
+    [ -n "$VS" ] && vs=(--vs "${agent[@]}" $VS)
+    # shellcheck disable=SC2206
+    python3 "$HERE/abba_blocks.py" "$LOG" "$PAIRS" "$BLOCK" "$SKIP" "$SETTLE" -- "${agent[@]}" $AGENT_ARGS "${vs[@]}" \
         | tee -a "$OUT/overhead-summary.txt"
 done

@@ -3,7 +3,8 @@
 bf16 parameters live on the GPU; fp32 master weights and Adam state live in pinned host memory;
 gradients are copied to the host and the Adam step runs on the CPU with torch._foreach_* (whose
 temporaries are fresh allocations every step: the fault-heavy pattern real offload jobs show).
-Run under torchrun; every rank prints one line per step: `step N rank R at T took S`.
+Run under torchrun; every rank prints one line per step: `step N rank R at T took S cpu C`, C the
+process's CPU time in the step (all its threads; a kernel program's run on its behalf included).
 """
 import argparse
 import os
@@ -28,7 +29,7 @@ def main():
     host_grads = [torch.empty_like(m).pin_memory() for m in master]
     lr, b1, b2, eps = 1e-4, 0.9, 0.999, 1e-8
     for step in range(1, a.steps + 1):
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         # "backward": gradients appear on the GPU
         grads = [torch.randn_like(p) for p in gpu_params]
         for hg, g in zip(host_grads, grads):
@@ -46,7 +47,8 @@ def main():
         for p, m in zip(gpu_params, master):
             p.copy_(m, non_blocking=True)
         torch.cuda.synchronize()
-        print(f"step {step} rank {rank} at {time.time():.3f} took {time.time() - t0:.3f}", flush=True)
+        t1, c1 = time.time(), time.process_time()
+        print(f"step {step} rank {rank} at {t1:.3f} took {t1 - t0:.3f} cpu {c1 - c0:.4f}", flush=True)
 
 
 if __name__ == "__main__":

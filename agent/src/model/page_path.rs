@@ -88,6 +88,11 @@ pub struct PagePathView {
     /// programs on classic tracepoints).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Allocations that found another process's (or node's) pages in their CPU's cache and
+    /// moved them to the shared per-process entry (an atomic add on a line every CPU writes):
+    /// the page path's contended part. A cost figure, not a loss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alloc_cache_flushes: Option<u64>,
 }
 
 /// Figures that the mode leaves exact or makes estimates (snapshot field names).

@@ -499,6 +499,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                         | "cpu_delivered"
                         | "cpu_rate_limited"
                         | "cpu_not_watched"
+                        | "alloc_cache_flushes"
                 )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
@@ -526,7 +527,10 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         insights: super::insights::view::snapshot(&model.insights, ctx.window_start_ns),
         agent: AgentSnapshot {
             programs: ctx.programs,
-            page_path: model.page_path.clone(),
+            page_path: super::page_path::PagePathView {
+                alloc_cache_flushes: model.kernel_stats.get("alloc_cache_flushes").copied(),
+                ..model.page_path.clone()
+            },
             drops: Drops { counts: drops, recursion_misses: model.program_counters.recursion_misses() },
             program_counters: model.program_counters.by_program.clone(),
             events_received: model.events_seen,

@@ -175,6 +175,16 @@ fn regularity(times: &[u64]) -> (f64, f64) {
     (within as f64 / iv.len() as f64, m)
 }
 
+/// How many of a sample's frames (outermost first) lie outside an import: an import's frames
+/// (CPython's `<frozen importlib...>` machinery, and a module body run inside another module's)
+/// restart as regularly as a loop while a launcher or a rank starts up (torchrun's start-up
+/// showed three "steps" of `_find_and_load`), so they are never a rhythm.
+fn outside_imports(frames: &[PyFrame<'_>]) -> usize {
+    let machinery = frames.iter().position(|f| f.file.starts_with("<frozen importlib"));
+    let inner_module = frames.iter().enumerate().filter(|(_, f)| f.function == "<module>").nth(1).map(|(d, _)| d);
+    machinery.into_iter().chain(inner_module).min().unwrap_or(frames.len())
+}
+
 /// A rhythm candidate: its share of regular intervals, its frame position (depth, file,
 /// function) and the sample indices of its boundaries.
 type Candidate<'a> = (f64, (usize, &'a str, &'a str), Vec<usize>);
@@ -221,7 +231,7 @@ pub fn detect(samples: &[StepSample<'_>], marker: Option<&StepMarker>) -> Result
     }
     let mut by_position: HashMap<(usize, &str, &str), Starts> = HashMap::new();
     for (i, (_, frames)) in py.iter().enumerate() {
-        for (depth, f) in frames.iter().enumerate() {
+        for (depth, f) in frames[..outside_imports(frames)].iter().enumerate() {
             by_position.entry((depth, f.file, f.function)).or_default().present(i, f.line);
         }
     }

@@ -268,3 +268,29 @@ fn a_cumulative_counter_is_interpolated_between_readings_only() {
     assert_eq!(interpolate(&r, 4_001), None);
     assert_eq!(interpolate(&[], 1), None);
 }
+
+#[test]
+fn imports_restarting_regularly_are_not_a_rhythm() {
+    // A launcher importing modules at a steady pace (torchrun's start-up on the GPU machine gave
+    // three "steps" of `_find_and_load`): the import machinery restarts every 6 samples, and a
+    // module body run inside the import restarts its line with it. Neither is a loop.
+    let import = |i: usize, line: u32| {
+        stack(&[
+            ("/usr/bin/torchrun", "<module>", 8),
+            ("/venv/torch/__init__.py", "<module>", 40),
+            ("<frozen importlib._bootstrap>", "_find_and_load", 1000 + (i % 2) as u32),
+            ("/venv/torch/_decomp/decompositions.py", "<module>", line),
+        ])
+    };
+    let launcher: Vec<(u64, Vec<SiteFrame>)> =
+        (0..60).map(|i| (i as u64 * 10_000, import(i / 6, 10 + (i % 6) as u32))).collect();
+    let e = detect(&samples(&launcher), None).expect_err("imports are no rhythm");
+    assert!(e.starts_with("no Python frame of the main thread started again"), "{e}");
+    // The same restarts outside any import are a rhythm: what was excluded is the import only.
+    let looped: Vec<(u64, Vec<SiteFrame>)> = (0..60)
+        .map(|i| (i as u64 * 10_000, stack(&[(F, "<module>", 8), (F, "train_step", 10 + (i % 6) as u32)])))
+        .collect();
+    let s = detect(&samples(&looped), None).expect("a loop");
+    assert_eq!(s.boundaries.len(), 9, "{s:?}");
+    assert!(matches!(&s.found_by, FoundBy::Rhythm { function, .. } if function == "train_step"), "{s:?}");
+}
