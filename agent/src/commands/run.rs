@@ -63,6 +63,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         exited_grace: args.exited_grace,
         hotness: args.hotness,
         page_path: args.page_path,
+        step_marker: args.step_marker,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     if args.check_config {
@@ -287,6 +288,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         cpu_samples_hz: Some(cfg.cpu_samples_hz),
         ..Default::default()
     })?;
+    s.model.step_marker = cfg.step_marker.clone();
     let kernel_memory = kernel_memory_line(s.probes.sizing.0.possible_cpus);
     // Exited tracked processes keep their series twice the model's grace; their final records
     // stay that long (this window slides with every reading).

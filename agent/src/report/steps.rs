@@ -235,15 +235,7 @@ fn who(r: &RankSteps) -> String {
     format!("{} {}{rank}", r.comm, r.pid)
 }
 
-/// The mean of the durations within 25% of `median` (0 when none). Pure.
-pub fn typical(durations: &[f64], median: f64) -> f64 {
-    let regular: Vec<f64> = durations.iter().copied().filter(|d| (d - median).abs() <= 0.25 * median).collect();
-    if regular.is_empty() {
-        0.0
-    } else {
-        regular.iter().sum::<f64>() / regular.len() as f64
-    }
-}
+pub use crate::model::steps::typical;
 
 fn how(r: &RankSteps) -> String {
     match (r.found_by.as_str(), &r.frame) {
