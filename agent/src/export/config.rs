@@ -554,6 +554,21 @@ mod tests {
     }
 
     #[test]
+    fn step_marker_from_the_file_or_the_flag_which_wins() {
+        use crate::model::steps::StepMarker;
+        let none = &env(&[]);
+        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), none).unwrap().step_marker, None);
+        let file = parse_file("[collect]\nstep_marker = \"train.py:train_step\"\n").unwrap();
+        let from_file = resolve(&file, &Flags::default(), none).unwrap().step_marker;
+        assert_eq!(from_file, Some(StepMarker::parse("train.py:train_step").unwrap()));
+        let flag = Flags { step_marker: Some(StepMarker::parse("Optimizer.step").unwrap()), ..Flags::default() };
+        assert_eq!(resolve(&file, &flag, none).unwrap().step_marker, flag.step_marker, "the flag wins");
+        let bad = parse_file("[collect]\nstep_marker = \"a b\"\n").unwrap();
+        let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
+        assert!(e.starts_with("collect.step_marker") && e.contains("FILE.py:FUNCTION"), "{e}");
+    }
+
+    #[test]
     fn latency_probe_is_off_unless_asked_for_and_flags_win() {
         let none = &env(&[]);
         let off = resolve(&FileConfig::default(), &Flags::default(), none).unwrap();
@@ -645,6 +660,7 @@ mod tests {
             exited_grace: Some(Duration::from_secs(2)),
             hotness: false,
             page_path: None,
+            step_marker: None,
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();
