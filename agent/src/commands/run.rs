@@ -369,6 +369,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     let mut insight_cursor = insight_logs::InsightCursor::default();
 
     let mut fleet = FleetFold::default();
+    let mut steps = instruments::steps::StepCursor::default();
     let mut tracking = Tracking {
         tracked: BTreeMap::new(),
         exited: BTreeMap::new(),
@@ -480,6 +481,11 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         let points = current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity);
         latest.publish_within(keyed(points, cfg.granularity, &mut fleet, s.model.last_reading_ns), &limits, &stats);
+        let new_steps = steps.take(&s.model, &tracking.tracked).into_iter();
+        telemetry.record_steps(new_steps.map(|(a, d)| match cfg.granularity {
+            Granularity::Process => (a, d),
+            Granularity::Job => (crate::export::fleet::fleet_attributes(a), d),
+        }));
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());

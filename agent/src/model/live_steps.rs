@@ -20,6 +20,10 @@ pub const WINDOW_NS: u64 = 60_000_000_000;
 pub const MAX_WINDOW_SAMPLES: usize = 8192;
 /// Detection runs at most this often per process.
 pub const DETECT_EVERY_NS: u64 = 1_000_000_000;
+/// A sample whose stack is not named yet (the namer runs behind the sampler) ends what a
+/// detection reads until it is named or this old (then it stays unnamed: no Python frames). A
+/// boundary read without it could fall on a later sample, and a step taken is never taken again.
+pub const NAMING_GRACE_NS: u64 = 5_000_000_000;
 /// Recent steps kept per process (durations for the typical step and p90; what a recorder or
 /// exporter takes since it last looked).
 pub const STEP_HISTORY: usize = 256;
@@ -118,9 +122,16 @@ impl LiveSteps {
     }
 
     fn detect_now(&mut self, frames: &BTreeMap<u64, Vec<SiteFrame>>, marker: Option<&StepMarker>, exited: bool) {
+        let newest = self.window.back().map_or(0, |&(t, _)| t);
+        let named = self
+            .window
+            .iter()
+            .position(|&(t, id)| !frames.contains_key(&id) && newest.saturating_sub(t) < NAMING_GRACE_NS && !exited)
+            .unwrap_or(self.window.len());
         let samples: Vec<StepSample<'_>> = self
             .window
             .iter()
+            .take(named)
             .map(|&(t, id)| StepSample {
                 t_us: t / 1000,
                 ticks: 1,

@@ -202,3 +202,27 @@ fn samples_out_of_order_and_unnamed_stacks_are_tolerated() {
     assert_eq!(feed(&unnamed, 10, None, true).completed, 0);
     assert_eq!(feed(&[], 10, None, true).view(), None);
 }
+
+#[test]
+fn a_step_waits_for_its_samples_to_be_named() {
+    // Steps 0..10 with the last 40 samples' stacks not named yet: only steps before them.
+    let all = marks(10, 0);
+    let (mut cpu, f, mut s) = (CpuProfile::default(), frames(), LiveSteps::default());
+    let cut = all.len() - 40;
+    all.iter()
+        .enumerate()
+        .for_each(|(i, m)| cpu.add(CpuMark { stack: if i < cut { m.stack } else { m.stack + 100 }, ..*m }));
+    s.update(PID, &cpu, &f, None, 10_000_000_000, false);
+    assert_eq!(s.completed, 7, "the steps that started before the first unnamed sample");
+    // Named now (as the namer does: the same ids get frames).
+    let mut named = f.clone();
+    for (id, fr) in &f {
+        named.insert(id + 100, fr.clone());
+    }
+    s.update(PID, &cpu, &named, None, 11_000_000_000, false);
+    // No new sample came: detection waits for one, then takes the rest exactly.
+    cpu.add(CpuMark { ts_ns: START_NS + 10 * PER_STEP * GAP_NS, tid: PID, stack: 1, ticks: 1 });
+    s.update(PID, &cpu, &named, None, 12_000_000_000, false);
+    assert_eq!(s.completed, 9);
+    assert_exact(&s);
+}
