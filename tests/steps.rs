@@ -4,9 +4,14 @@
 //! with `tierscope record` at the sampler's default 49 Hz, frames every 200 ms, reports those
 //! steps from the main thread's rhythm alone and with `--step-marker python_steps.py:train_step`:
 //! their count, their durations against the stand-in's own, the phases' order, the pages per
-//! step, and `export --perfetto` writes them.
+//! step, and `export --perfetto` writes them. The live agent finds them too: the session's
+//! `step` records (written by `record` as each step completed) and `snapshot --json`'s steps of
+//! the stand-in, against its own durations.
 use serde_json::Value;
-use tierscope_tests::{require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr};
+use tierscope_tests::{
+    process, require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr, Agent,
+    UNTIL_INTERRUPTED,
+};
 
 const PYTHON: &str = "/usr/bin/python3";
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_steps.py");
@@ -87,6 +92,66 @@ fn check(report: &Value, how: &str, own: &[f64]) {
     );
 }
 
+/// The steps the live agent recorded (`step` records, as the report lists them beside its own)
+/// against the stand-in's: their number, their durations within the report's tolerances.
+fn check_live(report: &Value, own: &[f64]) {
+    let ranks = report["steps"].as_array().expect("report steps");
+    let r = ranks.iter().find(|r| r["comm"].as_str().is_some_and(|c| c.starts_with("python3"))).expect("python3");
+    let count = r["live_count"].as_u64().unwrap_or_else(|| panic!("no live_count: {r}")) as usize;
+    let live = r["live_steps"].as_array().expect("live_steps");
+    assert_eq!(count, live.len());
+    let found: Vec<f64> = live.iter().map(|s| s["duration_s"].as_f64().expect("duration")).collect();
+    let idx: Vec<u64> = live.iter().map(|s| s["index"].as_u64().expect("index")).collect();
+    eprintln!("live: {count} step records (ran {STEPS}): {found:.3?}");
+    assert_eq!(idx, (0..count as u64).collect::<Vec<_>>(), "each step recorded once, in order");
+    assert!(live.iter().all(|s| s["found_by"] == "rhythm"), "{live:?}");
+    assert!(count.abs_diff(STEPS) <= 1, "live: {count} steps recorded, {STEPS} ran");
+    let (m, own_m) = (median(found.clone()), median(own.to_vec()));
+    assert!((m / own_m - 1.0).abs() <= 0.05, "live: median {m:.4} s, the stand-in's {own_m:.4} s");
+    // The recorded steps are the last `count` the stand-in ran when one was missed at the start.
+    for (k, (f, o)) in found.iter().rev().zip(own.iter().rev()).enumerate() {
+        assert!((f - o).abs() <= 3.0 * SAMPLE_S, "live: step -{k} took {o:.3} s, recorded {f:.3} s");
+    }
+    for s in live {
+        let (a, b) = (s["start_us"].as_u64().expect("start"), s["end_us"].as_u64().expect("end"));
+        let d = s["duration_s"].as_f64().expect("d");
+        assert!(b > a && ((b - a) as f64 / 1e6 - d).abs() < 1e-6, "{s}");
+        let u = s["start_uncertainty_us"].as_u64().expect("u") as f64 / 1e6;
+        assert!(u > 0.0 && u <= 3.0 * SAMPLE_S, "start uncertainty {u}: {s}");
+    }
+}
+
+#[test]
+#[ignore = "requires root"]
+fn the_live_agent_shows_the_steps_of_a_running_training_loop_in_its_snapshot() {
+    require_root_and_agent!();
+    let d = scratch_dir("steps", "snapshot");
+    let truth = d.join("truth.json");
+    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--match", "python_steps\\.py"]);
+    let mut child = std::process::Command::new(PYTHON)
+        .args([SCRIPT, &STEPS.to_string(), truth.to_str().expect("path")])
+        .spawn()
+        .expect("the stand-in");
+    let pid = child.id();
+    assert!(child.wait().expect("the stand-in").success());
+    let snap = agent.interrupt();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth).expect("the stand-in's times")).expect("JSON");
+    let own = own_durations(&truth);
+    let steps = &process(&snap, pid)["steps"];
+    eprintln!("snapshot steps: {steps}");
+    assert_eq!(steps["found_by"], "rhythm", "{steps}");
+    assert!(steps["frame"].as_str().is_some_and(|f| f.contains("train_step")), "{steps}");
+    let count = steps["count"].as_u64().expect("count") as usize;
+    assert!(count.abs_diff(STEPS) <= 1, "snapshot: {count} steps, {STEPS} ran");
+    let (typical, own_m) = (steps["typical_s"].as_f64().expect("typical"), median(own.clone()));
+    assert!((typical / own_m - 1.0).abs() <= 0.05, "typical {typical:.4} s, the stand-in's median {own_m:.4} s");
+    let last = steps["last_s"].as_f64().expect("last");
+    assert!((last - own[STEPS - 1]).abs() <= 3.0 * SAMPLE_S, "last {last:.3} s, its own {:.3} s", own[STEPS - 1]);
+    assert!(steps["regular_share"].as_f64().expect("share") >= 0.9, "{steps}");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
 #[test]
 #[ignore = "requires root"]
 fn the_steps_of_a_recorded_training_loop_are_found_from_its_rhythm_and_from_a_marker() {
@@ -107,11 +172,14 @@ fn the_steps_of_a_recorded_training_loop_are_found_from_its_rhythm_and_from_a_ma
         args.extend(marker.iter().flat_map(|m| ["--step-marker", *m]));
         let o = tierscope(&args);
         assert!(o.status.success(), "report: {}", stderr(&o));
-        check(&serde_json::from_slice(&o.stdout).expect("report JSON"), how, &own);
+        let report: Value = serde_json::from_slice(&o.stdout).expect("report JSON");
+        check(&report, how, &own);
+        check_live(&report, &own);
     }
     let o = tierscope(&["report", f, "--format", "md", "--step-marker", "python_steps.py:train_step"]);
     let md = String::from_utf8_lossy(&o.stdout);
     assert!(md.contains("steps by marker python_steps.py:train_step"), "the Markdown report: {md}");
+    assert!(md.contains("while recording)") && md.contains("(the live agent recorded "), "the Markdown report: {md}");
     let o = tierscope(&["report", f, "--step-marker", "train.py:"]);
     assert_eq!(o.status.code(), Some(2), "a bad marker is a usage error");
     assert!(stderr(&o).contains("FILE.py:FUNCTION"), "{}", stderr(&o));

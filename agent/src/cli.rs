@@ -142,6 +142,11 @@ pub struct TierFlags {
     /// fault split are estimates (fault totals stay exact; docs/how-it-measures.md).
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = page_path_mode)]
     pub page_path: crate::model::page_path::PagePathMode,
+    /// Live training steps start where this Python function starts again on a process's main
+    /// thread: FILE.py:FUNCTION or FUNCTION (as `report --step-marker`); without it, from each
+    /// rank's rhythm (docs/steps.md).
+    #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
+    pub step_marker: Option<crate::model::steps::StepMarker>,
 }
 
 /// The flags' own defaults (what clap gives when none is passed: bare `tierscope` is `top`).
@@ -156,6 +161,7 @@ impl Default for TierFlags {
             event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
             insights_config: None,
             page_path: crate::model::page_path::PagePathMode::default(),
+            step_marker: None,
         }
     }
 }
@@ -287,6 +293,10 @@ pub struct RunArgs {
     /// `exact` or `sampled` page path (like `[collect] page_path`; see `snapshot --page-path`).
     #[arg(long, value_name = "MODE", value_parser = page_path_mode)]
     pub page_path: Option<crate::model::page_path::PagePathMode>,
+    /// Live training steps start where this Python function starts again (like `[collect]
+    /// step_marker`; see `top --step-marker`).
+    #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
+    pub step_marker: Option<crate::model::steps::StepMarker>,
     /// Read the config file, the OTEL_* environment and these flags, say where the agent would
     /// export, and exit (0, or 1 with the problem) without loading anything into the kernel.
     #[arg(long)]

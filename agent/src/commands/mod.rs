@@ -38,7 +38,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             let filter = select.filter()?;
             let opts = session_options(&tiers, filter.pattern.clone());
             let hotness = hotness.config()?;
-            runtime()?.block_on(snapshot::run(Duration::from_secs_f64(duration), filter, opts, hotness))?;
+            runtime()?.block_on(snapshot::run(
+                Duration::from_secs_f64(duration),
+                filter,
+                (opts, tiers.step_marker),
+                hotness,
+            ))?;
             Ok(0)
         }
         Command::Topology { json, sysfs_root } => topology::run(json, &sysfs_root).map(|()| 0),

@@ -173,6 +173,7 @@ fn selection_words(filter: &ProcessFilter, command: &[String]) -> String {
 
 async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
     let mut s = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
+    s.model.step_marker = args.tiers.step_marker.clone();
     let hot_cfg = args.hotness.config()?;
     // Hotness (DAMON) joins the frames when asked for; dropping the worker stops its kdamonds.
     let mut hotness = damon::start(&s.topology, &hot_cfg, s.page_size, vec![], &mut s.model.hotness);

@@ -63,6 +63,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         exited_grace: args.exited_grace,
         hotness: args.hotness,
         page_path: args.page_path,
+        step_marker: args.step_marker,
     };
     let cfg = Config::load(args.config.as_deref(), &flags)?;
     if args.check_config {
@@ -287,6 +288,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         cpu_samples_hz: Some(cfg.cpu_samples_hz),
         ..Default::default()
     })?;
+    s.model.step_marker = cfg.step_marker.clone();
     let kernel_memory = kernel_memory_line(s.probes.sizing.0.possible_cpus);
     // Exited tracked processes keep their series twice the model's grace; their final records
     // stay that long (this window slides with every reading).
@@ -367,6 +369,7 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
     let mut insight_cursor = insight_logs::InsightCursor::default();
 
     let mut fleet = FleetFold::default();
+    let mut steps = instruments::steps::StepCursor::default();
     let mut tracking = Tracking {
         tracked: BTreeMap::new(),
         exited: BTreeMap::new(),
@@ -478,6 +481,11 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         }
         let points = current_points(&s, &mut tracking, &health, probe.as_ref(), cfg.granularity);
         latest.publish_within(keyed(points, cfg.granularity, &mut fleet, s.model.last_reading_ns), &limits, &stats);
+        let new_steps = steps.take(&s.model, &tracking.tracked).into_iter();
+        telemetry.record_steps(new_steps.map(|(a, d)| match cfg.granularity {
+            Granularity::Process => (a, d),
+            Granularity::Job => (crate::export::fleet::fleet_attributes(a), d),
+        }));
     }
     // Stops tierscope's kdamonds (also on SIGTERM: the loop above ends normally).
     drop(hotness.take());

@@ -18,9 +18,16 @@ use crate::{
 /// How often counters are folded into the model while watching.
 const READ_EVERY: Duration = Duration::from_millis(500);
 
-pub async fn run(duration: Duration, filter: ProcessFilter, opts: SessionOptions, hot: HotnessConfig) -> Result<()> {
+/// `opts` with the step marker the model finds live steps at.
+pub async fn run(
+    duration: Duration,
+    filter: ProcessFilter,
+    (opts, step_marker): (SessionOptions, Option<crate::model::steps::StepMarker>),
+    hot: HotnessConfig,
+) -> Result<()> {
     let mut signals = super::signals::Signals::install()?;
     let mut s = Session::start_with(opts)?;
+    s.model.step_marker = step_marker;
     let selective = !filter.pids.is_empty() || filter.pattern.is_some();
     if hot.enabled && selective {
         // The per-process monitor needs its processes from the start.

@@ -197,6 +197,7 @@ struct Frozen {
 async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
     let mut session = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
+    session.model.step_marker = args.tiers.step_marker.clone();
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),
         regions: session.topology.cxl_regions.clone(),

@@ -118,6 +118,8 @@ pub struct FileCollect {
     pub event_ring_kib: Option<u32>,
     /// `exact` (every page event counted, the default) or `sampled` (duty-cycled, estimates).
     pub page_path: Option<String>,
+    /// Where live training steps start (`FILE.py:FUNCTION` or `FUNCTION`); default: the rhythm.
+    pub step_marker: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -153,6 +155,8 @@ pub struct Flags {
     pub hotness: bool,
     /// `--page-path exact|sampled` (wins over `[collect] page_path`).
     pub page_path: Option<crate::model::page_path::PagePathMode>,
+    /// `--step-marker SPEC` (wins over `[collect] step_marker`).
+    pub step_marker: Option<crate::model::steps::StepMarker>,
 }
 
 /// The longest probe interval accepted: a week.
@@ -208,6 +212,8 @@ pub struct Config {
     pub event_ring_kib: u32,
     /// `[collect] page_path` / `--page-path`.
     pub page_path: crate::model::page_path::PagePathMode,
+    /// `[collect] step_marker` / `--step-marker`.
+    pub step_marker: Option<crate::model::steps::StepMarker>,
     pub track_pids: Vec<u32>,
     pub track_pattern: Option<Regex>,
     pub resource_attributes: BTreeMap<String, String>,
@@ -449,6 +455,11 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         (None, Some(s)) => s.parse().map_err(|e| bad("collect.page_path", e))?,
         (None, None) => crate::model::page_path::PagePathMode::default(),
     };
+    let step_marker = match (&flags.step_marker, &file.collect.step_marker) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(s)) => Some(crate::model::steps::StepMarker::parse(s).map_err(|e| bad("collect.step_marker", e))?),
+        (None, None) => None,
+    };
 
     let track_pids = if flags.pids.is_empty() { file.track.pids.clone() } else { flags.pids.clone() };
     let (pattern, what) = match (&flags.pattern, &file.track.pattern) {
@@ -493,6 +504,7 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         cpu_samples_hz,
         event_ring_kib,
         page_path,
+        step_marker,
         track_pids,
         track_pattern,
         resource_attributes: file.resource.attributes.clone(),
@@ -539,6 +551,21 @@ mod tests {
         let bad = parse_file("[collect]\npage_path = \"fast\"\n").unwrap();
         let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
         assert!(e.starts_with("collect.page_path") && e.contains("\"sampled\""), "{e}");
+    }
+
+    #[test]
+    fn step_marker_from_the_file_or_the_flag_which_wins() {
+        use crate::model::steps::StepMarker;
+        let none = &env(&[]);
+        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), none).unwrap().step_marker, None);
+        let file = parse_file("[collect]\nstep_marker = \"train.py:train_step\"\n").unwrap();
+        let from_file = resolve(&file, &Flags::default(), none).unwrap().step_marker;
+        assert_eq!(from_file, Some(StepMarker::parse("train.py:train_step").unwrap()));
+        let flag = Flags { step_marker: Some(StepMarker::parse("Optimizer.step").unwrap()), ..Flags::default() };
+        assert_eq!(resolve(&file, &flag, none).unwrap().step_marker, flag.step_marker, "the flag wins");
+        let bad = parse_file("[collect]\nstep_marker = \"a b\"\n").unwrap();
+        let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
+        assert!(e.starts_with("collect.step_marker") && e.contains("FILE.py:FUNCTION"), "{e}");
     }
 
     #[test]
@@ -633,6 +660,7 @@ mod tests {
             exited_grace: Some(Duration::from_secs(2)),
             hotness: false,
             page_path: None,
+            step_marker: None,
         };
         let c = resolve(&file, &flags, &e).unwrap();
         let o = c.otlp.unwrap();

@@ -28,7 +28,7 @@ const DROPPED: [&str; 4] = [PID, POD_UID, POD_NAME, CONTAINER_ID];
 
 /// A process point's attributes in a fleet series: no pid, pod or container; in a job, no
 /// executable name either (a rank's data workers count with their rank).
-fn fleet_attributes(attrs: Vec<KeyValue>) -> Vec<KeyValue> {
+pub fn fleet_attributes(attrs: Vec<KeyValue>) -> Vec<KeyValue> {
     let in_job = attrs.iter().any(|kv| kv.key.as_str() == JOB);
     attrs.into_iter().filter(|kv| !DROPPED.contains(&kv.key.as_str()) && !(in_job && kv.key.as_str() == EXE)).collect()
 }
@@ -105,6 +105,8 @@ impl FleetFold {
             let mut out = match def.kind {
                 Kind::Counter => self.counters(def.name, per_pid, &mut rest, now_ns),
                 Kind::Gauge | Kind::UpDownCounter => gauges(per_pid),
+                // Recorded as they happen, not from points (see `step_observation`).
+                Kind::Histogram => per_pid,
             };
             out.append(&mut rest);
             if !out.is_empty() {

@@ -117,6 +117,17 @@ pub struct Telemetry {
     pub provider: SdkMeterProvider,
     pub otlp_reader: Option<SharedReader>,
     pub prometheus: Option<prometheus::Registry>,
+    /// `tierscope.process.step.duration`: each live step recorded once.
+    pub step_durations: opentelemetry::metrics::Histogram<f64>,
+}
+
+impl Telemetry {
+    /// Records step durations (seconds) with their attributes.
+    pub fn record_steps(&self, observations: impl IntoIterator<Item = (Vec<KeyValue>, f64)>) {
+        for (attrs, s) in observations {
+            self.step_durations.record(s, &attrs);
+        }
+    }
 }
 
 /// The resource: the SDK's detectors (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`), then
@@ -263,6 +274,8 @@ pub fn build(
                     .with_callback(move |o| observe_i64(&l, d.name, o))
                     .build();
             }
+            // Recorded, not observed: built once below.
+            (Kind::Histogram, _) => {}
             (Kind::Gauge, true) => {
                 meter
                     .f64_observable_gauge(def.name)
@@ -273,7 +286,14 @@ pub fn build(
             }
         }
     }
-    Ok(Telemetry { provider, otlp_reader, prometheus: registry })
+    let d = instruments::steps::PROCESS_STEP_DURATION;
+    let step_durations = meter
+        .f64_histogram(d.name)
+        .with_unit(d.unit)
+        .with_description(d.description)
+        .with_boundaries(instruments::steps::STEP_BUCKETS_S.to_vec())
+        .build();
+    Ok(Telemetry { provider, otlp_reader, prometheus: registry, step_durations })
 }
 
 /// Renders the Prometheus text exposition (collects through the Prometheus reader).

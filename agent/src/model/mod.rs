@@ -15,6 +15,7 @@ pub mod hotness_view;
 pub mod insights;
 pub mod job;
 pub mod kernel_memory;
+pub mod live_steps;
 pub mod liveness;
 pub mod migration;
 pub mod page_path;
@@ -92,6 +93,8 @@ pub struct Model {
     /// for (the perf events could not be opened).
     pub cpu_samples_hz: u32,
     pub cpu_sampler_note: Option<String>,
+    /// Where live steps start (`--step-marker`); without it, from each rank's rhythm.
+    pub step_marker: Option<steps::StepMarker>,
     pub site_watch_refused: u64,
     /// How the CUDA driver's pinning is watched (`collect/pinning.rs`).
     pub pinning: pinned::PinningStatus,
@@ -338,6 +341,18 @@ impl Model {
             if let Some(p) = self.processes.get_mut(&tgid) {
                 p.site_frames.insert(site, frames);
             }
+        }
+        // Live steps from the main threads' samples (at most once a second per process).
+        for p in self.processes.values_mut() {
+            let exited = p.exited_at_ns.is_some();
+            p.live_steps.update(
+                p.tgid,
+                &p.cpu,
+                &p.site_frames,
+                self.step_marker.as_ref(),
+                self.last_reading_ns,
+                exited,
+            );
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Process {
     pub site_frames: BTreeMap<u64, Vec<super::site::SiteFrame>>,
     /// Its CPU profile from the cpu-clock sampler (stacks named in `site_frames`).
     pub cpu: super::cpu_profile::CpuProfile,
+    /// Training steps found live in its main thread's samples (`model/live_steps.rs`).
+    pub live_steps: super::live_steps::LiveSteps,
     /// Pages allocated per second per node over the last two readings.
     pub alloc_rate_by_node: BTreeMap<u32, f64>,
     prev_allocs: Option<(BTreeMap<u32, u64>, u64)>,

@@ -101,6 +101,9 @@ pub struct ProcessSnapshot {
     pub cxl_alloc_site_count: usize,
     /// Its CPU profile from the cpu-clock sampler (null when it has no sample).
     pub cpu_profile: Option<super::cpu_profile::CpuProfileView>,
+    /// Training steps found live in its main thread's samples (docs/steps.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<super::live_steps::LiveStepsView>,
     /// The GPU it drives and the evidence (`model/gpu.rs`); null without GPUs or evidence.
     pub gpu: Option<super::gpu::GpuView>,
     /// Where it may run and where its threads last ran; null until read (training processes).
@@ -432,6 +435,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                 cxl_alloc_site_count: p.cxl_sites.len(),
                 top_cxl_alloc_sites: sites,
                 cpu_profile: super::cpu_profile::view(&p.cpu, &p.site_frames, model.cpu_period_ns),
+                steps: p.live_steps.view(),
                 faults: p.faults,
                 faults_by_path: FaultsByPath {
                     cpu_user: split.cpu_user,

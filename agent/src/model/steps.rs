@@ -274,6 +274,30 @@ pub fn detect(samples: &[StepSample<'_>], marker: Option<&StepMarker>) -> Result
     }
 }
 
+/// Whether a sample's stack holds the frame its steps were found by (the marker, or the
+/// rhythm's frame at its depth): a boundary whose sample lacks it closes the last step (the
+/// frame went away) rather than starting one.
+pub fn holds(found: &FoundBy, frames: &[SiteFrame]) -> bool {
+    let py = python_outermost_first(frames);
+    match found {
+        FoundBy::Marker(m) => py.iter().any(|f| m.matches(f)),
+        FoundBy::Rhythm { depth, file, function } => {
+            py.get(*depth).is_some_and(|f| f.file == file.as_str() && f.function == function.as_str())
+        }
+    }
+}
+
+/// The mean of the durations within 25% of `median` (0 when none): found durations come in
+/// whole sample gaps, so the median sits on that grid and this does not. Pure.
+pub fn typical(durations: &[f64], median: f64) -> f64 {
+    let regular: Vec<f64> = durations.iter().copied().filter(|d| (d - median).abs() <= 0.25 * median).collect();
+    if regular.is_empty() {
+        0.0
+    } else {
+        regular.iter().sum::<f64>() / regular.len() as f64
+    }
+}
+
 /// What a step's CPU time went to, as its frames tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {

@@ -49,6 +49,8 @@ pub struct Capture {
     insights_closed: u64,
     /// CPU samples and stacks written so far.
     cpu: super::cpu::CpuCapture,
+    /// Live steps written so far.
+    steps: super::steps::StepCapture,
 }
 
 /// Seconds after the recording started as its milliseconds (0 for a time before it).
@@ -77,7 +79,11 @@ impl Capture {
     /// A capture of a recording that started at `started_ns` (CLOCK_MONOTONIC): CPU samples'
     /// times are written from there.
     pub fn starting_at(started_ns: u64) -> Self {
-        Capture { cpu: super::cpu::CpuCapture::starting_at(started_ns), ..Capture::default() }
+        Capture {
+            cpu: super::cpu::CpuCapture::starting_at(started_ns),
+            steps: super::steps::StepCapture::starting_at(started_ns),
+            ..Capture::default()
+        }
     }
 
     /// The records for one interval: identities that changed, events since the last call, the
@@ -169,6 +175,7 @@ impl Capture {
         out.extend(
             self.cpu.observe(snap.processes.iter().map(|p| p.pid), model, t_ms).into_iter().map(Record::CpuSamples),
         );
+        out.extend(self.steps.observe(snap.processes.iter().map(|p| p.pid), model, t_ms).into_iter().map(Record::Step));
         out
     }
 }

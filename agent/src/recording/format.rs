@@ -12,7 +12,7 @@ use flate2::{read::DeflateDecoder, write::DeflateEncoder, Compression};
 /// The first 8 bytes of every session file.
 pub const MAGIC: &[u8; 8] = b"TSCOPE\x00S";
 /// The format version this build writes and the newest it reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Magic, version, 4 reserved bytes.
 pub const HEADER_LEN: usize = 16;
 /// Compressed length, raw length, CRC-32.

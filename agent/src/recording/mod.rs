@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod format;
 pub mod records;
 pub mod replay;
+pub mod steps;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -50,6 +51,8 @@ pub struct Recording {
     pub sites: BTreeMap<u32, SitesRec>,
     /// Every process's CPU samples and their stacks (absent in older files).
     pub cpu: BTreeMap<u32, cpu::CpuRecording>,
+    /// The steps the live agent completed per process, as recorded (absent before version 3).
+    pub live_steps: BTreeMap<u32, Vec<steps::StepRec>>,
     pub end: Option<EndRec>,
     /// What the reader had to skip (a partial last chunk) or could not find (no end record).
     pub warnings: Vec<String>,
@@ -300,6 +303,7 @@ fn collect<R: std::io::Read>(
                 rec.sites.insert(s.pid, s);
             }
             Record::CpuSamples(c) => rec.cpu.entry(c.pid).or_default().add(c),
+            Record::Step(s) => rec.live_steps.entry(s.pid).or_default().push(s),
             Record::End(e) => rec.end = Some(e),
         }
         Ok(())

@@ -27,6 +27,8 @@ pub enum Record {
     /// The CXL allocation sites of a process (cumulative), when they changed.
     Sites(SitesRec),
     CpuSamples(super::cpu::CpuSamplesRec),
+    /// A training step the live agent completed (version 3).
+    Step(super::steps::StepRec),
     End(EndRec),
 }
 

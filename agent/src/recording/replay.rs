@@ -337,6 +337,7 @@ mod tests {
             ],
             sites: BTreeMap::new(),
             cpu: BTreeMap::new(),
+            live_steps: BTreeMap::new(),
             end: None,
             warnings: vec![],
             on_disk: None,

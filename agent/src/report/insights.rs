@@ -333,6 +333,7 @@ mod tests {
             events: vec![],
             sites: BTreeMap::new(),
             cpu: BTreeMap::new(),
+            live_steps: BTreeMap::new(),
             end: None,
             warnings: vec![],
             on_disk: None,

@@ -70,6 +70,14 @@ pub struct RankSteps {
     /// The slowest steps (indices into `steps`), slowest first, each with what made it slow.
     pub slowest: Vec<SlowStep>,
     pub steps: Vec<StepUse>,
+    /// How many steps the live agent completed and recorded for this process (`step` records;
+    /// absent in recordings made before them). Report-time detection sees every sample, so
+    /// it stays the analysis; this says whether the live figures agreed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_count: Option<usize>,
+    /// Those steps as recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_steps: Vec<crate::recording::steps::StepRec>,
 }
 
 /// A slow step and the phase (or the off-CPU time) furthest above its median.
@@ -130,6 +138,8 @@ pub fn analyze(rec: &Recording, marker: Option<&StepMarker>) -> Result<Vec<RankS
             comm: info.map(|i| i.comm.clone()).unwrap_or_default(),
             rank: info.and_then(|i| i.rank),
             found_by: "none".into(),
+            live_count: rec.live_steps.get(&pid).map(Vec::len),
+            live_steps: rec.live_steps.get(&pid).cloned().unwrap_or_default(),
             ..RankSteps::default()
         };
         match detect(&samples, marker) {
@@ -235,17 +245,17 @@ fn who(r: &RankSteps) -> String {
     format!("{} {}{rank}", r.comm, r.pid)
 }
 
-/// The mean of the durations within 25% of `median` (0 when none). Pure.
-pub fn typical(durations: &[f64], median: f64) -> f64 {
-    let regular: Vec<f64> = durations.iter().copied().filter(|d| (d - median).abs() <= 0.25 * median).collect();
-    if regular.is_empty() {
-        0.0
-    } else {
-        regular.iter().sum::<f64>() / regular.len() as f64
-    }
-}
+pub use crate::model::steps::typical;
 
 fn how(r: &RankSteps) -> String {
+    let live = match r.live_count {
+        Some(n) => format!(" (the live agent recorded {n} while recording)"),
+        None => String::new(),
+    };
+    format!("{}{live}", how_found(r))
+}
+
+fn how_found(r: &RankSteps) -> String {
     match (r.found_by.as_str(), &r.frame) {
         ("none", _) => format!("no steps: {}", r.reason.as_deref().unwrap_or("")),
         (by, Some(frame)) => format!(

@@ -296,6 +296,12 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
             }
         }
     }
+    if let Some(v) = p.live_steps.view() {
+        out.push(Line::from(vec![
+            Span::styled("  steps  ", theme::dim()),
+            Span::raw(format::truncate(&step_line(&v), width.saturating_sub(9))),
+        ]));
+    }
     out.push(Line::from(""));
 
     // Policy.
@@ -409,6 +415,29 @@ fn container_line(c: &crate::model::container::ContainerIdentity) -> Option<Stri
         parts.push(format!("container {name}{}{runtime}", &id[..id.len().min(12)]));
     }
     Some(parts.join(", "))
+}
+
+/// The live steps in one line: how many, how found, the typical, last and p90 durations and
+/// how regular; or why there are none yet.
+pub fn step_line(v: &crate::model::live_steps::LiveStepsView) -> String {
+    let frame = v.frame.as_deref().unwrap_or("");
+    // The rhythm's frame with its file's name, not its path: `main (train.py)`.
+    let frame = match frame.rsplit_once(" (") {
+        Some((func, file)) if v.depth.is_some() => format!("{func} ({}", file.rsplit('/').next().unwrap_or(file)),
+        _ => frame.to_string(),
+    };
+    match (v.count, &v.reason) {
+        (0, Some(why)) => format!("none yet: {why}"),
+        (0, None) => "none completed yet".to_string(),
+        (n, _) => format!(
+            "{n} by {} {frame}, typical {:.3} s, last {:.3} s, p90 {:.3} s, {:.0}% regular",
+            v.found_by,
+            v.typical_s,
+            v.last_s,
+            v.p90_s,
+            v.regular_share * 100.0
+        ),
+    }
 }
 
 #[cfg(test)]

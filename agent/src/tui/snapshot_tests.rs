@@ -343,3 +343,22 @@ fn a_machine_without_a_slow_tier_says_so_on_the_overview() {
     assert!(lines[0].contains("tierscope top --cxl-node 0"), "{dram_only}");
     assert!(lines[0].contains("cargo xtask run"), "offers the recorded tiered machine: {dram_only}");
 }
+
+/// The process view's live steps: the fixture's main thread restarts `main` every 4 samples
+/// (3 in `step`, 1 in `load_batch`); a process with too few samples says why it has none.
+#[test]
+fn the_process_view_shows_its_live_steps_or_why_none() {
+    let f = Fixture::training();
+    let screen = render(&f, &app(View::ProcessDetail), 160, 48);
+    let line = screen.lines().find(|l| l.contains("steps  ")).unwrap_or_else(|| panic!("no steps line:\n{screen}"));
+    insta::assert_snapshot!("process_steps_line", line.trim_matches('"').trim_end());
+    let mut few = Fixture::training();
+    let p = few.model.processes.get_mut(&4242).expect("fixture");
+    p.live_steps = crate::model::live_steps::LiveSteps::default();
+    let cpu = p.cpu.clone();
+    let mut trimmed = crate::model::cpu_profile::CpuProfile::default();
+    cpu.marks.iter().take(5).for_each(|m| trimmed.add(*m));
+    p.live_steps.update(4242, &trimmed, &p.site_frames, None, 0, false);
+    let screen = render(&few, &app(View::ProcessDetail), 160, 48);
+    assert!(screen.contains("steps  none yet: only 5 main-thread samples with Python frames"), "{screen}");
+}

@@ -27,6 +27,9 @@ pub enum Kind {
     Gauge,
     /// A non-monotonic sum (the conventions' `hw.status`; Prometheus `gauge`).
     UpDownCounter,
+    /// Each observation recorded once as it happens (explicit buckets; Prometheus
+    /// `histogram`): not observed from [`Points`] but recorded through [`super::meter`].
+    Histogram,
 }
 
 /// One exported instrument.
@@ -106,6 +109,7 @@ pub mod migrations;
 pub mod node;
 pub mod probe;
 pub mod process;
+pub mod steps;
 #[cfg(test)]
 mod tests;
 pub mod unplug;
@@ -120,6 +124,8 @@ pub const CATALOG: &[MetricDef] = &[
     process::PROCESS_PINNED,
     process::PROCESS_MIGRATIONS,
     process::PROCESS_NUMA_MOVES,
+    steps::PROCESS_STEPS,
+    steps::PROCESS_STEP_DURATION,
     hotness::NODE_HOTNESS,
     hotness::PROCESS_HOTNESS,
     hotness::DAMON_CPU,
@@ -280,6 +286,7 @@ fn push(points: &mut Points, def: &MetricDef, attributes: Vec<KeyValue>, value: 
 pub fn points(input: &ExportInput<'_>) -> Points {
     let mut out = Points::new();
     process::points(input, &mut out);
+    steps::points(input, &mut out);
     node::points(input, &mut out);
     unplug::points(input, &mut out);
     health::points(&input.model.health, &mut out);
