@@ -14,6 +14,7 @@ pub mod pprof;
 pub mod pprof_cpu;
 #[cfg(test)]
 mod recording_insight_tests;
+pub mod step_counters;
 pub mod steps;
 pub mod svg;
 
