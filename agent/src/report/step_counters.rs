@@ -16,6 +16,20 @@ pub const PROMOTION_REASON: &str = "numa_misplaced";
 /// The migration reason of demotions (reclaim moving pages to a slower tier).
 pub const DEMOTION_REASON: &str = "demotion";
 
+/// The tier counted as fast; every other tier's allocations are the slow-tier share.
+pub const FAST_TIER: &str = "dram";
+
+/// Pages allocated on tiers other than [`FAST_TIER`].
+pub fn slow_pages(pages_by_tier: &BTreeMap<String, f64>) -> f64 {
+    pages_by_tier.iter().filter(|(t, _)| t.as_str() != FAST_TIER).map(|(_, p)| p).sum()
+}
+
+/// The slow-tier share of the pages allocated, percent; `None` when none were.
+pub fn slow_share_pct(pages_by_tier: &BTreeMap<String, f64>) -> Option<f64> {
+    let all: f64 = pages_by_tier.values().sum();
+    (all > 0.0).then(|| slow_pages(pages_by_tier) * 100.0 / all)
+}
+
 /// One process's cumulative counters at one frame (µs since the recording started).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CounterFrame {
@@ -59,7 +73,8 @@ pub fn step_counters(
     end_us: u64,
     tier_of: &BTreeMap<u32, String>,
 ) -> StepCounters {
-    let delta = |get: &dyn Fn(&CounterFrame) -> u64| Some((at(frames, end_us, get)? - at(frames, start_us, get)?).max(0.0));
+    let delta =
+        |get: &dyn Fn(&CounterFrame) -> u64| Some((at(frames, end_us, get)? - at(frames, start_us, get)?).max(0.0));
     let mut nodes: Vec<u32> = frames.iter().flat_map(|f| f.alloc_pages_by_node.keys().copied()).collect();
     nodes.sort_unstable();
     nodes.dedup();

@@ -362,8 +362,9 @@ pub fn markdown(ranks: &[RankSteps], cell: impl Fn(&str) -> String) -> String {
     s
 }
 
-/// The section in HTML.
-pub fn html(ranks: &[RankSteps]) -> String {
+/// The section in HTML; `charts` draws a rank's charts (`step_charts.rs`: the SVG helpers read
+/// the analysis, which holds these steps).
+pub fn html(ranks: &[RankSteps], charts: &dyn Fn(&RankSteps) -> String) -> String {
     let mut s = String::from("<h2>Training steps (from the main thread's samples)</h2>");
     if ranks.is_empty() {
         s.push_str("<p>No Python main thread was sampled.</p>");
@@ -374,6 +375,7 @@ pub fn html(ranks: &[RankSteps]) -> String {
             continue;
         }
         let _ = write!(s, "<p>Pages per step: {}.</p>", escape(&r.pages));
+        s.push_str(&charts(r));
         s.push_str(
             "<table><tr><th>slowest step</th><th>start</th><th>duration</th><th>why</th><th>CPU by phase</th></tr>",
         );
