@@ -88,6 +88,19 @@ fn check(report: &Value, how: &str, own: &[f64]) {
         pages >= want - 1.5 * PAGES_PER_STEP && pages <= want * 1.25,
         "{how}: {pages:.0} pages, ~{want:.0} expected"
     );
+    // The same pages per tier (the topology's nodes summed), and the faults: each fresh page
+    // touched is one fault.
+    let sum = |field: &str| -> f64 {
+        steps.iter().filter_map(|s| s[field].as_object()).flat_map(|m| m.values().map(|v| v.as_f64().expect("n"))).sum()
+    };
+    let by_tier = sum("pages_by_tier_estimate");
+    assert!((by_tier - pages).abs() < 1e-6 * pages.max(1.0), "{how}: {by_tier} pages by tier, {pages} by node");
+    let faults: f64 = steps.iter().map(|s| s["faults_estimate"].as_f64().expect("faults_estimate")).sum();
+    eprintln!("{how}: {faults:.0} faults over the steps");
+    assert!(
+        faults >= want - 1.5 * PAGES_PER_STEP && faults <= want * 1.25,
+        "{how}: {faults:.0} faults, ~{want:.0} expected"
+    );
 }
 
 #[test]
@@ -198,7 +211,7 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
     let o = tierscope(&["report", fa, &format!("{fb}.missing")]);
     assert!(!o.status.success());
     let said = stderr(&o);
-    assert!(said.trim().lines().count() == 1 && said.contains("node-b.tscope.missing"), "{said}");
+    assert!(said.trim().lines().count() == 1 && said.contains("node-b.tscope.missing: no such file"), "{said}");
 
     // (b) diff of the normal and the slowed run: slower by about the injected 0.1 s, in backward.
     let o = tierscope(&["diff", fa, fb, "--format", "json", "--step-marker", "python_steps.py:train_step"]);

@@ -15,6 +15,9 @@ use crate::{
 /// in it are masked again ([`mask_secrets`]): a file written before the recorder masked its
 /// command, or by another tool, shows no secret in a report or an export either.
 pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
+    if !path.exists() {
+        anyhow::bail!("{}: no such file: give a session file written by `tierscope record`", path.display());
+    }
     warn(recording::scan(path)?)
 }
 

@@ -30,7 +30,7 @@ fn value(v: f64, unit: &str) -> String {
 fn differed(s: &AlignedStep) -> String {
     s.differences
         .iter()
-        .filter(|d| d.unit == "s" || d.straggler != d.others_median)
+        .filter(|d| (d.unit == "s" && (d.straggler != 0.0 || d.others_median != 0.0)) || d.straggler != d.others_median)
         .map(|d| format!("{} {} (others {})", d.part, value(d.straggler, &d.unit), value(d.others_median, &d.unit)))
         .collect::<Vec<_>>()
         .join("; ")

@@ -21,7 +21,8 @@ pub const FAST_TIER: &str = "dram";
 
 /// Pages allocated on tiers other than [`FAST_TIER`].
 pub fn slow_pages(pages_by_tier: &BTreeMap<String, f64>) -> f64 {
-    pages_by_tier.iter().filter(|(t, _)| t.as_str() != FAST_TIER).map(|(_, p)| p).sum()
+    // An empty f64 sum is -0.0: shown as "-0.0%" without the + 0.0.
+    pages_by_tier.iter().filter(|(t, _)| t.as_str() != FAST_TIER).map(|(_, p)| p).sum::<f64>() + 0.0
 }
 
 /// The slow-tier share of the pages allocated, percent; `None` when none were.

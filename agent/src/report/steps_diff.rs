@@ -182,6 +182,11 @@ fn delta(v: Option<f64>, unit: &str) -> String {
     }
 }
 
+/// A part worth a row: one that is not 0 in both runs (the JSON has every part).
+fn shown(p: &PartChange) -> bool {
+    p.a.is_some_and(|x| x != 0.0) || p.b.is_some_and(|x| x != 0.0)
+}
+
 fn head(d: &RankDiff) -> String {
     let who = |s: &Side| format!("{} {}", s.comm, s.pid);
     let change = d.typical_change_pct.map_or_else(String::new, |c| format!(" ({c:+.1}%)"));
@@ -218,7 +223,7 @@ pub fn text(diffs: &[RankDiff]) -> String {
     for d in diffs {
         let _ = writeln!(s, "  {}\n  {}\n  {}", head(d), d.explained_by, slower(d));
         let _ = writeln!(s, "    {:<46} {:>12} {:>12} {:>12}", "typical step", "A", "B", "B - A");
-        for p in &d.parts {
+        for p in d.parts.iter().filter(|p| shown(p)) {
             let _ = writeln!(
                 s,
                 "    {:<46} {:>12} {:>12} {:>12}",
@@ -253,7 +258,7 @@ pub fn html(diffs: &[RankDiff]) -> String {
         let _ =
             write!(s, "<h3>{}</h3><p>{}</p><p>{}</p>", escape(&head(d)), escape(&d.explained_by), escape(&slower(d)));
         s.push_str("<table><tr><th>typical step</th><th>A</th><th>B</th><th>B − A</th></tr>");
-        for p in &d.parts {
+        for p in d.parts.iter().filter(|p| shown(p)) {
             let _ = write!(
                 s,
                 r#"<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,

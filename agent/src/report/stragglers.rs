@@ -17,6 +17,9 @@ pub const SCHEMA: &str = "tierscope.job-report/v1";
 /// Wall-clock alignment: a rank's step matches the reference's when it starts within this share
 /// of the reference's median step of it.
 pub const MATCH_WITHIN: f64 = 0.25;
+/// Wall-clock alignment is used when every rank has at least this share of its steps matched
+/// (ranks in lock-step match nearly all; ranks that drift apart, fewer).
+pub const MIN_MATCHED: f64 = 0.8;
 
 /// One session file's steps, as the job report reads them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -163,7 +166,7 @@ fn align(sessions: &[SessionSteps], ranks: &[JobRank], steps: &[&RankSteps]) -> 
             match_by_wall(&reference, &starts(i), within)
         };
         let found = m.iter().flatten().count();
-        if found * 2 < steps[i].steps.len().min(reference.len()) || found == 0 {
+        if (found as f64) < MIN_MATCHED * steps[i].steps.len().min(reference.len()) as f64 || found == 0 {
             return by_index(format!(
                 "by step index (step k of each rank from its first found step): the steps of {} start within \
                  {within:.3} s of {}'s in wall-clock time only {found} times of {} (not in lock-step, or \

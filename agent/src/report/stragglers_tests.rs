@@ -97,6 +97,18 @@ fn ranks_recorded_apart_line_up_by_step_index_and_one_host_twice_is_said() {
 }
 
 #[test]
+fn ranks_that_drift_apart_line_up_by_step_index() {
+    // node-b's last step starts 0.2 s late (more than a quarter of 0.5 s): 3 of 4 matched, under
+    // 80%.
+    let mut drift = job(300, "node-b");
+    drift[1].ranks[0].steps[3].start_s += 0.2;
+    let j = analyze(drift);
+    assert_eq!(j.alignment.by, "step_index");
+    assert!(j.alignment.why.contains("only 3 times of 4"), "{}", j.alignment.why);
+    assert_eq!(j.steps.len(), 4);
+}
+
+#[test]
 fn one_rank_has_no_straggler() {
     let mut one = job(0, "node-b");
     one[1].ranks.clear();
