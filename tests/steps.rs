@@ -146,7 +146,9 @@ fn the_steps_of_a_recorded_training_loop_are_found_from_its_rhythm_and_from_a_ma
 }
 
 /// Extra CPU the slowed stand-in burns in backward each step.
-const SLOWER_S: f64 = 0.10;
+/// (0.1 s was too little to call every step of it slower than the other's typical by over 10%
+/// while another build shared this 2-core machine: its own steps came out only 0.079 s longer.)
+const SLOWER_S: f64 = 0.20;
 
 /// Records the stand-in with `tierscope record` inside a UTS namespace of its own named `host`
 /// (a stand-in node: the session's `host` is its hostname); its own step times go to `truth`.
@@ -175,7 +177,7 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
     let own_b = record_on("node-b", &b, &d.join("b.json"), SLOWER_S);
     let (fa, fb) = (a.to_str().expect("p"), b.to_str().expect("p"));
     let own_change = median(own_b.clone()) - median(own_a.clone());
-    eprintln!("the stand-ins' own median steps: {:.4} s and {:.4} s", median(own_a), median(own_b));
+    eprintln!("the stand-ins' own median steps: {:.4} s and {:.4} s", median(own_a.clone()), median(own_b.clone()));
 
     // (a) The job's report: node-b's rank is the straggler, in backward.
     let o = tierscope(&["report", fa, fb, "--format", "json"]);
@@ -200,11 +202,15 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
     let n = slowest["slowest_in"].as_u64().expect("n") as usize;
     assert!(n + 1 >= steps.len(), "node-b slowest in {n} of {} steps", steps.len());
     assert_eq!(slowest["usual_difference"], "CPU backward", "{slowest}");
-    // 0.1 s more of 0.5 s against the two ranks' median: ~+9%.
+    // 0.7 s against 0.5 s, over the two ranks' median of 0.6 s: ~+17% (less when the machine is
+    // busy: its own steps say by how much).
     let mut over: Vec<f64> = steps.iter().map(|s| s["over_median_pct"].as_f64().expect("%")).collect();
     over.sort_by(f64::total_cmp);
     let typical_over = over[over.len() / 2];
-    assert!((5.0..=14.0).contains(&typical_over), "over the median: {over:.1?}");
+    let (ma, mb) = (median(own_a.clone()), median(own_b.clone()));
+    let own_over = (mb / ((ma + mb) / 2.0) - 1.0) * 100.0;
+    eprintln!("over the ranks' median: {typical_over:.1}% (the stand-ins' own {own_over:.1}%)");
+    assert!((typical_over - own_over).abs() <= 5.0, "over the median: {over:.1?}, own {own_over:.1}%");
     let o = tierscope(&["report", fa, fb, "--format", "md"]);
     let md = String::from_utf8_lossy(&o.stdout);
     assert!(md.contains("| node-a.tscope | node-a |") && md.contains("## Stragglers"), "{md}");
@@ -235,9 +241,12 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
         "{}",
         r["explained_by"]
     );
+    // B's steps over A's typical by more than 10%, against the stand-ins' own steps.
     let slower = r["slower_steps"].as_array().expect("slower").len();
-    let n = r["b"]["count"].as_u64().expect("count") as usize;
-    assert!(slower + 1 >= n, "{slower} of B's {n} steps slower than A's typical by >10%");
+    let own_typical_a = own_a.iter().sum::<f64>() / own_a.len() as f64;
+    let own_slower = own_b.iter().filter(|&&d| d > own_typical_a * 1.1).count();
+    eprintln!("diff: {slower} of B's steps slower than A's typical by >10% (the stand-ins' own: {own_slower})");
+    assert!(slower.abs_diff(own_slower) <= 1 && slower + 2 >= STEPS, "{slower} slower steps, own {own_slower}");
     let o = tierscope(&["diff", fa, fb]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("Training steps (B against A):"));
     std::fs::remove_dir_all(d).expect("cleanup");
