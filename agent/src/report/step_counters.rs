@@ -109,8 +109,11 @@ pub fn frame_gap_s(frame_times_ms: &[u64]) -> f64 {
     gaps.get(gaps.len().saturating_sub(1) / 2).map_or(0.0, |&g| g as f64 / 1e3)
 }
 
+/// Each process's counters at each frame that has it, in time order.
+pub type CountersByPid = BTreeMap<u32, Vec<CounterFrame>>;
+
 /// Reads the frames once: the counters of the processes `wanted`, and every frame's time (ms).
-pub fn read(rec: &Recording, wanted: &[u32]) -> Result<(BTreeMap<u32, Vec<CounterFrame>>, Vec<u64>), ReadError> {
+pub fn read(rec: &Recording, wanted: &[u32]) -> Result<(CountersByPid, Vec<u64>), ReadError> {
     let mut frames: BTreeMap<u32, Vec<CounterFrame>> = BTreeMap::new();
     let mut times = vec![];
     rec.each_frame(|f| {
@@ -142,7 +145,7 @@ mod tests {
             alloc_pages_by_node: [(0, node0), (1, node1)].into_iter().filter(|p| p.1 > 0).collect(),
             faults,
             migrated_by_reason: migrated,
-            resident_bytes_by_tier: (t_ms % 200 == 0).then(|| [("dram".to_string(), t_ms * 10)].into()),
+            resident_bytes_by_tier: t_ms.is_multiple_of(200).then(|| [("dram".to_string(), t_ms * 10)].into()),
         }
     }
 

@@ -161,7 +161,7 @@ fn counter_frame(t_ms: u64, node0: u64, node1: u64, faults: u64, promoted: u64) 
         alloc_pages_by_node: [(0, node0), (1, node1)].into(),
         faults,
         migrated_by_reason: [(PROMOTION_REASON.to_string(), promoted)].into(),
-        resident_bytes_by_tier: (t_ms % 200 == 0).then(|| [("dram".to_string(), t_ms * 10)].into()),
+        resident_bytes_by_tier: t_ms.is_multiple_of(200).then(|| [("dram".to_string(), t_ms * 10)].into()),
     }
 }
 
