@@ -6,7 +6,10 @@
 //! their count, their durations against the stand-in's own, the phases' order, the pages per
 //! step, and `export --perfetto` writes them. The live agent finds them too: the session's
 //! `step` records (written by `record` as each step completed) and `snapshot --json`'s steps of
-//! the stand-in, against its own durations.
+//! the stand-in, against its own durations. Two stand-in nodes (each `record` in a UTS
+//! namespace of its own, named node-a and node-b), node-b's backward 0.2 s longer a step: the
+//! job's report names node-b's rank the straggler, in backward, and `diff` says its steps got
+//! slower by about 0.2 s, in backward.
 use serde_json::Value;
 use tierscope_tests::{
     process, require_root_and_agent, run_tierscope as tierscope, scratch_dir, stderr_text as stderr, Agent,
@@ -89,6 +92,19 @@ fn check(report: &Value, how: &str, own: &[f64]) {
     assert!(
         pages >= want - 1.5 * PAGES_PER_STEP && pages <= want * 1.25,
         "{how}: {pages:.0} pages, ~{want:.0} expected"
+    );
+    // The same pages per tier (the topology's nodes summed), and the faults: each fresh page
+    // touched is one fault.
+    let sum = |field: &str| -> f64 {
+        steps.iter().filter_map(|s| s[field].as_object()).flat_map(|m| m.values().map(|v| v.as_f64().expect("n"))).sum()
+    };
+    let by_tier = sum("pages_by_tier_estimate");
+    assert!((by_tier - pages).abs() < 1e-6 * pages.max(1.0), "{how}: {by_tier} pages by tier, {pages} by node");
+    let faults: f64 = steps.iter().map(|s| s["faults_estimate"].as_f64().expect("faults_estimate")).sum();
+    eprintln!("{how}: {faults:.0} faults over the steps");
+    assert!(
+        faults >= want - 1.5 * PAGES_PER_STEP && faults <= want * 1.25,
+        "{how}: {faults:.0} faults, ~{want:.0} expected"
     );
 }
 
@@ -194,5 +210,112 @@ fn the_steps_of_a_recorded_training_loop_are_found_from_its_rhythm_and_from_a_ma
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("export names its steps: {said}"));
     assert!(steps.abs_diff(STEPS) <= 1, "export wrote {steps} steps: {said}");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
+/// Extra CPU the slowed stand-in burns in backward each step.
+/// (0.1 s was too little to call every step of it slower than the other's typical by over 10%
+/// while another build shared this 2-core machine: its own steps came out only 0.079 s longer.)
+const SLOWER_S: f64 = 0.20;
+
+/// Records the stand-in with `tierscope record` inside a UTS namespace of its own named `host`
+/// (a stand-in node: the session's `host` is its hostname); its own step times go to `truth`.
+fn record_on(host: &str, file: &std::path::Path, truth: &std::path::Path, extra_backward_s: f64) -> Vec<f64> {
+    let bin = std::env::var("TIERSCOPE_BIN").expect("TIERSCOPE_BIN");
+    let (f, t) = (file.to_str().expect("path"), truth.to_str().expect("path"));
+    let (n, extra) = (STEPS.to_string(), extra_backward_s.to_string());
+    let o = std::process::Command::new("unshare")
+        .args(["--uts", "sh", "-c", r#"hostname "$0" && exec "$@""#, host, &bin, "record", "-o", f])
+        .args(["--interval-ms", "200", "--", PYTHON, SCRIPT, &n, t, &extra])
+        .output()
+        .expect("unshare");
+    assert!(o.status.success(), "record on {host}: {}", stderr(&o));
+    own_durations(&serde_json::from_str(&std::fs::read_to_string(truth).expect("truth")).expect("JSON"))
+}
+
+#[test]
+#[ignore = "requires root"]
+fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_where() {
+    require_root_and_agent!();
+    let d = scratch_dir("steps", "nodes");
+    let (a, b) = (d.join("node-a.tscope"), d.join("node-b.tscope"));
+    // One after the other: on this 2-core machine two spinning stand-ins and the agent side by
+    // side would slow each other.
+    let own_a = record_on("node-a", &a, &d.join("a.json"), 0.0);
+    let own_b = record_on("node-b", &b, &d.join("b.json"), SLOWER_S);
+    let (fa, fb) = (a.to_str().expect("p"), b.to_str().expect("p"));
+    let own_change = median(own_b.clone()) - median(own_a.clone());
+    eprintln!("the stand-ins' own median steps: {:.4} s and {:.4} s", median(own_a.clone()), median(own_b.clone()));
+
+    // (a) The job's report: node-b's rank is the straggler, in backward.
+    let o = tierscope(&["report", fa, fb, "--format", "json"]);
+    assert!(o.status.success(), "report: {}", stderr(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).expect("job JSON");
+    assert_eq!(j["schema"], "tierscope.job-report/v1");
+    let hosts: Vec<&str> =
+        j["sessions"].as_array().expect("sessions").iter().map(|s| s["host"].as_str().expect("host")).collect();
+    assert_eq!(hosts, vec!["node-a", "node-b"]);
+    let ranks = j["ranks"].as_array().expect("ranks");
+    let on: Vec<&str> = ranks.iter().map(|r| r["host"].as_str().expect("host")).collect();
+    assert_eq!(on, vec!["node-a", "node-b"], "one rank each: {ranks:?}");
+    // Recorded one after the other: no step of node-b starts near one of node-a's.
+    assert_eq!(j["alignment"]["by"], "step_index", "{}", j["alignment"]);
+    let steps = j["steps"].as_array().expect("steps");
+    let counts: Vec<usize> = ranks.iter().map(|r| r["steps"].as_u64().expect("n") as usize).collect();
+    assert_eq!(steps.len(), *counts.iter().min().expect("two"));
+    assert!(steps.len().abs_diff(STEPS) <= 1, "{} steps lined up", steps.len());
+    let slowest = &j["slowest"][0];
+    eprintln!("{}", j["summary"]);
+    assert!(slowest["label"].as_str().is_some_and(|l| l.starts_with("node-b python3")), "{slowest}");
+    let n = slowest["slowest_in"].as_u64().expect("n") as usize;
+    assert!(n + 1 >= steps.len(), "node-b slowest in {n} of {} steps", steps.len());
+    assert_eq!(slowest["usual_difference"], "CPU backward", "{slowest}");
+    // 0.7 s against 0.5 s, over the two ranks' median of 0.6 s: ~+17% (less when the machine is
+    // busy: its own steps say by how much).
+    let mut over: Vec<f64> = steps.iter().map(|s| s["over_median_pct"].as_f64().expect("%")).collect();
+    over.sort_by(f64::total_cmp);
+    let typical_over = over[over.len() / 2];
+    let (ma, mb) = (median(own_a.clone()), median(own_b.clone()));
+    let own_over = (mb / ((ma + mb) / 2.0) - 1.0) * 100.0;
+    eprintln!("over the ranks' median: {typical_over:.1}% (the stand-ins' own {own_over:.1}%)");
+    assert!((typical_over - own_over).abs() <= 5.0, "over the median: {over:.1?}, own {own_over:.1}%");
+    let o = tierscope(&["report", fa, fb, "--format", "md"]);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("| node-a.tscope | node-a |") && md.contains("## Stragglers"), "{md}");
+    let o = tierscope(&["report", fa, &format!("{fb}.missing")]);
+    assert!(!o.status.success());
+    let said = stderr(&o);
+    assert!(said.trim().lines().count() == 1 && said.contains("node-b.tscope.missing: no such file"), "{said}");
+
+    // (b) diff of the normal and the slowed run: slower by about the injected 0.1 s, in backward.
+    let o = tierscope(&["diff", fa, fb, "--format", "json", "--step-marker", "python_steps.py:train_step"]);
+    assert!(o.status.success(), "diff: {}", stderr(&o));
+    let diff: Value = serde_json::from_slice(&o.stdout).expect("diff JSON");
+    let r = &diff["steps"][0];
+    assert_eq!(r["matched_by"], "comm python3 #1", "{r}");
+    let change = r["b"]["typical_s"].as_f64().expect("b") - r["a"]["typical_s"].as_f64().expect("a");
+    eprintln!("diff: typical step {change:+.4} s (the stand-ins' own {own_change:+.4} s); {}", r["explained_by"]);
+    assert!((change - own_change).abs() <= 0.03, "typical step {change:+.4} s, the stand-ins' {own_change:+.4} s");
+    let backward = r["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["part"] == "CPU backward")
+        .and_then(|p| p["delta"].as_f64())
+        .expect("backward in both");
+    assert!((backward - SLOWER_S).abs() <= 0.035, "backward {backward:+.3} s a step");
+    assert!(
+        r["explained_by"].as_str().is_some_and(|e| e.contains("the part that moved most: CPU backward +0.")),
+        "{}",
+        r["explained_by"]
+    );
+    // B's steps over A's typical by more than 10%, against the stand-ins' own steps.
+    let slower = r["slower_steps"].as_array().expect("slower").len();
+    let own_typical_a = own_a.iter().sum::<f64>() / own_a.len() as f64;
+    let own_slower = own_b.iter().filter(|&&d| d > own_typical_a * 1.1).count();
+    eprintln!("diff: {slower} of B's steps slower than A's typical by >10% (the stand-ins' own: {own_slower})");
+    assert!(slower.abs_diff(own_slower) <= 1 && slower + 2 >= STEPS, "{slower} slower steps, own {own_slower}");
+    let o = tierscope(&["diff", fa, fb]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Training steps (B against A):"));
     std::fs::remove_dir_all(d).expect("cleanup");
 }

@@ -58,7 +58,8 @@ pub enum Command {
     Record(RecordArgs),
     /// A recorded session as one self-contained HTML page (or Markdown, or JSON).
     Report(ReportArgs),
-    /// What changed between two recorded sessions: tiers, migrations, latency, faults, sites.
+    /// What changed between two recorded sessions: tiers, migrations, latency, faults, sites,
+    /// training steps.
     Diff(DiffArgs),
     /// A recorded session for other tools: pprof (CXL allocation sites), Perfetto (timelines).
     Export(ExportArgs),
@@ -358,8 +359,11 @@ pub enum ReportFormat {
 // `tierscope report`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ReportArgs {
-    /// A session file written by `tierscope record`.
-    pub file: PathBuf,
+    /// A session file written by `tierscope record`; several (one per node of a job) give the
+    /// job's report: each file's host and ranks, their steps lined up and the stragglers
+    /// (docs/steps.md).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
     pub format: ReportFormat,
     /// Write here instead of standard output.
@@ -393,6 +397,10 @@ pub struct DiffArgs {
     /// Write here instead of standard output.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+    /// Find both runs' training steps where this Python function starts again (as `report
+    /// --step-marker`); without it, from each rank's rhythm.
+    #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
+    pub step_marker: Option<crate::model::steps::StepMarker>,
 }
 
 // `tierscope export`.

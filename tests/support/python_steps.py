@@ -3,8 +3,9 @@
 # backward and optimizer_step, which burn their thread's CPU for 0.15 s, 0.25 s and 0.10 s
 # (CPU time, not sleep: the sampler sees threads on CPU only); then a wrap-up. It writes each
 # step's start (CLOCK_MONOTONIC seconds) and the loop's end to OUT as JSON, so a test compares
-# the steps tierscope finds with the ones it ran.
-# Usage: python3 python_steps.py STEPS OUT
+# the steps tierscope finds with the ones it ran. EXTRA_BACKWARD_S (optional) makes backward
+# burn that much more CPU each step: a slowed run, or a straggler rank.
+# Usage: python3 python_steps.py STEPS OUT [EXTRA_BACKWARD_S]
 import json
 import mmap
 import sys
@@ -29,8 +30,11 @@ def forward():
     spin(0.15)
 
 
+EXTRA_BACKWARD_S = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+
+
 def backward():
-    spin(0.25)
+    spin(0.25 + EXTRA_BACKWARD_S)
 
 
 def optimizer_step():

@@ -1,12 +1,13 @@
 //! `tierscope report FILE [--format html|md|json] [-o OUT] [--step-marker SPEC]`: a recorded session as a
-//! self-contained HTML page, Markdown, or JSON for scripts; `tierscope diff A B`: what changed.
+//! self-contained HTML page, Markdown, or JSON for scripts; with several files, the job's report
+//! (each node's ranks, their steps lined up, the stragglers); `tierscope diff A B`: what changed.
 use anyhow::{Context as _, Result};
 
 use crate::{
     cli::{DiffArgs, DiffFormat, ReportArgs, ReportFormat},
     model::redact,
     output_file, recording,
-    report::{analysis, diff as compare, html, markdown},
+    report::{analysis, diff as compare, html, job_report, markdown, steps, stragglers},
 };
 
 /// Reads a session, printing its warnings (a truncated file, no end record) on stderr. Its
@@ -14,6 +15,9 @@ use crate::{
 /// in it are masked again ([`mask_secrets`]): a file written before the recorder masked its
 /// command, or by another tool, shows no secret in a report or an export either.
 pub fn open(path: &std::path::Path) -> Result<recording::Recording> {
+    if !path.exists() {
+        anyhow::bail!("{}: no such file: give a session file written by `tierscope record`", path.display());
+    }
     warn(recording::scan(path)?)
 }
 
@@ -53,16 +57,46 @@ pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
 }
 
 pub fn run(args: ReportArgs) -> Result<i32> {
-    let rec = open(&args.file)?;
+    if args.files.len() > 1 {
+        return job(&args);
+    }
+    let file = &args.files[0];
+    let rec = open(file)?;
     let a = analysis::analyze_with(&rec, args.step_marker.as_ref())?;
-    let title = format!(
-        "tierscope report: {}",
-        args.file.file_name().map_or_else(|| args.file.display().to_string(), |n| n.to_string_lossy().into_owned())
-    );
+    let title = format!("tierscope report: {}", name(file));
     let text = match args.format {
         ReportFormat::Html => html::render(&a, &title),
         ReportFormat::Md => markdown::render(&a, &title),
         ReportFormat::Json => serde_json::to_string_pretty(&a)? + "\n",
+    };
+    emit(&text, args.output.as_deref())?;
+    if let Some(p) = &args.output {
+        eprintln!("tierscope: wrote {}", p.display());
+    }
+    Ok(0)
+}
+
+/// `report A B ...`: one session per node of a job; each file's steps, lined up, the stragglers.
+fn job(args: &ReportArgs) -> Result<i32> {
+    let mut sessions = vec![];
+    for file in &args.files {
+        let rec = open(file)?;
+        let ranks = steps::analyze(&rec, args.step_marker.as_ref())
+            .with_context(|| format!("{}: reading its frames for the steps", file.display()))?;
+        sessions.push(stragglers::SessionSteps {
+            file: name(file),
+            host: rec.meta.host.clone(),
+            started_unix_ms: rec.meta.started_unix_ms,
+            ranks,
+        });
+    }
+    let j = stragglers::analyze(sessions);
+    let names: Vec<String> = args.files.iter().map(|f| name(f)).collect();
+    let title = format!("tierscope job report: {}", names.join(", "));
+    let text = match args.format {
+        ReportFormat::Html => job_report::html(&j, &title),
+        ReportFormat::Md => job_report::markdown(&j, &title, markdown::cell),
+        ReportFormat::Json => serde_json::to_string_pretty(&j)? + "\n",
     };
     emit(&text, args.output.as_deref())?;
     if let Some(p) = &args.output {
@@ -76,7 +110,8 @@ fn name(p: &std::path::Path) -> String {
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
-    let (a, b) = (analysis::analyze(&open(&args.a)?)?, analysis::analyze(&open(&args.b)?)?);
+    let m = args.step_marker.as_ref();
+    let (a, b) = (analysis::analyze_with(&open(&args.a)?, m)?, analysis::analyze_with(&open(&args.b)?, m)?);
     let d = compare::compare(&a, &b, &name(&args.a), &name(&args.b));
     let text = match args.format {
         DiffFormat::Text => compare::text(&d),

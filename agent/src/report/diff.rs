@@ -46,6 +46,8 @@ pub struct Diff {
     pub sites: Vec<SiteChange>,
     /// Insights opened in one run and not the other, and in both.
     pub insights: Vec<super::insights::InsightChange>,
+    /// Each rank's training steps in both runs (`steps_diff.rs`).
+    pub steps: Vec<super::steps_diff::RankDiff>,
 }
 
 fn row(section: &str, metric: &str, unit: &str, a: f64, b: f64) -> Row {
@@ -127,7 +129,8 @@ pub fn compare(a: &Analysis, b: &Analysis, a_name: &str, b_name: &str) -> Diff {
     }
     sites.sort_by_key(|s| std::cmp::Reverse(s.a_pages.abs_diff(s.b_pages)));
     let insights = super::insights::compare(&a.insights, &b.insights);
-    Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites, insights }
+    let steps = super::steps_diff::compare(&a.steps, &b.steps);
+    Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites, insights, steps }
 }
 
 fn value(v: f64, unit: &str) -> String {
@@ -204,6 +207,7 @@ pub fn text(d: &Diff) -> String {
         }
     }
     s.push_str(&super::insights::diff_text(&d.insights));
+    s.push_str(&super::steps_diff::text(&d.steps));
     s
 }
 
@@ -263,6 +267,7 @@ pub fn html(d: &Diff, a: &Analysis, b: &Analysis) -> String {
         s.push_str("</table>");
     }
     s.push_str(&super::insights::diff_html(&d.insights));
+    s.push_str(&super::steps_diff::html(&d.steps));
     s.push_str("</body></html>\n");
     s
 }

@@ -169,7 +169,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
         s.push_str("</table>");
     }
     s.push_str(&super::cpu::html(&a.cpu));
-    s.push_str(&super::steps::html(&a.steps));
+    s.push_str(&super::steps::html(&a.steps, &super::step_charts::charts));
     s.push_str(&super::insights::html(&a.insights));
     s.push_str("<h2>Health events</h2>");
     if a.health.is_empty() {

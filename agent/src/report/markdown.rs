@@ -6,7 +6,8 @@ use super::{
     svg::{fmt_ns, human},
 };
 
-fn cell(s: &str) -> String {
+/// Text made safe in a Markdown table cell.
+pub fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 

@@ -8,13 +8,19 @@ pub mod diff;
 pub mod escape;
 pub mod html;
 pub mod insights;
+pub mod job_report;
 pub mod markdown;
 pub mod perfetto;
 pub mod pprof;
 pub mod pprof_cpu;
 #[cfg(test)]
 mod recording_insight_tests;
+pub mod step_charts;
+pub mod step_counters;
+pub mod step_parts;
 pub mod steps;
+pub mod steps_diff;
+pub mod stragglers;
 pub mod svg;
 
 #[cfg(test)]

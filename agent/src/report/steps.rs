@@ -7,17 +7,18 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use super::escape::escape;
+use super::{
+    escape::escape,
+    step_counters::{frame_gap_s, step_counters, CounterFrame, StepCounters, DEMOTION_REASON, PROMOTION_REASON},
+};
 use crate::{
-    model::steps::{cpu_by_step, detect, interpolate, FoundBy, Phase, StepMarker, StepSample},
+    model::steps::{cpu_by_step, detect, FoundBy, Phase, StepMarker, StepSample},
     recording::{ReadError, Recording},
 };
 
 /// Slowest steps a report lists per rank.
 pub const SLOWEST_STEPS: usize = 3;
-/// Pages per step are estimated only when the recording's frames are at most this share of the
-/// median step apart (between two frames the counters are interpolated in time).
-pub const FRAMES_PER_STEP_FOR_PAGES: f64 = 2.0;
+pub use super::step_counters::FRAMES_PER_STEP_FOR_PAGES;
 
 /// One step of one rank.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,6 +41,30 @@ pub struct StepUse {
     /// interpolated in time between the recording's frames; absent when they are too far apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages_by_node_estimate: Option<BTreeMap<u32, f64>>,
+    /// The same pages summed per tier (nodes mapped to tiers by the recording's topology; a node
+    /// it does not name is `node N`): an estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_by_tier_estimate: Option<BTreeMap<String, f64>>,
+    /// User page faults of the process during the step: an estimate, as the pages (the
+    /// recording keeps a process's faults as one count, not by path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults_estimate: Option<f64>,
+    /// Pages migrated (succeeded) that the kernel charged to this process, by reason: an
+    /// estimate. Reclaim's demotions are mostly charged to kswapd, not to the rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrated_pages_by_reason_estimate: Option<BTreeMap<String, f64>>,
+    /// Of those, promotions (`numa_misplaced`: the NUMA balancer's on a tiered machine) and
+    /// demotions (`demotion`): estimates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_pages_estimate: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_pages_estimate: Option<f64>,
+    /// The process's resident bytes per tier at the first frame at or after the step's end with
+    /// a numa_maps reading (not interpolated: as read at `resident_frame_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_bytes_by_tier_after_end: Option<BTreeMap<String, u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_frame_s: Option<f64>,
 }
 
 /// One rank's steps.
@@ -65,7 +90,7 @@ pub struct RankSteps {
     pub median_s: f64,
     pub typical_s: f64,
     pub p90_s: f64,
-    /// How the pages per step were estimated, or why they were not.
+    /// How the pages and other counters per step were estimated, or why they were not.
     pub pages: String,
     /// The slowest steps (indices into `steps`), slowest first, each with what made it slow.
     pub slowest: Vec<SlowStep>,
@@ -87,7 +112,8 @@ pub struct SlowStep {
     pub why: String,
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+/// The value at share `q` of sorted values (nearest rank; 0 when empty).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -169,7 +195,7 @@ pub fn analyze(rec: &Recording, marker: Option<&StepMarker>) -> Result<Vec<RankS
                             samples: cpu.samples,
                             cpu_s_by_phase,
                             off_cpu_s: (duration_s - on_cpu).max(0.0),
-                            pages_by_node_estimate: None,
+                            ..StepUse::default()
                         }
                     })
                     .collect();
@@ -188,30 +214,37 @@ pub fn analyze(rec: &Recording, marker: Option<&StepMarker>) -> Result<Vec<RankS
         }
         out.push(r);
     }
-    add_pages(rec, &mut out)?;
+    add(rec, &mut out)?;
     out.sort_by_key(|r| (r.rank.is_none(), r.rank, r.pid));
     Ok(out)
 }
 
-/// Each found step's pages per node, interpolated from the frames' cumulative counters, when
-/// the frames are close enough for the steps; else says why not.
-fn add_pages(rec: &Recording, ranks: &mut [RankSteps]) -> Result<(), ReadError> {
-    if ranks.iter().all(|r| r.steps.is_empty()) {
-        return Ok(());
+/// Fills `s`'s counters from `c`.
+fn fill(s: &mut StepUse, c: StepCounters) {
+    let some = |m: bool| m.then_some(());
+    s.pages_by_node_estimate = some(!c.pages_by_node.is_empty()).map(|()| c.pages_by_node);
+    s.pages_by_tier_estimate = some(!c.pages_by_tier.is_empty()).map(|()| c.pages_by_tier);
+    s.faults_estimate = c.faults;
+    if c.faults.is_some() {
+        let get = |r: &str| c.migrated_by_reason.get(r).copied().unwrap_or(0.0);
+        s.promoted_pages_estimate = Some(get(PROMOTION_REASON));
+        s.demoted_pages_estimate = Some(get(DEMOTION_REASON));
+        s.migrated_pages_by_reason_estimate = Some(c.migrated_by_reason);
     }
-    let mut readings: BTreeMap<u32, BTreeMap<u32, Vec<(u64, u64)>>> = BTreeMap::new();
-    let mut frame_times = vec![];
-    rec.each_frame(|f| {
-        frame_times.push(f.t_ms);
-        for p in f.processes.iter().filter(|p| ranks.iter().any(|r| r.pid == p.pid && !r.steps.is_empty())) {
-            for (&node, &pages) in &p.alloc_pages_by_node {
-                readings.entry(p.pid).or_default().entry(node).or_default().push((f.t_ms * 1000, pages));
-            }
-        }
-    })?;
-    let mut gaps: Vec<f64> = frame_times.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e3).collect();
-    gaps.sort_by(f64::total_cmp);
-    let frame_gap = quantile(&gaps, 0.5);
+    if let Some((t_us, r)) = c.resident_after {
+        s.resident_frame_s = Some(t_us as f64 / 1e6);
+        s.resident_bytes_by_tier_after_end = Some(r);
+    }
+}
+
+/// Each found step's counters from `frames` (per pid), when the frames (`frame_gap`
+/// seconds apart) are close enough for the rank's steps; else `pages` says why not. Pure.
+pub fn attach(
+    ranks: &mut [RankSteps],
+    frames: &BTreeMap<u32, Vec<CounterFrame>>,
+    frame_gap: f64,
+    tier_of: &BTreeMap<u32, String>,
+) {
     for r in ranks.iter_mut().filter(|r| !r.steps.is_empty()) {
         let most = r.median_s / FRAMES_PER_STEP_FOR_PAGES;
         if frame_gap <= 0.0 || frame_gap > most {
@@ -224,19 +257,26 @@ fn add_pages(rec: &Recording, ranks: &mut [RankSteps]) -> Result<(), ReadError> 
             continue;
         }
         r.pages = format!(
-            "estimated: each node's allocation counter interpolated in time between frames {frame_gap:.2} s apart"
+            "estimated: each counter interpolated in time between frames {frame_gap:.2} s apart; resident \
+             bytes per tier from the first frame at or after each step's end"
         );
-        let nodes = readings.get(&r.pid);
+        let Some(f) = frames.get(&r.pid) else { continue };
         for s in &mut r.steps {
             let (a, b) = ((s.start_s * 1e6).round() as u64, ((s.start_s + s.duration_s) * 1e6).round() as u64);
-            let by_node: Option<BTreeMap<u32, f64>> = nodes.map(|n| {
-                n.iter()
-                    .filter_map(|(&node, v)| Some((node, (interpolate(v, b)? - interpolate(v, a)?).max(0.0))))
-                    .collect()
-            });
-            s.pages_by_node_estimate = by_node.filter(|m| !m.is_empty());
+            fill(s, step_counters(f, a, b, tier_of));
         }
     }
+}
+
+/// Reads the frames once for the ranks whose steps were found, and attaches their counters.
+fn add(rec: &Recording, ranks: &mut [RankSteps]) -> Result<(), ReadError> {
+    let wanted: Vec<u32> = ranks.iter().filter(|r| !r.steps.is_empty()).map(|r| r.pid).collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let (frames, times) = super::step_counters::read(rec, &wanted)?;
+    let tier_of = rec.topology.iter().flat_map(|t| &t.nodes).map(|n| (n.id, n.tier.clone())).collect();
+    attach(ranks, &frames, frame_gap_s(&times), &tier_of);
     Ok(())
 }
 
@@ -332,8 +372,9 @@ pub fn markdown(ranks: &[RankSteps], cell: impl Fn(&str) -> String) -> String {
     s
 }
 
-/// The section in HTML.
-pub fn html(ranks: &[RankSteps]) -> String {
+/// The section in HTML; `charts` draws a rank's charts (`step_charts.rs`: the SVG helpers read
+/// the analysis, which holds these steps).
+pub fn html(ranks: &[RankSteps], charts: &dyn Fn(&RankSteps) -> String) -> String {
     let mut s = String::from("<h2>Training steps (from the main thread's samples)</h2>");
     if ranks.is_empty() {
         s.push_str("<p>No Python main thread was sampled.</p>");
@@ -344,6 +385,7 @@ pub fn html(ranks: &[RankSteps]) -> String {
             continue;
         }
         let _ = write!(s, "<p>Pages per step: {}.</p>", escape(&r.pages));
+        s.push_str(&charts(r));
         s.push_str(
             "<table><tr><th>slowest step</th><th>start</th><th>duration</th><th>why</th><th>CPU by phase</th></tr>",
         );

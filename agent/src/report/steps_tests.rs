@@ -106,8 +106,14 @@ fn each_step_has_its_duration_phases_pages_and_the_slowest_says_why() {
     );
     assert!(md.contains("| 4 | 0.540 s | 0.200 s | backward 0.15 s (median 0.05 s) |"), "{md}");
     assert!(md.contains("node 1: ~400"), "{md}");
-    let html = super::html(std::slice::from_ref(r));
+    let html = super::html(std::slice::from_ref(r), &super::super::step_charts::charts);
     assert!(html.contains("backward 0.15 s (median 0.05 s)") && html.contains("python3 40 (rank 0)"), "{html}");
+    // Its charts: step time, and the slow-tier (here node 1, which no topology names) share
+    // and pages of each step's allocations.
+    for id in ["time", "slow-share", "slow-pages"] {
+        assert!(html.contains(&format!(r#"id="chart-steps-40-{id}""#)), "{id}: {html}");
+    }
+    assert_eq!(super::super::step_parts::slow_tier_share_pct(&r.steps[4]), Some(100.0));
 }
 
 #[test]
@@ -145,4 +151,46 @@ fn the_typical_step_is_the_mean_of_the_regular_ones_off_the_sample_grid() {
     let t = super::typical(&d, 11.0 * g);
     assert!((t - 11.375 * g).abs() < 1e-9, "{t}");
     assert_eq!(super::typical(&[], 1.0), 0.0);
+}
+
+/// A frame of counters: pages on nodes 0 and 1, faults, promoted pages; numa_maps read every
+/// 200 ms.
+fn counter_frame(t_ms: u64, node0: u64, node1: u64, faults: u64, promoted: u64) -> CounterFrame {
+    CounterFrame {
+        t_us: t_ms * 1000,
+        alloc_pages_by_node: [(0, node0), (1, node1)].into(),
+        faults,
+        migrated_by_reason: [(PROMOTION_REASON.to_string(), promoted)].into(),
+        resident_bytes_by_tier: t_ms.is_multiple_of(200).then(|| [("dram".to_string(), t_ms * 10)].into()),
+    }
+}
+
+#[test]
+fn a_step_gets_every_counter_labelled_and_frames_too_far_apart_give_none() {
+    let frames: BTreeMap<u32, Vec<CounterFrame>> = [(
+        7,
+        vec![counter_frame(0, 0, 0, 0, 0), counter_frame(200, 400, 100, 30, 4), counter_frame(400, 800, 100, 60, 4)],
+    )]
+    .into();
+    let step = StepUse { start_s: 0.1, duration_s: 0.2, ..StepUse::default() };
+    let mut ranks = vec![RankSteps { pid: 7, median_s: 0.2, steps: vec![step], ..RankSteps::default() }];
+    let tier_of: BTreeMap<u32, String> = [(0, "dram".to_string()), (1, "cxl".to_string())].into();
+    attach(&mut ranks, &frames, 0.1, &tier_of);
+    let s = &ranks[0].steps[0];
+    assert!(ranks[0].pages.starts_with("estimated"), "{}", ranks[0].pages);
+    assert_eq!(s.pages_by_tier_estimate, Some([("dram".into(), 400.0), ("cxl".into(), 50.0)].into()));
+    assert_eq!(s.faults_estimate, Some(30.0));
+    assert_eq!((s.promoted_pages_estimate, s.demoted_pages_estimate), (Some(2.0), Some(0.0)));
+    assert_eq!(s.resident_frame_s, Some(0.4));
+    assert_eq!(s.resident_bytes_by_tier_after_end, Some([("dram".into(), 4000)].into()));
+    let json = serde_json::to_string(s).expect("json");
+    for field in
+        ["pages_by_tier_estimate", "faults_estimate", "promoted_pages_estimate", "resident_bytes_by_tier_after_end"]
+    {
+        assert!(json.contains(field), "{json}");
+    }
+    let mut far = vec![RankSteps { pid: 7, median_s: 0.2, steps: vec![StepUse::default()], ..RankSteps::default() }];
+    attach(&mut far, &frames, 0.2, &tier_of);
+    assert!(far[0].pages.contains("--interval-ms 100 or less"), "{}", far[0].pages);
+    assert_eq!(far[0].steps[0].faults_estimate, None);
 }
