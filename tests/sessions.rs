@@ -152,8 +152,9 @@ fn damaged_session_files_give_one_line_errors_or_read_up_to_the_last_whole_chunk
     std::fs::write(&bad, &b).expect("write");
     run_all("wrong magic", &|o, what| assert_one_line_error(o, what, "not a tierscope session file"));
     let mut b = bytes.clone();
-    // The version after this build's (2: CPU samples).
-    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    // The version after the one this build wrote.
+    let written = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+    b[8..12].copy_from_slice(&(written + 1).to_le_bytes());
     std::fs::write(&bad, &b).expect("write");
     run_all("future version", &|o, what| assert_one_line_error(o, what, "update tierscope"));
     std::fs::write(&bad, b"").expect("write");

@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 BIN=${BIN:-./target/release/tierscope}
 HERE=$(cd "$(dirname "$0")" && pwd)
 STEPS=${STEPS:-60}
-"$BIN" record --cxl-node 0 -o "$OUT/steps.tscope" -- \
+"$BIN" record --cxl-node 0 --interval-ms ${INTERVAL_MS:-100} -o "$OUT/steps.tscope" -- \
     torchrun --standalone --nproc-per-node 1 "$HERE/offload_train.py" --steps "$STEPS" > "$OUT/steps-train.log" 2> "$OUT/record.err"
 echo "record rc=$? $(tail -c 300 "$OUT/record.err" | tr '\n' ' ')"
 "$BIN" report "$OUT/steps.tscope" --format json > "$OUT/steps-rhythm.json" 2> "$OUT/report.err"
@@ -33,6 +33,12 @@ for how in ("rhythm", "marker"):
             for k, v in s.get("cpu_s_by_phase", {}).items():
                 ph[k] = ph.get(k, 0) + v
         print(f"   CPU by phase over the steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(ph.items(), key=lambda x: -x[1])))
+        est = [sum(s["pages_by_node_estimate"].values()) for s in r["steps"] if s.get("pages_by_node_estimate")]
+        proc = next((p for p in rep.get("processes", []) if p["pid"] == r["pid"]), {})
+        total = sum(proc.get("alloc_pages_by_node", {}).values())
+        print(f"   pages: {r.get('pages')}; {len(est)} steps with an estimate, {sum(est):.0f} pages over them "
+              f"({sum(est) / max(len(est), 1):.0f} a step), the rank's whole recording {total} pages")
+        print(f"   the live agent's step records: {r.get('live_count')}")
         for s in r.get("slowest", [])[:3]:
             print("   slowest:", json.dumps(s)[:300])
 PY

@@ -13,6 +13,7 @@ use crate::{
 pub mod check;
 pub mod check_memory;
 pub mod export;
+pub mod held_command;
 pub mod probe_latency;
 pub mod record;
 pub mod replay;

@@ -4,7 +4,7 @@
 //! otherwise records what is selected until the duration ends or Ctrl-C / SIGTERM.
 use std::{
     collections::{BTreeMap, BTreeSet},
-    os::unix::process::{CommandExt as _, ExitStatusExt as _},
+    os::unix::process::ExitStatusExt as _,
     path::Path,
     process::{Child, ExitStatus},
     time::Duration,
@@ -126,33 +126,6 @@ fn process_tree() -> Vec<Live> {
         .collect()
 }
 
-/// Starts the command; under sudo as the user who ran sudo, with all of that user's groups.
-fn spawn(command: &[String]) -> Result<Child> {
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]);
-    let who = crate::output_file::Invoker::current();
-    if who.acting_for {
-        // std's `uid`/`gid` would drop the supplementary groups (setgroups(0)): set them all, as
-        // initgroups would. The groups were looked up before the fork; the child only makes
-        // the three calls std itself makes there.
-        let (uid, gid, groups) = (who.uid, who.gid, who.groups);
-        // SAFETY: the closure runs between fork and exec and calls only setgroups, setgid and
-        // setuid (async-signal-safe) on data prepared before the fork; it allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    cmd.spawn().with_context(|| format!("starting {:?} (is it on PATH?)", command[0]))
-}
-
 fn exit_code(s: ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
@@ -189,13 +162,22 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
                 || filter.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline))
         });
     }
-    let mut child = if args.command.is_empty() { None } else { Some(spawn(&args.command)?) };
+    // The command from its first instruction: watched before it execs, so the kernel gives
+    // its children their entries as they fork.
+    let mut watched = crate::collect::site_watch::watched_by(&filter, &s.model);
+    let mut child = if args.command.is_empty() {
+        None
+    } else {
+        Some(super::held_command::spawn(&args.command, |pid| {
+            watched.insert(pid);
+            s.watch_sites(&watched);
+        })?)
+    };
+    if child.is_none() {
+        s.watch_sites(&watched);
+    }
     // Our child is not reaped before try_wait reports it, so its pid names it until then.
     let root = child.as_ref().map(|c| (c.id(), procfs::read_stat(c.id()).map_or(0, |st| st.start_time)));
-    // The command from its first moments (its children from the tick they are found).
-    let mut watched = crate::collect::site_watch::watched_by(&filter, &s.model);
-    watched.extend(root.map(|r| r.0));
-    s.watch_sites(&watched);
     let started_ns = counters::monotonic_ns();
     let started_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
