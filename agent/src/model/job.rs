@@ -1,9 +1,9 @@
 //! Recognising training processes, their launcher (the job) and their rank. Pure: decides from
 //! comm, command line, environment and mapped libraries that the collector read.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a process is to a training job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrainingRole {
     /// torchrun / deepspeed / accelerate launch / `python -m torch.distributed.run`: spawns workers.
@@ -19,6 +19,13 @@ pub enum TrainingRole {
 }
 
 impl TrainingRole {
+    /// Whether its main thread's rhythm can be a training step: a rank's or a single process's,
+    /// not a launcher's monitoring loop nor a data-loader worker's fetch loop (torchrun's showed
+    /// three "steps" of its monitor on the GPU machine).
+    pub fn has_steps(role: Option<TrainingRole>) -> bool {
+        matches!(role, None | Some(TrainingRole::Worker))
+    }
+
     /// The role in words, as the views show it.
     pub fn word(self) -> &'static str {
         match self {

@@ -343,7 +343,7 @@ impl Model {
             }
         }
         // Live steps from the main threads' samples (at most once a second per process).
-        for p in self.processes.values_mut() {
+        for p in self.processes.values_mut().filter(|p| job::TrainingRole::has_steps(p.role)) {
             let exited = p.exited_at_ns.is_some();
             p.live_steps.update(
                 p.tgid,

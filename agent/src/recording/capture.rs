@@ -105,6 +105,7 @@ impl Capture {
                 container: (!p.container.is_host()).then(|| p.container.clone()),
                 gpu: p.gpu.clone(),
                 cpus_allowed: p.cpus.as_ref().and_then(|c| c.allowed.clone()),
+                role: p.role,
             };
             let changed =
                 self.identities.get(&p.pid).is_none_or(|old| ProcessInfo { t_ms: old.t_ms, ..info.clone() } != *old);

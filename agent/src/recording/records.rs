@@ -96,6 +96,10 @@ pub struct ProcessInfo {
     /// Its `Cpus_allowed_list` (kernel list format), when read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus_allowed: Option<String>,
+    /// What it is to a training job (`launcher`, `worker`, `data_worker`, `rank_child`); absent
+    /// for other processes and in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<crate::model::job::TrainingRole>,
 }
 
 /// A process record as the reader keeps it: a later record of the same pid that knows no name

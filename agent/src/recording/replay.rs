@@ -324,6 +324,7 @@ mod tests {
                     container: None,
                     gpu: None,
                     cpus_allowed: None,
+                    role: None,
                 },
             )]
             .into(),

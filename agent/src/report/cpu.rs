@@ -153,6 +153,7 @@ mod tests {
                 container: None,
                 gpu: None,
                 cpus_allowed: None,
+                role: None,
             };
             rec.processes.insert(pid, info);
         }

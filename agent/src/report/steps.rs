@@ -159,6 +159,9 @@ pub fn analyze(rec: &Recording, marker: Option<&StepMarker>) -> Result<Vec<RankS
             continue;
         }
         let info = rec.processes.get(&pid);
+        if !crate::model::job::TrainingRole::has_steps(info.and_then(|i| i.role)) {
+            continue;
+        }
         let mut r = RankSteps {
             pid,
             comm: info.map(|i| i.comm.clone()).unwrap_or_default(),

@@ -62,6 +62,7 @@ pub(crate) fn recording(frame_ms: u64) -> Recording {
             container: None,
             gpu: None,
             cpus_allowed: None,
+            role: None,
         },
     );
     for t_ms in (0..=1_200).step_by(frame_ms as usize) {
@@ -193,4 +194,24 @@ fn a_step_gets_every_counter_labelled_and_frames_too_far_apart_give_none() {
     attach(&mut far, &frames, 0.2, &tier_of);
     assert!(far[0].pages.contains("--interval-ms 100 or less"), "{}", far[0].pages);
     assert_eq!(far[0].steps[0].faults_estimate, None);
+}
+
+#[test]
+fn a_launcher_or_a_data_worker_has_no_steps_of_its_own() {
+    // The same periodic main thread under a launcher's or a data-loader worker's role: its loop
+    // is a monitor or a fetch, not a training step (torchrun's monitor showed three "steps" of
+    // 7.7 s on the GPU machine). A worker, or a process of no job, keeps its steps.
+    use crate::model::job::TrainingRole;
+    for (role, listed) in [
+        (Some(TrainingRole::Launcher), false),
+        (Some(TrainingRole::DataWorker), false),
+        (Some(TrainingRole::RankChild), false),
+        (Some(TrainingRole::Worker), true),
+        (None, true),
+    ] {
+        let mut rec = recording(50);
+        rec.processes.get_mut(&PID).expect("info").role = role;
+        let ranks = analyze(&rec, None).expect("analysis");
+        assert_eq!(!ranks.is_empty(), listed, "{role:?}: {ranks:?}");
+    }
 }

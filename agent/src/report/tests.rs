@@ -59,6 +59,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
         }),
         gpu: None,
         cpus_allowed: None,
+        role: None,
     }))
     .unwrap();
     for i in 0..=10u64 {
@@ -264,6 +265,7 @@ fn a_ranks_data_loader_workers_count_with_the_rank() {
             container: None,
             gpu: None,
             cpus_allowed: None,
+            role: None,
         }))
         .expect("record");
     }
