@@ -253,3 +253,27 @@ pub struct LiveStepsView {
 #[cfg(test)]
 #[path = "live_steps_tests.rs"]
 mod tests;
+
+/// What the export's and the recorder's tests feed the model: a process stepping.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::model::{
+        cpu_profile::CpuMark,
+        site::{SiteFrame, SiteTally},
+        Model,
+    };
+
+    /// Process 7 runs steps of 0.5 s (samples every 20 ms, a line of its step function going
+    /// back at each start), read at each sample, for the samples numbered `samples`.
+    pub fn stepping(m: &mut Model, samples: std::ops::Range<u64>) {
+        let frames =
+            |line: u32| vec![SiteFrame::python("/w/t.py", "step", line), SiteFrame::python("/w/t.py", "<module>", 9)];
+        let named = (1..=25u64).map(|k| (7, k, frames(k as u32))).collect();
+        m.apply_sites(SiteTally { named, ..Default::default() });
+        for i in samples {
+            let mark = CpuMark { ts_ns: 1_000_000_000 + i * 20_000_000, tid: 7, stack: i % 25 + 1, ticks: 1 };
+            m.last_reading_ns = mark.ts_ns;
+            m.apply_sites(SiteTally { cpu: vec![(7, mark)], ..Default::default() });
+        }
+    }
+}

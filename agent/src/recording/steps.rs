@@ -67,24 +67,7 @@ impl StepCapture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
-        cpu_profile::CpuMark,
-        site::{SiteFrame, SiteTally},
-    };
-
-    /// A model whose process 7 ran steps of 0.5 s (samples every 20 ms, a line of the step
-    /// function going back at each start), read every second from `from` on.
-    fn stepping(m: &mut Model, samples: std::ops::Range<u64>) {
-        let frames =
-            |line: u32| vec![SiteFrame::python("/w/t.py", "step", line), SiteFrame::python("/w/t.py", "<module>", 9)];
-        let named = (1..=25u64).map(|k| (7, k, frames(k as u32))).collect();
-        m.apply_sites(SiteTally { named, ..Default::default() });
-        for i in samples {
-            let mark = CpuMark { ts_ns: 1_000_000_000 + i * 20_000_000, tid: 7, stack: i % 25 + 1, ticks: 1 };
-            m.last_reading_ns = mark.ts_ns;
-            m.apply_sites(SiteTally { cpu: vec![(7, mark)], ..Default::default() });
-        }
-    }
+    use crate::model::live_steps::fixtures::stepping;
 
     #[test]
     fn each_completed_step_is_written_once_from_the_recording_start() {

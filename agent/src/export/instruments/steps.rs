@@ -76,22 +76,8 @@ mod tests {
             instruments::{points as all_points, AgentHealth, PID, RANK},
             meter,
         },
-        model::{cpu_profile::CpuMark, site::SiteFrame, site::SiteTally},
+        model::live_steps::fixtures::stepping,
     };
-
-    /// Process 7 runs steps of 0.5 s (samples every 20 ms, its step function's line going back
-    /// at each start), read every second.
-    fn stepping(m: &mut Model, samples: std::ops::Range<u64>) {
-        let frames =
-            |line: u32| vec![SiteFrame::python("/w/t.py", "step", line), SiteFrame::python("/w/t.py", "<module>", 9)];
-        let named = (1..=25u64).map(|k| (7, k, frames(k as u32))).collect();
-        m.apply_sites(SiteTally { named, ..Default::default() });
-        for i in samples {
-            let mark = CpuMark { ts_ns: 1_000_000_000 + i * 20_000_000, tid: 7, stack: i % 25 + 1, ticks: 1 };
-            m.last_reading_ns = mark.ts_ns;
-            m.apply_sites(SiteTally { cpu: vec![(7, mark)], ..Default::default() });
-        }
-    }
 
     #[test]
     fn steps_count_and_each_duration_reaches_prometheus_once_with_the_process_attributes() {
