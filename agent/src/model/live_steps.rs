@@ -236,7 +236,7 @@ pub struct LiveStepsView {
     pub frame: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub depth: Option<usize>,
-    /// Share of the last detection's intervals within 25% of their median.
+    /// Share of the last detection's intervals within 25% of their neighbourhood's median.
     pub regular_share: f64,
     /// The mean of the recent durations within 25% of their median (off the sample grid).
     pub typical_s: f64,

@@ -294,3 +294,20 @@ fn imports_restarting_regularly_are_not_a_rhythm() {
     assert_eq!(s.boundaries.len(), 9, "{s:?}");
     assert!(matches!(&s.found_by, FoundBy::Rhythm { function, .. } if function == "train_step"), "{s:?}");
 }
+
+#[test]
+fn steps_that_slow_down_mid_run_keep_their_rhythm() {
+    // 6 steps of 10 samples, then 7 of 15 (the node got busier): each interval is regular
+    // against its neighbours; against the median of all (15) the first five were not (55%).
+    let mut rec = vec![];
+    for (steps, len) in [(6u32, 10u32), (7, 15)] {
+        for _ in 0..steps {
+            for l in 0..len {
+                rec.push((rec.len() as u64 * 10_000, stack(&[(F, "<module>", 8), (F, "train_step", 10 + l)])));
+            }
+        }
+    }
+    let s = detect(&samples(&rec), None).expect("a rhythm");
+    assert_eq!(s.boundaries.len(), 12, "{s:?}");
+    assert!(s.regular_share >= 10.0 / 11.0 - 1e-9, "regular share {}", s.regular_share);
+}

@@ -78,7 +78,7 @@ pub struct RankSteps {
     /// The marker, or the frame whose restarts are the steps (`function (file)`, its depth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frame: Option<String>,
-    /// Share of steps within 25% of the median duration.
+    /// Share of steps within 25% of the median of their neighbourhood (two steps on each side).
     pub regular_share: f64,
     /// Why no step was found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,7 +302,7 @@ fn how_found(r: &RankSteps) -> String {
     match (r.found_by.as_str(), &r.frame) {
         ("none", _) => format!("no steps: {}", r.reason.as_deref().unwrap_or("")),
         (by, Some(frame)) => format!(
-            "{} steps by {by} {frame} ({:.0}% within 25% of the median); typical {:.3} s, median {:.3} s, p90 {:.3} s",
+            "{} steps by {by} {frame} ({:.0}% within 25% of their neighbours' median); typical {:.3} s, median {:.3} s, p90 {:.3} s",
             r.count,
             r.regular_share * 100.0,
             r.typical_s,

@@ -102,7 +102,9 @@ fn each_step_has_its_duration_phases_pages_and_the_slowest_says_why() {
     }
     let md = super::markdown(std::slice::from_ref(r), |s| s.to_string());
     assert!(
-        md.contains("6 steps by rhythm train_step (/job/train.py), depth 1 (83% within 25% of the median)"),
+        md.contains(
+            "6 steps by rhythm train_step (/job/train.py), depth 1 (83% within 25% of their neighbours' median)"
+        ),
         "{md}"
     );
     assert!(md.contains("| 4 | 0.540 s | 0.200 s | backward 0.15 s (median 0.05 s) |"), "{md}");
