@@ -21,6 +21,9 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/support/python_steps.
 const STEPS: usize = 12;
 /// The sampler's default rate: one sample every ~20 ms of the thread's CPU time.
 const SAMPLE_S: f64 = 1.0 / 49.0;
+/// How far apart the stand-in's clock and the samples' times may read a step's duration (two
+/// readings of CLOCK_MONOTONIC against two sample timestamps, and the sampler's tick jitter).
+const CLOCKS_S: f64 = 0.005;
 /// Fresh pages forward() maps and touches each step.
 const PAGES_PER_STEP: f64 = 4096.0;
 
@@ -68,13 +71,23 @@ fn check(report: &Value, how: &str, own: &[f64]) {
     assert!(count.abs_diff(STEPS) <= 1, "{how}: {count} steps found, {STEPS} ran");
     assert!((m / own_m - 1.0).abs() <= 0.05, "{how}: median {m:.4} s, the stand-in's {own_m:.4} s");
     if count == STEPS {
-        // Each boundary is at the first sample of its step: off by at most a few samples' gap.
-        for (k, (f, o)) in found.iter().zip(own).enumerate() {
-            assert!((f - o).abs() <= 3.0 * SAMPLE_S, "{how}: step {k} took {o:.3} s, found {f:.3} s");
+        // Each boundary is at the first sample of its step, the true start at most its
+        // uncertainty (the gap to the sample before) earlier: a found duration is off by at most
+        // the larger of its two ends' uncertainties (plus the two clocks' reading apart).
+        for (k, (st, o)) in steps.iter().zip(own).enumerate() {
+            let f = st["duration_s"].as_f64().expect("duration");
+            let u = [&st["start_uncertainty_s"], &st["end_uncertainty_s"]].map(|u| u.as_f64().expect("u"));
+            assert!(
+                (f - o).abs() <= u[0].max(u[1]) + CLOCKS_S,
+                "{how}: step {k} took {o:.3} s, found {f:.3} s, its ends uncertain by {u:.3?} s"
+            );
         }
     }
+    // The median gap: one sample period while the stand-in burns (off CPU between steps
+    // only briefly), unless another task keeps it off CPU.
     let uncertainty = median(steps.iter().map(|s| s["start_uncertainty_s"].as_f64().expect("u")).collect());
-    assert!(uncertainty > 0.0 && uncertainty <= 3.0 * SAMPLE_S, "{how}: median start uncertainty {uncertainty}");
+    eprintln!("{how}: median start uncertainty {uncertainty:.4} s (sample period {SAMPLE_S:.4} s)");
+    assert!(uncertainty >= SAMPLE_S * 0.5, "{how}: median start uncertainty {uncertainty}");
     let phase = |p: &str| -> f64 { steps.iter().map(|s| s["cpu_s_by_phase"][p].as_f64().expect(p)).sum() };
     let (fw, bw, opt, other) = (phase("forward"), phase("backward"), phase("optimizer"), phase("other"));
     eprintln!("{how}: CPU by phase: forward {fw:.2} s, backward {bw:.2} s, optimizer {opt:.2} s, other {other:.2} s");
@@ -131,17 +144,40 @@ fn check_live(report: &Value, own: &[f64]) {
     assert!(count.abs_diff(STEPS) <= 1, "live: {count} steps recorded, {STEPS} ran");
     let (m, own_m) = (median(found.clone()), median(own.to_vec()));
     assert!((m / own_m - 1.0).abs() <= 0.05, "live: median {m:.4} s, the stand-in's {own_m:.4} s");
-    // The recorded steps are the last `count` the stand-in ran when one was missed at the start.
-    for (k, (f, o)) in found.iter().rev().zip(own.iter().rev()).enumerate() {
-        assert!((f - o).abs() <= 3.0 * SAMPLE_S, "live: step -{k} took {o:.3} s, recorded {f:.3} s");
+    // The recorded steps are the last `count` the stand-in ran when one was missed at the start;
+    // each off by at most the larger of its ends' uncertainties (as the report's).
+    for (k, (s, o)) in live.iter().rev().zip(own.iter().rev()).enumerate() {
+        let f = s["duration_s"].as_f64().expect("d");
+        let u = ["start_uncertainty_us", "end_uncertainty_us"].map(|k| s[k].as_u64().expect("u") as f64 / 1e6);
+        assert!(
+            (f - o).abs() <= u[0].max(u[1]) + CLOCKS_S,
+            "live: step -{k} took {o:.3} s, recorded {f:.3} s, its ends uncertain by {u:.3?} s"
+        );
     }
+    // The live agent saw the same samples as the report: a step it recorded starts where one of
+    // the report's does, as uncertain.
+    let reported: Vec<(u64, u64)> = r["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| {
+            let us = |k: &str| (s[k].as_f64().expect(k) * 1e6).round() as u64;
+            (us("start_s"), us("start_uncertainty_s"))
+        })
+        .collect();
+    let mut matched = 0;
     for s in live {
         let (a, b) = (s["start_us"].as_u64().expect("start"), s["end_us"].as_u64().expect("end"));
         let d = s["duration_s"].as_f64().expect("d");
         assert!(b > a && ((b - a) as f64 / 1e6 - d).abs() < 1e-6, "{s}");
-        let u = s["start_uncertainty_us"].as_u64().expect("u") as f64 / 1e6;
-        assert!(u > 0.0 && u <= 3.0 * SAMPLE_S, "start uncertainty {u}: {s}");
+        let u = s["start_uncertainty_us"].as_u64().expect("u");
+        assert!(u > 0, "start uncertainty {u}: {s}");
+        if let Some(&(_, ru)) = reported.iter().find(|&&(rs, _)| rs.abs_diff(a) <= 1) {
+            assert!(ru.abs_diff(u) <= 1, "live start uncertainty {u} us, the report's {ru} us: {s}");
+            matched += 1;
+        }
     }
+    assert!(matched + 1 >= live.len(), "{matched} of {} live steps start where the report's do", live.len());
 }
 
 #[test]
@@ -167,10 +203,14 @@ fn the_live_agent_shows_the_steps_of_a_running_training_loop_in_its_snapshot() {
     assert!(steps["frame"].as_str().is_some_and(|f| f.contains("train_step")), "{steps}");
     let count = steps["count"].as_u64().expect("count") as usize;
     assert!(count.abs_diff(STEPS) <= 1, "snapshot: {count} steps, {STEPS} ran");
-    let (typical, own_m) = (steps["typical_s"].as_f64().expect("typical"), median(own.clone()));
-    assert!((typical / own_m - 1.0).abs() <= 0.05, "typical {typical:.4} s, the stand-in's median {own_m:.4} s");
-    let last = steps["last_s"].as_f64().expect("last");
-    assert!((last - own[STEPS - 1]).abs() <= 3.0 * SAMPLE_S, "last {last:.3} s, its own {:.3} s", own[STEPS - 1]);
+    let (typical, own_t) = (steps["typical_s"].as_f64().expect("typical"), self::typical(&own));
+    assert!((typical / own_t - 1.0).abs() <= 0.05, "typical {typical:.4} s, the stand-in's {own_t:.4} s");
+    let (last, u) = (steps["last_s"].as_f64().expect("last"), steps["last_uncertainty_s"].as_f64().expect("u"));
+    assert!(
+        (last - own[STEPS - 1]).abs() <= u + CLOCKS_S,
+        "last {last:.3} s (uncertain by {u:.3} s), its own {:.3} s",
+        own[STEPS - 1]
+    );
     assert!(steps["regular_share"].as_f64().expect("share") >= 0.9, "{steps}");
     std::fs::remove_dir_all(d).expect("cleanup");
 }
@@ -273,17 +313,38 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
     assert!(steps.len().abs_diff(STEPS) <= 1, "{} steps lined up: {ranks:?}", steps.len());
     let slowest = &j["slowest"][0];
     eprintln!("{}", j["summary"]);
-    assert!(slowest["label"].as_str().is_some_and(|l| l.starts_with("node-b python3")), "{slowest}");
-    let n = slowest["slowest_in"].as_u64().expect("n") as usize;
-    assert!(n + 1 >= steps.len(), "node-b slowest in {n} of {} steps", steps.len());
-    assert_eq!(slowest["usual_difference"], "CPU backward", "{slowest}");
+    // Against the stand-ins' own steps: where one took clearly longer than the other (0.1 s, five
+    // sample gaps), the report names that one. Quiet, node-b is the slower in every step; a
+    // machine loaded differently during the two recordings can make node-a's steps as slow
+    // (seen with a whole CI run beside this test): then the truth decides, step by step.
+    let both_whole = counts.iter().all(|&c| c == STEPS);
+    let decisive: Vec<(usize, bool)> = (0..STEPS)
+        .filter(|_| both_whole)
+        .filter_map(|k| ((own_b[k] - own_a[k]).abs() >= 0.1).then_some((k, own_b[k] > own_a[k])))
+        .collect();
+    for &(k, b_slower) in &decisive {
+        let named = steps[k]["slowest"].as_u64().expect("slowest") as usize;
+        let host = ranks[named]["host"].as_str().expect("host");
+        let want = if b_slower { "node-b" } else { "node-a" };
+        assert_eq!(host, want, "step {k}: own {:.3} s and {:.3} s, the report's slowest {host}", own_a[k], own_b[k]);
+    }
+    let b_slower_in = decisive.iter().filter(|d| d.1).count();
+    let as_injected = b_slower_in + 2 >= STEPS;
+    eprintln!("node-b clearly slower in {b_slower_in} of {STEPS} steps by its own clock");
+    if as_injected {
+        assert!(slowest["label"].as_str().is_some_and(|l| l.starts_with("node-b python3")), "{slowest}");
+        let n = slowest["slowest_in"].as_u64().expect("n") as usize;
+        assert!(n + 1 >= steps.len(), "node-b slowest in {n} of {} steps", steps.len());
+        assert_eq!(slowest["usual_difference"], "CPU backward", "{slowest}");
+    }
     // 0.7 s against 0.5 s, over the two ranks' median of 0.6 s: ~+17% (less when the machine is
     // busy: its own steps say by how much).
     let mut over: Vec<f64> = steps.iter().map(|s| s["over_median_pct"].as_f64().expect("%")).collect();
     over.sort_by(f64::total_cmp);
     let typical_over = over[over.len() / 2];
-    let (ma, mb) = (median(own_a.clone()), median(own_b.clone()));
-    let own_over = (mb / ((ma + mb) / 2.0) - 1.0) * 100.0;
+    // The stand-ins' own: each step's slower one over the two's median, the median of those.
+    let own_over =
+        median(own_a.iter().zip(&own_b).map(|(&a, &b)| (a.max(b) / ((a + b) / 2.0) - 1.0) * 100.0).collect());
     eprintln!("over the ranks' median: {typical_over:.1}% (the stand-ins' own {own_over:.1}%)");
     assert!((typical_over - own_over).abs() <= 5.0, "over the median: {over:.1?}, own {own_over:.1}%");
     let o = tierscope(&["report", fa, fb, "--format", "md"]);
@@ -320,11 +381,13 @@ fn two_nodes_name_the_slowed_one_as_straggler_and_diff_says_how_much_slower_and_
         .and_then(|p| p["delta"].as_f64())
         .expect("backward in both");
     assert!((backward - SLOWER_S).abs() <= 0.035, "backward {backward:+.3} s a step");
-    assert!(
-        r["explained_by"].as_str().is_some_and(|e| e.contains("the part that moved most: CPU backward +0.")),
-        "{}",
-        r["explained_by"]
-    );
+    if as_injected {
+        assert!(
+            r["explained_by"].as_str().is_some_and(|e| e.contains("the part that moved most: CPU backward +0.")),
+            "{}",
+            r["explained_by"]
+        );
+    }
     // B's steps over A's typical by more than 10%, against the stand-ins' own steps.
     let slower = r["slower_steps"].as_array().expect("slower").len();
     let own_typical_a = own_a.iter().sum::<f64>() / own_a.len() as f64;

@@ -218,6 +218,10 @@ impl LiveSteps {
             median_s: median,
             p90_s: q(0.9),
             last_s: self.recent.back().map_or(0.0, LiveStep::duration_s),
+            last_uncertainty_s: self
+                .recent
+                .back()
+                .map_or(0.0, |s| s.start_uncertainty_ns.max(s.end_uncertainty_ns) as f64 / 1e9),
             history: d.len(),
             reason: self.reason.clone(),
         })
@@ -243,6 +247,8 @@ pub struct LiveStepsView {
     pub median_s: f64,
     pub p90_s: f64,
     pub last_s: f64,
+    /// How far the last step's duration may be off: the larger of its two ends' uncertainties.
+    pub last_uncertainty_s: f64,
     /// Steps the durations are over.
     pub history: usize,
     /// Why the last detection found none (the steps counted so far stay).

@@ -91,6 +91,8 @@ fn each_step_is_taken_once_when_the_next_one_starts() {
     assert_eq!(v.frame.as_deref(), Some("train_step (/job/train.py)"));
     assert!((v.typical_s - 0.5).abs() < 1e-9 && (v.last_s - 0.5).abs() < 1e-9 && (v.p90_s - 0.5).abs() < 1e-9);
     assert!((v.regular_share - 1.0).abs() < 1e-9 && v.reason.is_none());
+    // Samples 20 ms apart: each end of the last step is one gap from the sample before it.
+    assert!((v.last_uncertainty_s - GAP_NS as f64 / 1e9).abs() < 1e-9, "{}", v.last_uncertainty_s);
     // Whatever the detection's rhythm, the same steps.
     for every in [1, 7, 13, 49, 200, 1000] {
         let t = feed(&marks(20, 0), every, None, false);
