@@ -104,7 +104,7 @@ pub fn step_counters(
 
 /// The median gap between frames (seconds; 0 with fewer than two).
 pub fn frame_gap_s(frame_times_ms: &[u64]) -> f64 {
-    let mut gaps: Vec<u64> = frame_times_ms.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut gaps: Vec<u64> = frame_times_ms.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
     gaps.sort_unstable();
     gaps.get(gaps.len().saturating_sub(1) / 2).map_or(0.0, |&g| g as f64 / 1e3)
 }
