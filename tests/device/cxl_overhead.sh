@@ -25,12 +25,23 @@ PAGE_PATHS=${PAGE_PATHS:-"sampled exact"}
 # blocks instead of nothing (e.g. VS="--cpu-samples-hz 0" with AGENT_ARGS empty: what the CPU
 # sampler alone costs).
 AGENT_ARGS=${AGENT_ARGS:-}
+# THREADS=N: the rank runs N torch threads pinned to CPUs 0..N-1 and the agent runs on the others:
+# the per-event programs still run in the rank's threads (what the page path costs it), the
+# agent's own threads cannot preempt one of the rank's (an OpenMP region waits for its slowest
+# thread). Unset: torch's default (a thread per core) and no pinning.
+THREADS=${THREADS:-}
+RANK_PIN=(); AGENT_PIN=(); TRAIN_THREADS=()
+if [ -n "$THREADS" ]; then
+    RANK_PIN=(taskset -c "0-$((THREADS - 1))")
+    AGENT_PIN=(taskset -c "$THREADS-$(($(nproc) - 1))")
+    TRAIN_THREADS=(--threads "$THREADS")
+fi
 VS=${VS:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOG="$OUT/train.log"
 printf '[tiers]\ncxl = [0]\n' > "$OUT/cxl0.toml"
 
-torchrun --standalone --nproc-per-node "$NPROC" "$HERE/offload_train.py" --steps 100000 --params-m "$PARAMS_M" > "$LOG" 2>&1 &
+"${RANK_PIN[@]}" torchrun --standalone --nproc-per-node "$NPROC" "$HERE/offload_train.py" --steps 100000 --params-m "$PARAMS_M" "${TRAIN_THREADS[@]}" > "$LOG" 2>&1 &
 TRAIN=$!
 trap 'kill $TRAIN 2>/dev/null' EXIT
 # Warm-up: the first steps allocate the pinned state.
@@ -39,8 +50,8 @@ until [ "$(grep -c 'rank 0 at' "$LOG")" -ge 5 ]; do
     sleep 1
 done
 for mode in $PAGE_PATHS; do
-    echo "== page path $mode $AGENT_ARGS${VS:+ vs $VS}: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
-    agent=("$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode")
+    echo "== page path $mode $AGENT_ARGS${THREADS:+ rank on CPUs 0-$((THREADS - 1)) with $THREADS threads, agent on the rest}${VS:+ vs $VS}: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
+    agent=("${AGENT_PIN[@]}" "$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode")
     vs=()
     # shellcheck disable=SC2206
     [ -n "$VS" ] && vs=(--vs "${agent[@]}" $VS)

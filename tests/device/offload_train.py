@@ -17,7 +17,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--params-m", type=int, default=128, help="parameters per rank, millions")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default, one per core)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     rank = int(os.environ.get("RANK", "0"))
     dev = torch.device("cuda", 0)
     n = a.params_m * 1_000_000

@@ -24,6 +24,14 @@ pub const DETECT_EVERY_NS: u64 = 1_000_000_000;
 /// detection reads until it is named or this old (then it stays unnamed: no Python frames). A
 /// boundary read without it could fall on a later sample, and a step taken is never taken again.
 pub const NAMING_GRACE_NS: u64 = 5_000_000_000;
+/// A rhythm's frame is believed, and its steps taken, once two detections in a row (a second or
+/// more apart) chose it and it started at least [`SETTLED_INTERVALS`] + 1 times in the window;
+/// the detection after the process's exit (the last evidence there will be) needs neither. While
+/// a process starts, a few intervals of an inner frame can look more regular than the step's own
+/// (a stand-in's first three "steps" of 0.2 s, before its 0.5 s steps showed), and a step taken
+/// is never taken back. The steps the wait passed over are still in the window: none is lost.
+pub const SETTLE_DETECTIONS: u32 = 2;
+pub const SETTLED_INTERVALS: usize = 4;
 /// Recent steps kept per process (durations for the typical step and p90; what a recorder or
 /// exporter takes since it last looked).
 pub const STEP_HISTORY: usize = 256;
@@ -61,6 +69,9 @@ pub struct LiveSteps {
     last_run_ns: Option<u64>,
     /// The detection after the process's exit ran (it takes a step its frame's going away ended).
     exit_seen: bool,
+    /// The rhythm the latest detections chose, and how many in a row chose it.
+    candidate: Option<FoundBy>,
+    agreed: u32,
     /// The end of the last step taken: a later step starts there or after.
     last_end_ns: Option<u64>,
     /// Whether a main-thread sample of the window ever had Python frames.
@@ -73,7 +84,7 @@ pub struct LiveSteps {
     /// median.
     pub found_by: Option<FoundBy>,
     pub regular_share: f64,
-    /// Why the last detection found none.
+    /// Why the last detection found none, or took none (a rhythm being confirmed).
     pub reason: Option<String>,
 }
 
@@ -149,6 +160,22 @@ impl LiveSteps {
                 return;
             }
         };
+        if let FoundBy::Rhythm { file, function, .. } = &found.found_by {
+            if self.candidate.as_ref() == Some(&found.found_by) {
+                self.agreed = self.agreed.saturating_add(1);
+            } else {
+                (self.candidate, self.agreed) = (Some(found.found_by.clone()), 1);
+            }
+            let intervals = found.boundaries.len().saturating_sub(1);
+            if !exited && (self.agreed < SETTLE_DETECTIONS || intervals < SETTLED_INTERVALS) {
+                self.reason = Some(format!(
+                    "a rhythm in {function} ({file}) is being confirmed ({intervals} intervals, {} of \
+                     {SETTLE_DETECTIONS} detections)",
+                    self.agreed
+                ));
+                return;
+            }
+        }
         self.reason = None;
         let mut b = found.boundaries.as_slice();
         // The last boundary closes a step when its sample lacks the frame (it went away): not

@@ -94,7 +94,8 @@ fn each_step_is_taken_once_when_the_next_one_starts() {
     // Samples 20 ms apart: each end of the last step is one gap from the sample before it.
     assert!((v.last_uncertainty_s - GAP_NS as f64 / 1e9).abs() < 1e-9, "{}", v.last_uncertainty_s);
     // Whatever the detection's rhythm, the same steps.
-    for every in [1, 7, 13, 49, 200, 1000] {
+    // (One detection over all of it takes nothing: the rhythm is not confirmed yet.)
+    for every in [1, 7, 13, 49, 200] {
         let t = feed(&marks(20, 0), every, None, false);
         assert_exact(&t);
         // The same steps; the last detection (at most once a second) may not have seen the
@@ -135,14 +136,46 @@ fn detection_runs_at_most_once_a_second() {
     let (mut cpu, f, mut s) = (CpuProfile::default(), frames(), LiveSteps::default());
     all.iter().for_each(|m| cpu.add(*m));
     s.update(PID, &cpu, &f, None, 5_000_000_000, false);
-    let n = s.completed;
-    assert_eq!(n, 8);
+    assert_eq!(s.completed, 0, "a rhythm one detection chose is not taken yet");
+    let why = s.view().and_then(|v| v.reason).unwrap_or_default();
+    assert!(why.contains("train_step (/job/train.py) is being confirmed (8 intervals, 1 of 2"), "{why}");
     let more = marks(14, 0);
     more[all.len()..].iter().for_each(|m| cpu.add(*m));
     s.update(PID, &cpu, &f, None, 5_500_000_000, false);
-    assert_eq!(s.completed, n, "half a second later: not yet");
+    assert_eq!(s.completed, 0, "half a second later: no detection");
     s.update(PID, &cpu, &f, None, 6_000_000_000, false);
-    assert_eq!(s.completed, 12, "a second later, with the samples that came meanwhile");
+    assert_eq!(s.completed, 12, "a second later the same rhythm: every whole step in the window");
+    assert_exact(&s);
+    assert_eq!(s.view().and_then(|v| v.reason), None);
+}
+
+/// A frame that restarts every 0.2 s while the process warms up, then the 0.5 s steps: the
+/// warm-up's "steps" are never taken, the steps are, each once.
+#[test]
+fn a_rhythm_is_taken_only_once_two_detections_in_a_row_chose_it() {
+    let mut f = frames();
+    for flip in 0..2u64 {
+        let warm = vec![SiteFrame::python(F, "warm_up", 60 + flip as u32), SiteFrame::python(F, "<module>", 30)];
+        f.insert(20 + flip, warm);
+    }
+    // 1.2 s of warm-up: six 0.2 s rounds of 10 samples, its line going back at each.
+    let warm: Vec<CpuMark> = (0..60u64)
+        .map(|i| CpuMark { ts_ns: START_NS + i * GAP_NS, tid: PID, stack: 20 + u64::from(i % 10 >= 5), ticks: 1 })
+        .collect();
+    let off = 60 * GAP_NS;
+    let steps: Vec<CpuMark> = marks(16, 0).into_iter().map(|m| CpuMark { ts_ns: m.ts_ns + off, ..m }).collect();
+    let (mut cpu, mut s) = (CpuProfile::default(), LiveSteps::default());
+    warm.iter().for_each(|m| cpu.add(*m));
+    s.update(PID, &cpu, &f, None, START_NS + off, false);
+    assert_eq!(s.completed, 0, "{:?}", s.view());
+    for chunk in steps.chunks(50) {
+        chunk.iter().for_each(|m| cpu.add(*m));
+        let now = chunk.last().map_or(0, |m| m.ts_ns);
+        s.update(PID, &cpu, &f, None, now, false);
+    }
+    assert_eq!(s.completed, 15, "{:?}", s.view());
+    assert_exact(&s);
+    assert_eq!(s.recent[0].start_ns, START_NS + off, "the first step, taken after the wait");
 }
 
 #[test]
@@ -211,9 +244,14 @@ fn a_step_waits_for_its_samples_to_be_named() {
     let all = marks(10, 0);
     let (mut cpu, f, mut s) = (CpuProfile::default(), frames(), LiveSteps::default());
     let cut = all.len() - 40;
-    all.iter()
-        .enumerate()
-        .for_each(|(i, m)| cpu.add(CpuMark { stack: if i < cut { m.stack } else { m.stack + 100 }, ..*m }));
+    // A detection over the first 6 steps confirms nothing yet; the next one takes.
+    let (first, rest) = all.split_at(6 * PER_STEP as usize);
+    first.iter().for_each(|m| cpu.add(*m));
+    s.update(PID, &cpu, &f, None, 9_000_000_000, false);
+    assert_eq!(s.completed, 0);
+    rest.iter().enumerate().for_each(|(i, m)| {
+        cpu.add(CpuMark { stack: if i + first.len() < cut { m.stack } else { m.stack + 100 }, ..*m })
+    });
     s.update(PID, &cpu, &f, None, 10_000_000_000, false);
     assert_eq!(s.completed, 7, "the steps that started before the first unnamed sample");
     // Named now (as the namer does: the same ids get frames).

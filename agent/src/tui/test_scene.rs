@@ -191,11 +191,17 @@ impl Fixture {
         let py = |line, func: &str| crate::model::site::SiteFrame::python("/w/train.py", func, line);
         named.named.push((4242, 21, vec![py(42, "step"), py(90, "main")]));
         named.named.push((4242, 22, vec![f("memcpy", 0x3000), py(17, "load_batch"), py(91, "main")]));
-        for (i, stack) in (0..40u64).map(|i| (i, if i % 4 == 3 { 22 } else { 21 })) {
-            let mark = crate::model::site::CpuMark { ts_ns: i * 20_408_163, tid: 4242, stack, ticks: 1 };
-            named.cpu.push((4242, mark));
-        }
+        // Read in two readings a second apart: a rhythm is taken once two detections chose it.
+        let mark = |i: u64| {
+            let stack = if i % 4 == 3 { 22 } else { 21 };
+            (4242, crate::model::site::CpuMark { ts_ns: i * 20_408_163, tid: 4242, stack, ticks: 1 })
+        };
+        named.cpu.extend((0..20u64).map(mark));
+        let before = model.last_reading_ns;
         model.apply_sites(named);
+        model.last_reading_ns = before + S;
+        model.apply_sites(crate::model::site::SiteTally { cpu: (20..40u64).map(mark).collect(), ..Default::default() });
+        model.last_reading_ns = before;
         model.apply_event(Event::Policy(PolicyDecision {
             tgid: 4242,
             tid: 4242,
