@@ -17,8 +17,8 @@ use crate::cmd::workspace_root;
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Pairs of runs (one without, one with the agent).
-    #[arg(long, default_value_t = 5)]
+    /// Pairs of runs (one without, one with the agent): rounds of the storm's ways.
+    #[arg(long, default_value_t = 10)]
     pub pairs: u32,
     /// MiB mapped per round of the fault storm.
     #[arg(long, default_value_t = 256)]

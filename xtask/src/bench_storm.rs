@@ -4,7 +4,8 @@
 //! per-event programs attached 1/8 of the time); with bpftrace counting per pid on the same
 //! events (`page_fault_user`, `mm_page_alloc`, `mm_page_free`); and with tierscope and node 0
 //! declared CXL, so every allocation takes the site-sampling path at the default rate. Medians
-//! per way, with the spread (quartiles) of the runs.
+//! per way, with the spread (quartiles) of the runs; then each way paired with the storm alone in
+//! the same round (`paired.rs`: the median change, its bootstrap 95% interval, rounds each way).
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -14,7 +15,10 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::bench::{agent_usage, median, overhead, start_agent, stop_agent, storm, verdict, BenchArgs};
+use crate::{
+    bench::{agent_usage, median, overhead, start_agent, stop_agent, storm, verdict, BenchArgs},
+    paired::paired,
+};
 
 /// bpftrace counting the same events per pid, as a user would write it.
 pub const BPFTRACE_SAME_EVENTS: &str = "tracepoint:exceptions:page_fault_user { @faults[pid] = count(); } \
@@ -167,6 +171,7 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
     println!("bench: fault storm, medians of {} runs each (load now {}):", args.pairs, crate::bench::load_average());
     table("wall time per fault (what the issue's figures are; swayed by other load on a busy machine)", &ns, false);
     table("the storm's own CPU time per fault (probes run in its context; steadier on a busy machine)", &cpu, true);
+    paired_table(&ns, &cpu);
     for (i, way) in WAYS.iter().enumerate().filter(|(_, w)| w.is_tierscope()) {
         let c = &cost[i];
         // USER_HZ is 100 on every Linux the agent targets.
@@ -179,6 +184,26 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Each way against the storm alone in the same round (the rounds are the pairs): the median
+/// of the rounds' changes, its bootstrap 95% interval and how many rounds went each way; the
+/// target applies to the CPU figure's paired median.
+fn paired_table(ns: &[Vec<f64>; 5], cpu: &[Vec<f64>; 5]) {
+    println!("bench:   paired, each way against the storm alone in the same round:");
+    for (i, way) in WAYS.iter().enumerate().filter(|&(i, _)| i != ALONE) {
+        let (Some(c), Some(w)) = (paired(&cpu[ALONE], &cpu[i]), paired(&ns[ALONE], &ns[i])) else {
+            println!("bench:   {:<34} no complete pair", way.label());
+            continue;
+        };
+        let target = if way.is_tierscope() {
+            format!("; target <= +{MAX_OVERHEAD_PCT}%: {}", verdict(c.median_pct, MAX_OVERHEAD_PCT))
+        } else {
+            String::new()
+        };
+        println!("bench:   {:<34} CPU {}{target}", way.label(), c.describe());
+        println!("bench:   {:<34} wall {}", "", w.describe());
+    }
 }
 
 /// Programs loaded by someone else on the storm's hooks, by name (bpftool).

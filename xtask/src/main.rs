@@ -14,6 +14,7 @@ mod deploy_tools;
 mod fuzz;
 mod image;
 mod layers;
+mod paired;
 mod readers;
 mod setup;
 mod soak;
