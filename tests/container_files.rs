@@ -128,7 +128,7 @@ fn watch(root: &Path, wrapper: &[&str], between: impl FnOnce(&Contained)) -> (se
     let pid = c.pid;
     let agent = Agent::snapshot_under(
         wrapper,
-        &["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string(), "--cxl-node", "0"],
+        &["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string(), "--cxl-node", "0", "--page-path", "exact"],
     );
     between(&c);
     let done = c.go();

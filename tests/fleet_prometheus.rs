@@ -152,7 +152,7 @@ fn main() {
     let config = dir.join("tierscope.toml");
     std::fs::write(
         &config,
-        "[export]\ngranularity = \"job\"\n[tiers]\ncxl = [0]\n[collect]\nresidency_interval_ms = 1000\n",
+        "[export]\ngranularity = \"job\"\n[tiers]\ncxl = [0]\n[collect]\nresidency_interval_ms = 1000\npage_path = \"exact\"\n",
     )
     .expect("well-formed");
     let hosts = ["node-a", "node-b"];

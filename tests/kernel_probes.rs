@@ -176,8 +176,18 @@ fn slow_tier_allocation_sites_name_the_allocating_function() {
     // allocation takes the sampled-site path; the QEMU guest tests the real CXL node.
     let mut w = Workload::start(WORKLOAD, &["touch", "16"]);
     let pid = w.pid;
-    let agent =
-        Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0", "--site-sample-every", "4"]);
+    let agent = Agent::snapshot(&[
+        "--duration",
+        "2",
+        "--pid",
+        &pid.to_string(),
+        "--cxl-node",
+        "0",
+        "--page-path",
+        "exact",
+        "--site-sample-every",
+        "4",
+    ]);
     let done = w.go();
     let pages: u64 = done["pages"].parse().expect("pages");
     let snap = agent.finish();

@@ -1,5 +1,6 @@
 //! The sampled page path (`--page-path sampled`) against the exact one on the same allocation
-//! stream: the estimates within their stated error, the fault totals still the kernel's.
+//! stream: the estimates within their stated error, the fault totals still the kernel's. And the
+//! default: sampled where a CXL tier is declared, exact without one, what is asked for winning.
 use tierscope_tests::{
     kernel_faults, process, require_root_and_agent, wait_blocked_on_pipe, Agent, Workload, UNTIL_INTERRUPTED,
 };
@@ -83,4 +84,30 @@ fn sampled_allocations_estimate_the_exact_count_and_say_so() {
         .filter(|p| p["reason"].as_str().is_some_and(|r| r.contains("sampled page path")))
         .count();
     assert_eq!(cycled, 4, "page alloc, free and the two fault paths are duty-cycled");
+}
+
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn the_page_path_is_sampled_by_default_only_on_a_node_with_a_cxl_tier() {
+    require_root_and_agent!();
+    let page_path = |args: &[&str]| {
+        let snap = Agent::snapshot(&[&["--duration", "1"][..], args].concat()).finish();
+        snap["agent"]["page_path"].clone()
+    };
+    let plain = page_path(&[]);
+    assert_eq!(
+        (plain["mode"].as_str(), plain["chosen"].as_str()),
+        (Some("exact"), Some("the default: no CXL tier on this node"))
+    );
+    let cxl = page_path(&["--cxl-node", "0"]);
+    assert_eq!(cxl["mode"], "sampled", "{cxl}");
+    let why = cxl["chosen"].as_str().unwrap_or_default();
+    assert!(why.contains("CXL tier (node 0)") && why.contains("--page-path exact"), "{why}");
+    let cycled = cxl["windows"].as_u64().unwrap_or(0);
+    assert!(cycled >= 1, "the duty cycle ran: {cxl}");
+    let asked = page_path(&["--cxl-node", "0", "--page-path", "exact"]);
+    assert_eq!(
+        (asked["mode"].as_str(), asked["chosen"].as_str()),
+        (Some("exact"), Some("asked for (--page-path or [collect] page_path)"))
+    );
 }

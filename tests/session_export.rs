@@ -31,7 +31,21 @@ fn recorded(d: &Path) -> (PathBuf, Value) {
     let file = d.join("run.tscope");
     let script = format!("(printf 'go\\n'; sleep 1) | {WORKLOAD} touch 64 >/dev/null; sleep 0.4");
     let f = file.to_str().expect("path");
-    let o = tierscope(&["record", "-o", f, "--interval-ms", "200", "--cxl-node", "0", "--", "sh", "-c", &script]);
+    let o = tierscope(&[
+        "record",
+        "-o",
+        f,
+        "--interval-ms",
+        "200",
+        "--cxl-node",
+        "0",
+        "--page-path",
+        "exact",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     assert!(o.status.success(), "record: {}", stderr(&o));
     let o = tierscope(&["report", f, "--format", "json"]);
     assert!(o.status.success(), "report: {}", stderr(&o));

@@ -66,7 +66,8 @@ fn site_and_faults_of(mut w: Workload) -> (serde_json::Value, serde_json::Value,
     let pid = w.pid;
     tierscope_tests::wait_blocked_on_pipe(pid);
     let before = tierscope_tests::kernel_faults(pid);
-    let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    let agent =
+        Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0", "--page-path", "exact"]);
     w.go();
     // It lives on while the agent reads its memory (as a training process does).
     let snap = agent.finish();

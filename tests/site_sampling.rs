@@ -29,6 +29,8 @@ fn ten_thousand_call_chains_lose_no_sample_without_a_counted_cause() {
         &pid.to_string(),
         "--cxl-node",
         "0",
+        "--page-path",
+        "exact",
         "--site-samples-per-sec",
         "20000",
         "--site-sample-every",
@@ -83,7 +85,8 @@ fn a_frame_in_a_stripped_module_prints_as_module_plus_offset() {
     assert!(st.success(), "strip failed");
     let mut w = Workload::start(stripped.to_str().expect("utf-8 path"), &["touch", "8"]);
     let pid = w.pid;
-    let agent = Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    let agent =
+        Agent::snapshot(&["--duration", "2", "--pid", &pid.to_string(), "--cxl-node", "0", "--page-path", "exact"]);
     w.go();
     let snap = agent.finish();
     w.finish();
@@ -107,7 +110,8 @@ fn an_exited_process_sites_are_still_named() {
     require_root_and_agent!();
     let mut w = Workload::start(WORKLOAD, &["chains", "64"]);
     let pid = w.pid;
-    let agent = Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    let agent =
+        Agent::snapshot(&["--duration", "3", "--pid", &pid.to_string(), "--cxl-node", "0", "--page-path", "exact"]);
     w.go();
     // It lives a moment past its last allocation (as a real process does: its stacks are
     // normalised while it lives; one that exits within microseconds of allocating shows its

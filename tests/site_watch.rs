@@ -40,6 +40,8 @@ fn watching_copy(copy: &std::path::Path) -> Agent {
         &format!("^{name}"),
         "--cxl-node",
         "0",
+        "--page-path",
+        "exact",
         "--site-sample-every",
         &EVERY.to_string(),
     ])
@@ -58,6 +60,8 @@ fn only_the_watched_one_of_two_allocating_processes_is_sampled() {
         &watched.pid.to_string(),
         "--cxl-node",
         "0",
+        "--page-path",
+        "exact",
         "--site-sample-every",
         &EVERY.to_string(),
     ]);

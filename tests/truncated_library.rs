@@ -107,7 +107,16 @@ fn a_library_truncated_under_its_process_leaves_the_agent_running() {
     let pid = w.pid;
     // From here on only the agent opens the library (the workload has mapped it).
     let watch = Watch::new(&lib);
-    let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string(), "--cxl-node", "0"]);
+    let agent = Agent::snapshot(&[
+        "--duration",
+        UNTIL_INTERRUPTED,
+        "--pid",
+        &pid.to_string(),
+        "--cxl-node",
+        "0",
+        "--page-path",
+        "exact",
+    ]);
     let agent_pid = agent.pid();
     // Allocations from the program's own code: the agent reads the modules of the process,
     // the library's unwind tables among them, once.

@@ -48,7 +48,7 @@ fn a_pinning_process_is_the_blocker_an_mlocking_or_plain_one_is_not() {
     let agent = Agent::snapshot_with(
         &[],
         &[("TIERSCOPE_CUDA_LIBRARIES", lib)],
-        &["--duration", UNTIL_INTERRUPTED, "--match", marker, "--cxl-node", "0"],
+        &["--duration", UNTIL_INTERRUPTED, "--match", marker, "--cxl-node", "0", "--page-path", "exact"],
     );
     let (pinner, pk) = pinned_py(&["cuda", lib, "48", marker]);
     let (locker, lk) = pinned_py(&["mlock", "32", marker]);

@@ -140,9 +140,10 @@ pub struct TierFlags {
     pub insights_config: Option<crate::model::insights::InsightConfig>,
     /// `exact`: every page allocation, free and fault runs a kernel program (per-event counts);
     /// `sampled`: those programs are attached 1/8 of the time and allocations, frees and the
-    /// fault split are estimates (fault totals stay exact; docs/how-it-measures.md).
-    #[arg(long, value_name = "MODE", default_value = "exact", value_parser = page_path_mode)]
-    pub page_path: crate::model::page_path::PagePathMode,
+    /// fault split are estimates (fault totals stay exact; docs/how-it-measures.md). Default:
+    /// sampled on a node with a CXL tier, exact elsewhere.
+    #[arg(long, value_name = "MODE", value_parser = page_path_mode)]
+    pub page_path: Option<crate::model::page_path::PagePathMode>,
     /// Live training steps start where this Python function starts again on a process's main
     /// thread: FILE.py:FUNCTION or FUNCTION (as `report --step-marker`); without it, from each
     /// rank's rhythm (docs/steps.md).
@@ -161,7 +162,7 @@ impl Default for TierFlags {
             cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
             event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
             insights_config: None,
-            page_path: crate::model::page_path::PagePathMode::default(),
+            page_path: None,
             step_marker: None,
         }
     }

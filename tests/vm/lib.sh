@@ -43,7 +43,11 @@ qmp() {
 # True when the agent is in the image and its `snapshot` subcommand exists.
 agent_present() { [ -x /usr/bin/tierscope ] && tierscope snapshot --help >/dev/null 2>&1; }
 
-# Starts `tierscope snapshot --json --duration $1 --pid $2 $AGENT_EXTRA` in the background, output to
+# The accuracy checks count every page event: these shapes have a CXL-tier node, where the agent's
+# default page path is sampled (cxl.sh checks that default apart).
+EXACT="--page-path exact"
+
+# Starts `tierscope snapshot --json --duration $1 --pid $2 $EXACT $AGENT_EXTRA` in the background, output to
 # /out/$AGENT_OUT.json (default agent; the host reads every /out/agent-NAME.json too), and waits
 # until it says it is watching (its "tierscope: watching for" line on
 # stderr, printed once its programs are attached), at most 60 s. Sets AGENT_PID.
@@ -54,7 +58,7 @@ agent_start() {
   if ! agent_present; then echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; return 1; fi
   t0=$(date +%s)
   # shellcheck disable=SC2086 # AGENT_EXTRA holds several flags
-  tierscope snapshot --json --duration "$1" --pid "$2" $AGENT_EXTRA > "/out/${AGENT_OUT:-agent}.json" 2> "$AGENT_ERR" &
+  tierscope snapshot --json --duration "$1" --pid "$2" $EXACT $AGENT_EXTRA > "/out/${AGENT_OUT:-agent}.json" 2> "$AGENT_ERR" &
   AGENT_PID=$!
   i=0
   until grep -q 'watching for' "$AGENT_ERR" 2>/dev/null; do

@@ -54,7 +54,8 @@ impl Drop for StatsOn {
 
 /// The agent's ways under bpf_stats: every probe, then node 0 declared cxl (the site path on
 /// every allocation); the allocation program's difference between the two is the site path's.
-const WAYS: [(&str, &[&str]); 2] = [("every probe", &[]), ("node 0 declared cxl", &["--cxl-node", "0"])];
+const WAYS: [(&str, &[&str]); 2] =
+    [("every probe", &[]), ("node 0 declared cxl, exact", &["--cxl-node", "0", "--page-path", "exact"])];
 
 pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
     for (way, extra) in WAYS {

@@ -1,11 +1,12 @@
 //! The fault storm five ways, in interleaved rounds (each round runs every way once, the order
 //! rotating from round to round, so drift on a busy machine falls on every side): alone; with
-//! `tierscope snapshot` (every probe on, the exact page path); with its sampled page path (the
-//! per-event programs attached 1/8 of the time); with bpftrace counting per pid on the same
-//! events (`page_fault_user`, `mm_page_alloc`, `mm_page_free`); and with tierscope and node 0
-//! declared CXL, so every allocation takes the site-sampling path at the default rate. Medians
-//! per way, with the spread (quartiles) of the runs; then each way paired with the storm alone in
-//! the same round (`paired.rs`: the median change, its bootstrap 95% interval, rounds each way).
+//! `tierscope snapshot` (every probe on, the exact page path: the default without a CXL tier);
+//! with bpftrace counting per pid on the same events (`page_fault_user`, `mm_page_alloc`,
+//! `mm_page_free`); and with tierscope and node 0 declared CXL, at that node's default (the
+//! sampled page path: the per-event programs attached 1/8 of the time) and with `--page-path
+//! exact` (every allocation takes the site-sampling path at the default rate). Medians per way,
+//! with the spread (quartiles) of the runs; then each way paired with the storm alone in the same
+//! round (`paired.rs`: the median change, its bootstrap 95% interval, rounds each way).
 use std::{
     io::{BufRead as _, BufReader},
     path::Path,
@@ -34,12 +35,12 @@ const MAX_SHARE_OF_BPFTRACE: f64 = 0.25;
 enum Way {
     Alone,
     Tierscope,
-    TierscopeSampled,
+    TierscopeCxlExact,
     Bpftrace,
     TierscopeCxl,
 }
 
-const WAYS: [Way; 5] = [Way::Alone, Way::Tierscope, Way::TierscopeSampled, Way::Bpftrace, Way::TierscopeCxl];
+const WAYS: [Way; 5] = [Way::Alone, Way::Tierscope, Way::TierscopeCxlExact, Way::Bpftrace, Way::TierscopeCxl];
 const ALONE: usize = 0;
 const BPFTRACE: usize = 3;
 
@@ -48,9 +49,9 @@ impl Way {
         match self {
             Way::Alone => "alone",
             Way::Tierscope => "tierscope (every probe), exact",
-            Way::TierscopeSampled => "tierscope, --page-path sampled",
+            Way::TierscopeCxlExact => "tierscope, cxl declared, exact",
             Way::Bpftrace => "bpftrace, same events",
-            Way::TierscopeCxl => "tierscope, node 0 declared cxl",
+            Way::TierscopeCxl => "tierscope, cxl declared (sampled)",
         }
     }
 }
@@ -137,10 +138,11 @@ pub fn run(agent: &Path, storm_bin: &Path, args: &BenchArgs) -> Result<()> {
                     stop_bpftrace(b)?;
                     s?
                 }
-                Way::Tierscope | Way::TierscopeSampled | Way::TierscopeCxl => {
+                Way::Tierscope | Way::TierscopeCxlExact | Way::TierscopeCxl => {
                     let extra: &[&str] = match way {
+                        // The default on a node with a CXL tier: the sampled page path.
                         Way::TierscopeCxl => &["--cxl-node", "0"],
-                        Way::TierscopeSampled => &["--page-path", "sampled"],
+                        Way::TierscopeCxlExact => &["--cxl-node", "0", "--page-path", "exact"],
                         _ => &[],
                     };
                     let child = start_agent(agent, extra)?;
@@ -221,7 +223,7 @@ fn others_on_the_hooks() -> Vec<String> {
 
 impl Way {
     fn is_tierscope(self) -> bool {
-        matches!(self, Way::Tierscope | Way::TierscopeSampled | Way::TierscopeCxl)
+        matches!(self, Way::Tierscope | Way::TierscopeCxlExact | Way::TierscopeCxl)
     }
 }
 

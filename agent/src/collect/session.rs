@@ -80,8 +80,9 @@ pub struct SessionOptions {
     pub tracked_max: Option<u32>,
     /// Insight thresholds (default: [`crate::model::insights::InsightConfig::default`]).
     pub insights: Option<crate::model::insights::InsightConfig>,
-    /// Every page event counted (the default) or the per-event programs duty-cycled.
-    pub page_path: PagePathMode,
+    /// Every page event counted or the per-event programs duty-cycled; `None`: the node's
+    /// default (sampled where a CXL tier is, `page_path::mode_for`).
+    pub page_path: Option<PagePathMode>,
     /// The CPU sampler's ticks per second per CPU (0: off; `None`: the default).
     pub cpu_samples_hz: Option<u32>,
 }
@@ -169,8 +170,10 @@ impl Session {
         let topology = Topology::read_with_overrides(Path::new("/sys"), &opts.tiers);
         let site_sample_every = opts.site_sample_every.unwrap_or(crate::model::site::DEFAULT_SAMPLE_EVERY);
         let site_samples_per_sec = opts.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
+        let cxl_nodes = topology.nodes_in(Tier::Cxl);
+        let (page_path, page_path_chosen) = crate::model::page_path::mode_for(opts.page_path, &cxl_nodes);
         let load = LoadOptions {
-            cxl_nodes: topology.nodes_in(Tier::Cxl),
+            cxl_nodes,
             site_sample_every,
             site_samples_per_sec,
             event_ring_bytes: opts
@@ -178,7 +181,7 @@ impl Session {
                 .unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB)
                 .saturating_mul(1024),
             tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
-            page_path: opts.page_path,
+            page_path,
             cpu_samples_hz: opts.cpu_samples_hz.unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ),
             ..LoadOptions::default()
         };
@@ -272,10 +275,11 @@ impl Session {
             node_memory: node_reads::NodeMemoryReads::default(),
         };
         let note = session.probes.page_path_note.clone();
-        session.model.page_path = match &session.probes.page_cycle {
+        let view = match &session.probes.page_cycle {
             Some(c) => PagePathView::of(PagePathMode::Sampled, Some((c.duty, c.figures())), None),
             None => PagePathView::of(PagePathMode::Exact, None, note),
         };
+        session.model.page_path = PagePathView { chosen: page_path_chosen, ..view };
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
         session.discover(|_, _, _| true);
@@ -378,7 +382,9 @@ impl Session {
         if let Some(cycle) = &self.probes.page_cycle {
             let clock = cycle.figures();
             self.page_scaler.scale(&mut r, clock);
-            self.model.page_path = PagePathView::of(PagePathMode::Sampled, Some((cycle.duty, clock)), None);
+            let chosen = std::mem::take(&mut self.model.page_path.chosen);
+            let view = PagePathView::of(PagePathMode::Sampled, Some((cycle.duty, clock)), None);
+            self.model.page_path = PagePathView { chosen, ..view };
         }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);

@@ -210,8 +210,8 @@ pub struct Config {
     pub cpu_samples_hz: u32,
     /// `[collect] event_ring_kib`: the kernel's event ring buffer in KiB.
     pub event_ring_kib: u32,
-    /// `[collect] page_path` / `--page-path`.
-    pub page_path: crate::model::page_path::PagePathMode,
+    /// `[collect] page_path` / `--page-path` (`None`: the node's default).
+    pub page_path: Option<crate::model::page_path::PagePathMode>,
     /// `[collect] step_marker` / `--step-marker`.
     pub step_marker: Option<crate::model::steps::StepMarker>,
     pub track_pids: Vec<u32>,
@@ -451,9 +451,10 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
     )
     .map_err(|e| bad("collect.event_ring_kib", e))?;
     let page_path = match (flags.page_path, &file.collect.page_path) {
-        (Some(m), _) => m,
-        (None, Some(s)) => s.parse().map_err(|e| bad("collect.page_path", e))?,
-        (None, None) => crate::model::page_path::PagePathMode::default(),
+        (Some(m), _) => Some(m),
+        (None, Some(s)) => Some(s.parse().map_err(|e| bad("collect.page_path", e))?),
+        // The node's default, chosen where its tiers are known (`page_path::mode_for`).
+        (None, None) => None,
     };
     let step_marker = match (&flags.step_marker, &file.collect.step_marker) {
         (Some(m), _) => Some(m.clone()),
@@ -540,14 +541,14 @@ mod tests {
     }
 
     #[test]
-    fn page_path_is_exact_unless_asked_for_and_the_flag_wins() {
+    fn page_path_is_the_nodes_default_unless_asked_for_and_the_flag_wins() {
         use crate::model::page_path::PagePathMode;
         let none = &env(&[]);
-        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), none).unwrap().page_path, PagePathMode::Exact);
+        assert_eq!(resolve(&FileConfig::default(), &Flags::default(), none).unwrap().page_path, None);
         let sampled = parse_file("[collect]\npage_path = \"sampled\"\n").unwrap();
-        assert_eq!(resolve(&sampled, &Flags::default(), none).unwrap().page_path, PagePathMode::Sampled);
+        assert_eq!(resolve(&sampled, &Flags::default(), none).unwrap().page_path, Some(PagePathMode::Sampled));
         let flag = Flags { page_path: Some(PagePathMode::Exact), ..Flags::default() };
-        assert_eq!(resolve(&sampled, &flag, none).unwrap().page_path, PagePathMode::Exact, "the flag wins");
+        assert_eq!(resolve(&sampled, &flag, none).unwrap().page_path, Some(PagePathMode::Exact), "the flag wins");
         let bad = parse_file("[collect]\npage_path = \"fast\"\n").unwrap();
         let e = resolve(&bad, &Flags::default(), none).unwrap_err().to_string();
         assert!(e.starts_with("collect.page_path") && e.contains("\"sampled\""), "{e}");

@@ -50,6 +50,29 @@ impl std::str::FromStr for PagePathMode {
     }
 }
 
+/// The mode where none is asked for (`--page-path`, `[collect] page_path`): sampled on a node
+/// with a CXL tier (declared or found), exact elsewhere. On a CXL node the processes the tool
+/// is for allocate on every step, and the per-event programs cost a real training rank 4.3% of
+/// its CPU time there, 0.65% sampled (GPU machine, BENCHMARKS.md); elsewhere the exact counts
+/// cost little enough. Returns the mode and why it was chosen (the snapshot's
+/// `agent.page_path.chosen`).
+pub fn mode_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> (PagePathMode, String) {
+    match (asked, cxl_nodes) {
+        (Some(m), _) => (m, "asked for (--page-path or [collect] page_path)".into()),
+        (None, []) => (PagePathMode::Exact, "the default: no CXL tier on this node".into()),
+        (None, nodes) => {
+            let list = nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            (
+                PagePathMode::Sampled,
+                format!(
+                    "the default on a node with a CXL tier (node {list}): the per-event programs cost a \
+                     training rank ~4% of its CPU time, sampled ~0.6%; --page-path exact counts every event"
+                ),
+            )
+        }
+    }
+}
+
 /// When the per-event programs are attached: `on_ns` at the start of every `period_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DutyCycle {
@@ -84,6 +107,9 @@ pub struct PagePathView {
     pub windows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub toggle_us_mean: Option<f64>,
+    /// Why this mode: asked for, or the default for this node (see [`mode_for`]).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub chosen: String,
     /// Why the mode asked for is not the one running (e.g. sampled asked for, the page
     /// programs on classic tracepoints).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -222,6 +248,21 @@ mod tests {
 
     fn clock(wall_ms: u64, on_ms: u64) -> ClockFigures {
         ClockFigures { wall_ns: wall_ms * 1_000_000, on_ns: on_ms * 1_000_000, windows: 1, toggle_ns: 0 }
+    }
+
+    #[test]
+    fn sampled_by_default_only_where_a_cxl_tier_is_and_what_is_asked_for_wins() {
+        assert_eq!(mode_for(None, &[]).0, PagePathMode::Exact);
+        let (m, why) = mode_for(None, &[2, 3]);
+        assert_eq!(m, PagePathMode::Sampled);
+        assert!(why.contains("node 2, 3") && why.contains("--page-path exact"), "{why}");
+        for asked in [PagePathMode::Exact, PagePathMode::Sampled] {
+            for cxl in [&[][..], &[0][..]] {
+                let (m, why) = mode_for(Some(asked), cxl);
+                assert_eq!(m, asked);
+                assert!(why.starts_with("asked for"), "{why}");
+            }
+        }
     }
 
     #[test]

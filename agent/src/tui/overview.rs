@@ -267,8 +267,17 @@ fn health_lines(scene: &Scene<'_>, width: usize) -> Vec<Line<'static>> {
             Span::styled(format!("{failed} failed"), if failed > 0 { theme::bad() } else { Default::default() }),
             Span::raw("  "),
             Span::styled(format!("lost events: {lost}"), if lost > 0 { theme::bad() } else { Default::default() }),
+            Span::styled(page_path_note(scene), theme::dim()),
         ]),
     ]
+}
+
+/// Where the page path is sampled, the figures it makes estimates say so.
+fn page_path_note(scene: &Scene<'_>) -> String {
+    match scene.model.page_path.mode {
+        crate::model::page_path::PagePathMode::Sampled => "  page path sampled: allocations estimated".into(),
+        crate::model::page_path::PagePathMode::Exact => String::new(),
+    }
 }
 
 fn busiest_table(app: &App, rows: &[ProcessRow], exited: usize, area: Rect) -> Paragraph<'static> {

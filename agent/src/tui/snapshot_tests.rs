@@ -328,6 +328,19 @@ fn insights_view_and_overview_with_open_insights() {
     assert!(overview.contains("Insights 2 open: 1 critical 1 warning"), "{overview}");
 }
 
+/// The sampled page path (the default on a node with a CXL tier) says on the Overview that the
+/// allocation figures are estimates; the exact one adds nothing.
+#[test]
+fn a_sampled_page_path_says_its_allocations_are_estimates() {
+    let mut f = Fixture::training();
+    let exact = render(&f, &app(View::Overview), 160, 48);
+    assert!(!exact.contains("page path sampled"), "{exact}");
+    f.model.page_path.mode = crate::model::page_path::PagePathMode::Sampled;
+    let sampled = render(&f, &app(View::Overview), 160, 48);
+    let line = sampled.lines().find(|l| l.contains("programs:")).unwrap_or_default();
+    assert!(line.contains("page path sampled: allocations estimated"), "{sampled}");
+}
+
 /// On a machine with DRAM only (one node, as most laptops and CI machines), the Overview says in
 /// one line that there is no slower tier and how to try the CXL views; with a CXL node it does not.
 #[test]

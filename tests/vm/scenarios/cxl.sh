@@ -20,4 +20,8 @@ check "32 MiB on node $CXL_NODE per numa_maps" "$(numa_pages $W $CXL_NODE)" -ge 
 [ -n "$AGENT_PID" ] && agent_wait
 truth numa_maps.N$CXL_NODE "$(numa_pages $W $CXL_NODE)"
 kill $W
+# Without --page-path, a node with a CXL tier gets the sampled page path, and the snapshot says why.
+tierscope snapshot --json --duration 1 > /tmp/default.json 2> /tmp/default.err
+check "the page path is sampled by default on a node with a CXL tier" -n "$(grep -E '"mode": *"sampled"' /tmp/default.json)"
+check "the snapshot says it chose sampled for the CXL node" -n "$(grep -F "CXL tier (node $CXL_NODE)" /tmp/default.json)"
 finish

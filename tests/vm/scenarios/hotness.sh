@@ -47,25 +47,25 @@ truth kdamonds.after_exit "$(cat $DAMON/nr_kdamonds)"
 truth kdamond_threads.after_exit "$(threads)"
 
 # Per node only.
-tierscope snapshot --json --duration 20 --pid $W --hotness --hotness-config /tmp/hotness-node.toml > /out/agent-node.json 2> /out/agent-node.err
+tierscope snapshot --json --duration 20 $EXACT --pid $W --hotness --hotness-config /tmp/hotness-node.toml > /out/agent-node.json 2> /out/agent-node.err
 echo "TS-INFO per-node run: $(head -c 300 /out/agent-node.err | tr '\n' ' ')"
 truth kdamonds.after_node_run "$(cat $DAMON/nr_kdamonds)"
 
 # SIGKILL leaves the kdamonds running; the next start stops them and puts nr_kdamonds back.
-tierscope snapshot --json --duration 300 --pid $W --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/killed.err &
+tierscope snapshot --json --duration 300 $EXACT --pid $W --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/killed.err &
 K=$!
 wait_running 2 || echo "TS-INFO the agent to be killed never had 2 kdamonds running: $(head -c 300 /tmp/killed.err)"
 kill -9 $K
 wait $K
 truth kdamonds.running_after_kill "$(running)"
-tierscope snapshot --json --duration 1 --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/restart.err
+tierscope snapshot --json --duration 1 $EXACT --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/restart.err
 echo "TS-INFO restart: $(head -c 300 /tmp/restart.err | tr '\n' ' ')"
 truth kdamonds.after_restart "$(cat $DAMON/nr_kdamonds)"
 truth kdamonds.running_after_restart "$(running)"
 truth kdamond_threads.after_restart "$(threads)"
 
 # SIGTERM: the agent stops what it started before it exits.
-tierscope snapshot --json --duration 300 --pid $W --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/term.err &
+tierscope snapshot --json --duration 300 $EXACT --pid $W --hotness --hotness-config /tmp/hotness.toml > /dev/null 2> /tmp/term.err &
 K=$!
 wait_running 2 || echo "TS-INFO the agent to be stopped never had 2 kdamonds running"
 kill -TERM $K

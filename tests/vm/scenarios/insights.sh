@@ -23,7 +23,7 @@ promote_min_candidates_per_s = 50
 CFG
 agent_present || { echo "TS-AGENT missing tierscope with a snapshot subcommand is not in the image"; finish; }
 # The idle guest: nothing runs but init.
-tierscope snapshot --json --duration 4 --insights-config /tmp/ins.toml > /out/agent-node.json 2> /out/agent-idle.err
+tierscope snapshot --json --duration 4 $EXACT --insights-config /tmp/ins.toml > /out/agent-node.json 2> /out/agent-idle.err
 echo "TS-INFO idle snapshot status $?"
 
 echo 2 > /proc/sys/kernel/numa_balancing

@@ -44,7 +44,7 @@ exit 0
 SCRIPT
 chmod +x /tmp/demo-run.sh
 p0=$(vmstat pgpromote_success)
-tierscope record -o /out/demo.tscope --interval-ms 500 --insights-config /tmp/ins.toml -- /tmp/demo-run.sh 2> /out/record.err
+tierscope record -o /out/demo.tscope --interval-ms 500 $EXACT --insights-config /tmp/ins.toml -- /tmp/demo-run.sh 2> /out/record.err
 rc=$?
 truth promoted $(($(vmstat pgpromote_success) - p0))
 grep -q '^steps' /tmp/train.out

@@ -30,7 +30,7 @@ SCRIPT
 chmod +x /tmp/run.sh
 rc=0
 for run in move stay; do
-  tierscope record -o /out/$run.tscope --interval-ms 250 -- /tmp/run.sh $run 2> /out/record-$run.err || rc=$?
+  tierscope record -o /out/$run.tscope --interval-ms 250 $EXACT -- /tmp/run.sh $run 2> /out/record-$run.err || rc=$?
 done
 tierscope report /out/move.tscope --format json -o /out/agent.json 2> /out/agent.err || rc=$?
 tierscope diff /out/stay.tscope /out/move.tscope --format json -o /out/agent-node.json 2>> /out/agent.err || rc=$?
