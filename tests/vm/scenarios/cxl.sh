@@ -21,7 +21,7 @@ check "32 MiB on node $CXL_NODE per numa_maps" "$(numa_pages $W $CXL_NODE)" -ge 
 truth numa_maps.N$CXL_NODE "$(numa_pages $W $CXL_NODE)"
 kill $W
 # Without --page-path, a node with a CXL tier gets the sampled page path, and the snapshot says why.
-tierscope snapshot --json --duration 1 > /tmp/default.json 2> /tmp/default.err
-check "the page path is sampled by default on a node with a CXL tier" -n "$(grep -E '"mode": *"sampled"' /tmp/default.json)"
-check "the snapshot says it chose sampled for the CXL node" -n "$(grep -F "CXL tier (node $CXL_NODE)" /tmp/default.json)"
+tierscope snapshot --json --duration 1 > /out/default-page-path.json 2> /tmp/default.err
+check "the page path is sampled by default on a node with a CXL tier" -n "$(grep -E '"mode": *"sampled"' /out/default-page-path.json)"
+check "the snapshot says it chose sampled for the CXL node" -n "$(grep -oE 'CXL tier \(node [0-9, ]+\)' /out/default-page-path.json | grep -w "$CXL_NODE")"
 finish
