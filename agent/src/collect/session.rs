@@ -274,12 +274,9 @@ impl Session {
             kernel_pinned: HashMap::new(),
             node_memory: node_reads::NodeMemoryReads::default(),
         };
-        let note = session.probes.page_path_note.clone();
-        let view = match &session.probes.page_cycle {
-            Some(c) => PagePathView::of(PagePathMode::Sampled, Some((c.duty, c.figures())), None),
-            None => PagePathView::of(PagePathMode::Exact, None, note),
-        };
-        session.model.page_path = PagePathView { chosen: page_path_chosen, ..view };
+        let cycle = session.probes.page_cycle.as_ref().map(|c| (c.duty, c.figures()));
+        session.model.page_path =
+            PagePathView::at_start(cycle, session.probes.page_path_note.clone(), page_path_chosen);
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
         session.discover(|_, _, _| true);
@@ -382,9 +379,7 @@ impl Session {
         if let Some(cycle) = &self.probes.page_cycle {
             let clock = cycle.figures();
             self.page_scaler.scale(&mut r, clock);
-            let chosen = std::mem::take(&mut self.model.page_path.chosen);
-            let view = PagePathView::of(PagePathMode::Sampled, Some((cycle.duty, clock)), None);
-            self.model.page_path = PagePathView { chosen, ..view };
+            self.model.page_path.tick(cycle.duty, clock);
         }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);

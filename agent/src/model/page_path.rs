@@ -155,6 +155,24 @@ impl PagePathView {
     }
 }
 
+impl PagePathView {
+    /// The view when the probes are attached: sampled with the duty cycle's clock, else exact
+    /// (with the note of why sampled was not possible, if it was asked for); `chosen` says why.
+    pub fn at_start(cycle: Option<(DutyCycle, ClockFigures)>, note: Option<String>, chosen: String) -> PagePathView {
+        let view = match cycle {
+            Some(c) => PagePathView::of(PagePathMode::Sampled, Some(c), None),
+            None => PagePathView::of(PagePathMode::Exact, None, note),
+        };
+        PagePathView { chosen, ..view }
+    }
+
+    /// The sampled view again with the clock's latest figures; why the mode was chosen stays.
+    pub fn tick(&mut self, duty: DutyCycle, clock: ClockFigures) {
+        let chosen = std::mem::take(&mut self.chosen);
+        *self = PagePathView { chosen, ..PagePathView::of(PagePathMode::Sampled, Some((duty, clock)), None) };
+    }
+}
+
 /// The duty cycle's clock as the collector reads it: nanoseconds watched, of them attached,
 /// windows opened and the agent's time spent attaching and detaching.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
