@@ -4,6 +4,8 @@
 //! median (resampling the pairs) and how many pairs went each way, not one median of each side.
 //! The same method as `tests/device/abba_blocks.py` uses for step times on the GPU machine.
 
+use crate::bench::median;
+
 /// Resamples drawn for the interval.
 const RESAMPLES: usize = 10_000;
 
@@ -46,29 +48,19 @@ pub fn paired(without: &[f64], with: &[f64]) -> Option<Paired> {
     let mut medians: Vec<f64> = (0..RESAMPLES)
         .map(|_| {
             let draw: Vec<f64> = (0..changes.len()).map(|_| changes[rng.below(changes.len())]).collect();
-            median(draw)
+            median(&draw)
         })
         .collect();
     medians.sort_by(f64::total_cmp);
     let at = |q: f64| medians[((medians.len() - 1) as f64 * q).round() as usize];
     Some(Paired {
         pairs: changes.len(),
-        median_pct: median(changes.clone()),
+        median_pct: median(&changes),
         low_pct: at(0.025),
         high_pct: at(0.975),
         higher: changes.iter().filter(|c| **c > 0.0).count(),
         lower: changes.iter().filter(|c| **c < 0.0).count(),
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// A fixed-seed generator: the same pairs give the same interval, run after run.

@@ -119,7 +119,7 @@ impl OnDisk {
     pub fn each_frame_at(&self, mut f: impl FnMut(FrameAt, Frame)) -> Result<(), ReadError> {
         let mut chunks = open_chunks(&self.path)?;
         let (mut n, mut in_chunk) = (0, None);
-        each_record(&mut chunks, &self.path, Some(self.end), |at, r| {
+        each_record(&mut chunks, &self.path, Some(self.end), Lines::Frames, |at, r| {
             if let Record::Frame(fr) = r {
                 let nth = match in_chunk {
                     Some((c, k)) if c == at => k + 1,
@@ -182,7 +182,7 @@ impl FrameCursor {
             self.chunks.next_into(&mut self.raw).map_err(|cause| ReadError::Format { path: path.clone(), cause })?;
         let Some(at) = at else { return Err(self.disk.changed()) };
         let pending = &mut self.pending;
-        records_of(&self.raw, at, path, |_, r| {
+        records_of(&self.raw, at, path, Lines::Frames, |_, r| {
             if let Record::Frame(f) = r {
                 pending.push_back(f);
             }
@@ -239,25 +239,42 @@ fn each_record<R: std::io::Read>(
     chunks: &mut format::ChunkReader<R>,
     path: &Path,
     end: Option<u64>,
+    lines: Lines,
     mut on: impl FnMut(format::ChunkAt, Record) -> Result<(), ReadError>,
 ) -> Result<(), ReadError> {
     let mut raw = Vec::new();
     while end.is_none_or(|e| chunks.offset < e) {
         let at = chunks.next_into(&mut raw).map_err(|cause| ReadError::Format { path: path.to_path_buf(), cause })?;
         let Some(at) = at else { break };
-        records_of(&raw, at, path, &mut on)?;
+        records_of(&raw, at, path, lines, &mut on)?;
     }
     Ok(())
 }
+
+/// Which records of a chunk are parsed: every one, or only frames (a pass over the frames
+/// again skips the other records unparsed: the CPU samples, sites and steps of a long session
+/// are most of its bytes, and a report reads the frames four times).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    All,
+    Frames,
+}
+
+/// How a frame record's line starts (records are externally tagged, written compact). A line
+/// that starts another way than `{"` (not written by the recorder) is parsed whatever it holds.
+const FRAME_LINE: &[u8] = b"{\"frame\":";
 
 /// Parses the records of one inflated chunk, `at` in the file.
 fn records_of(
     raw: &[u8],
     at: format::ChunkAt,
     path: &Path,
+    lines: Lines,
     mut on: impl FnMut(format::ChunkAt, Record) -> Result<(), ReadError>,
 ) -> Result<(), ReadError> {
-    for (li, line) in raw.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+    let wanted =
+        |l: &[u8]| !l.is_empty() && (lines == Lines::All || l.starts_with(FRAME_LINE) || !l.starts_with(b"{\""));
+    for (li, line) in raw.split(|&b| b == b'\n').enumerate().filter(|(_, l)| wanted(l)) {
         let r: Record = serde_json::from_slice(line).map_err(|e| ReadError::BadRecord {
             path: path.to_path_buf(),
             chunk: at.number,
@@ -278,7 +295,7 @@ fn collect<R: std::io::Read>(
     let mut meta = None;
     let mut rec = Recording::default();
     let (mut frames, mut last_t_ms) = (0usize, None);
-    each_record(chunks, path, None, |_, r| {
+    each_record(chunks, path, None, Lines::All, |_, r| {
         match r {
             Record::Meta(m) => {
                 if m.schema != records::SCHEMA {

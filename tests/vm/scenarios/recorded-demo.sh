@@ -8,8 +8,8 @@
 #   parked   16 MiB placed on node 1, its policy reset, left untouched (job "parked"): nothing
 #            promotes it, so slow_tier_with_fast_room opens whatever NUMA balancing does to offload
 #   pressure node 0 overfilled (200 MiB default + 320 MiB bound): demotions
-# The guest writes the session to /out/demo.tscope and its report to /out/agent.json; the host
-# checks the report (xtask/src/vm/demo.rs) and, with --update-fixtures, ships the session.
+# The guest writes the session to /out/demo.tscope; the host reports it and checks the report
+# (xtask/src/vm/demo.rs) and, with --update-fixtures, ships the session.
 . /tests/lib.sh
 agent_present || { echo "TS-AGENT missing tierscope is not in the image"; finish; }
 cxl_setup || exit 1
@@ -49,7 +49,8 @@ rc=$?
 truth promoted $(($(vmstat pgpromote_success) - p0))
 grep -q '^steps' /tmp/train.out
 check "the Python trainer ran its steps ($(tr '\n' ' ' < /tmp/train.out))" $? -eq 0
-tierscope report /out/demo.tscope --format json -o /out/agent.json 2>> /out/record.err || rc=$?
+# The host runs `tierscope report` on /out/demo.tscope (xtask/src/vm/demo.rs: here the agent's
+# pages may sit on the emulated CXL device after the pressure phase, where a report crawls).
 echo "TS-AGENT $rc $(grep -v -e '^tierscope: record' -e '^tierscope: wrote' /out/record.err | head -c 300 | tr '\n' ' ')"
 ls -la /out/demo.tscope
 finish

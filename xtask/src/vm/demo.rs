@@ -1,7 +1,8 @@
 //! The `recorded-demo` scenario's judge (issue 26): the session recorded in the CXL guest for machines
 //! without a slow tier must show what tierscope is for: a CXL node, promotions and demotions, a
 //! CXL allocation site with a Python frame, and an open insight. `Report::agent` is the
-//! session's `report --format json`. With `--update-fixtures` the session is shipped.
+//! session's `report --format json`, run on the host ([`report_on_host`]). With
+//! `--update-fixtures` the session is shipped.
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
@@ -47,6 +48,26 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         format!("insights {ids:?}"),
     ));
     out
+}
+
+/// Runs `tierscope report --format json` on the session the guest recorded, here on the host,
+/// into the run's `out/agent.json` (what the judge reads). Not in the guest: after the scenario's
+/// pressure phase the guest's pages, the agent's own among them, may sit on the emulated CXL
+/// device, where TCG reads a few MB a second; a report of 0.2 s here took over 3 minutes there
+/// and ran the scenario past its time. The report reads only the file.
+pub fn report_on_host(agent: &std::path::Path, run_dir: &std::path::Path) -> Result<()> {
+    let session = run_dir.join("out/demo.tscope");
+    anyhow::ensure!(session.exists(), "the guest wrote no session ({})", session.display());
+    let out = run_dir.join("out/agent.json");
+    let status = std::process::Command::new(agent)
+        .arg("report")
+        .arg(&session)
+        .args(["--format", "json", "-o"])
+        .arg(&out)
+        .status()
+        .with_context(|| format!("running {} report", agent.display()))?;
+    anyhow::ensure!(status.success(), "tierscope report {} failed ({status})", session.display());
+    Ok(())
 }
 
 /// Copies the session the guest recorded to [`SHIPPED`] (with `--update-fixtures`, once the

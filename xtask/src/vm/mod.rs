@@ -100,6 +100,13 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
                 continue;
             }
         };
+        let mut host_problems = vec![];
+        if s.name == "recorded-demo" {
+            let agent = workspace_root().join("target/release/tierscope");
+            if let Err(e) = demo::report_on_host(&agent, &run_dir) {
+                host_problems.push(format!("{e:#}"));
+            }
+        }
         let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
         let mut report = Report::parse(&outcome.lines, agent_json.as_deref());
         report.agent_node =
@@ -108,6 +115,7 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         let figures = (s.judge)(&report);
         let mut problems: Vec<String> =
             report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
+        problems.extend(host_problems);
         if outcome.status != 0 && problems.is_empty() {
             problems.push(format!(
                 "guest script exited {} (console: {})",
