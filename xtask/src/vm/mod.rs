@@ -102,9 +102,11 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         };
         let mut host_problems = vec![];
         if s.name == "recorded-demo" {
-            let agent = workspace_root().join("target/release/tierscope");
-            if let Err(e) = demo::report_on_host(&agent, &run_dir) {
-                host_problems.push(format!("{e:#}"));
+            // The binary the guest recorded with reports its session.
+            match agent.as_deref().map(|a| demo::report_on_host(a, &run_dir)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => host_problems.push(format!("{e:#}")),
+                None => host_problems.push("no agent binary to report the session with".into()),
             }
         }
         let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
