@@ -184,11 +184,11 @@ impl Model {
             self.process(tgid).fault_account.traced =
                 faults::TracedFaults { cpu_user: traced - in_kernel, cpu_kernel: in_kernel };
         }
-        // The kernel's own counters update processes the model knows; they create none.
+        // An exited thread's final counts create its process: with the sampled page path a
+        // process that lives between two windows is in no other map, and its entry would stay
+        // (the map filling up on a node that runs short commands) if no record freed it.
         for (&tgid, &k) in &r.exited_faults {
-            if let Some(p) = self.processes.get_mut(&tgid) {
-                p.fault_account.observe_exited(k);
-            }
+            self.process(tgid).fault_account.observe_exited(k);
         }
         let work = memory_work(r);
         for (&tgid, &k) in &r.live_faults {

@@ -97,6 +97,21 @@ fn a_child_that_exits_before_any_reading_is_created_exited() {
     assert_eq!(m.processes[&78].exited_at_ns, None, "a later process with that pid is alive");
 }
 
+/// A process that ran between two windows of the sampled page path has only its exited
+/// threads' counts in the kernel: it gets a record, exits with its exit event and its entry is
+/// freed (10,000 such children were left in the map before).
+#[test]
+fn a_process_seen_only_in_its_exit_counts_is_created_and_its_entries_freed() {
+    let mut m = Model::default();
+    m.apply_event(Event::Exit { tgid: 77, comm: "sh".into(), ts_ns: 5 });
+    let mut r = reading(10, &[], &[]);
+    r.exited_faults.insert(77, faults::KernelFaults { minor: 40, major: 1 });
+    m.apply_reading(&r);
+    let p = &m.processes[&77];
+    assert_eq!((p.exited_at_ns, p.comm.as_str()), (Some(5), "sh"));
+    assert_eq!(m.entries_to_free(), vec![77]);
+}
+
 #[test]
 fn allocation_counts_never_go_backwards_on_a_lagging_reading() {
     let mut m = Model::default();
