@@ -20,7 +20,10 @@ SKIP=${SKIP:-2}
 SETTLE=${SETTLE:-3}
 NPROC=${NPROC:-1}
 PARAMS_M=${PARAMS_M:-552}
-PAGE_PATHS=${PAGE_PATHS:-"sampled exact"}
+# "default": no --page-path, the agent's own choice (what the target is about); "sampled"
+# or "exact": asked for; "none": the blocks start and stop `sleep` instead of the agent, an A/A
+# test of the method: the interval it gets is the machine's own noise at this block design.
+PAGE_PATHS=${PAGE_PATHS:-"default exact"}
 # More agent flags (e.g. --cpu-samples-hz 0); VS: flags of a baseline agent run in the "alone"
 # blocks instead of nothing (e.g. VS="--cpu-samples-hz 0" with AGENT_ARGS empty: what the CPU
 # sampler alone costs).
@@ -51,7 +54,12 @@ until [ "$(grep -c 'rank 0 at' "$LOG")" -ge 5 ]; do
 done
 for mode in $PAGE_PATHS; do
     echo "== page path $mode $AGENT_ARGS${THREADS:+ rank on CPUs 0-$((THREADS - 1)) with $THREADS threads, agent on the rest}${VS:+ vs $VS}: $PAIRS ABBA pairs of $BLOCK steps (+$SKIP skipped, agent blocks ${SETTLE}s after its start) ==" | tee -a "$OUT/overhead-summary.txt"
-    agent=("${AGENT_PIN[@]}" "$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train' --page-path "$mode")
+    agent=("${AGENT_PIN[@]}" "$BIN" run --config "$OUT/cxl0.toml" --match 'offload_train')
+    case $mode in
+        default) ;;
+        none) agent=(sleep 100000) ;;
+        *) agent+=(--page-path "$mode") ;;
+    esac
     vs=()
     # shellcheck disable=SC2206
     [ -n "$VS" ] && vs=(--vs "${agent[@]}" $VS)

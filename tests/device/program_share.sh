@@ -38,7 +38,16 @@ import os, re, sys, time
 sys.path.insert(0, sys.argv[5])
 from bpf_prog_stats import programs
 agent, watch, config, log = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
-rank = next(int(p) for p in os.listdir("/proc") if p.isdigit() and "offload_train" in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace") and b"torchrun" not in open(f"/proc/{p}/cmdline", "rb").read())
+def argv(p):
+    try:
+        return open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return []
+# The rank: a python whose script is offload_train.py (not torchrun, nor a shell whose command
+# line merely mentions it, such as the one that started this script).
+# torchrun starts it as `python -u offload_train.py ...`.
+rank = next(int(p) for p in os.listdir("/proc") if p.isdigit() and b"python" in (argv(p) or [b""])[0]
+            and any(a.endswith(b"offload_train.py") for a in argv(p)[1:3]))
 hz = os.sysconf("SC_CLK_TCK")
 def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
