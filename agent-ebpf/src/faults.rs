@@ -12,6 +12,7 @@ use tierscope_common::{
 use crate::{
     common::{add_to, atomic_add, count, current_unless_agent, entry, global},
     maps::{EXITED_FAULTS, FAULTS, FAULT_CACHE, TASK_LAYOUT},
+    pages::page_weight,
 };
 
 #[btf_tracepoint(function = "page_fault_user")]
@@ -36,9 +37,10 @@ pub fn page_fault_kernel(ctx: BtfTracePointContext) -> i32 {
 }
 
 /// Runs of faults from one tgid stay in the per-CPU slot of their path; a different tgid
-/// flushes it.
+/// flushes it. Each fault counts with the page events' weight (`pages::page_weight`).
 #[inline(always)]
 fn count_fault(tgid: u32, path: u32) {
+    let w = page_weight();
     let Some(slot) = FAULT_CACHE.get_ptr_mut(path) else {
         count(Stat::SlotMissing);
         return;
@@ -48,14 +50,14 @@ fn count_fault(tgid: u32, path: u32) {
     // NMI during the user-fault program, and that one uses the other slot.
     let slot = unsafe { &mut *slot };
     if slot.tgid == tgid {
-        slot.pending += 1;
+        slot.pending += w;
         return;
     }
     if slot.pending != 0 {
         add_to(&FAULTS, &FaultKey { tgid: slot.tgid, path }, slot.pending);
     }
     slot.tgid = tgid;
-    slot.pending = 1;
+    slot.pending = w;
 }
 
 /// Each exiting thread's own `min_flt`/`maj_flt` (final: the thread has left its mm) added to

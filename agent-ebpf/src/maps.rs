@@ -115,10 +115,11 @@ pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max
 /// whether it is watched.
 #[map]
 pub static SITE_SAMPLER: PerCpuArray<SiteSlot> = PerCpuArray::with_max_entries(1, 0);
-/// The vmemmap base (address of pfn 0's `struct page`), written by the agent once the start-up
-/// calibration found it; 0 leaves the tp_btf page programs idle.
+/// The vmemmap base (address of pfn 0's `struct page`, `PAGE_BASE_INDEX`), written by the agent
+/// once the start-up calibration found it, 0 leaving the tp_btf page programs idle; and the page
+/// events' weight (`PAGE_WEIGHT_INDEX`), which the sampled page path sets before each window.
 #[map]
-pub static PAGE_BASE: Array<u64> = Array::with_max_entries(1, 0);
+pub static PAGE_BASE: Array<u64> = Array::with_max_entries(PAGE_BASE_SLOTS, 0);
 /// Start-up calibration: candidate base -> events that gave it.
 #[map]
 pub static PAGE_BASE_VOTES: HashMap<u64, u64> = HashMap::with_max_entries(256, 0);

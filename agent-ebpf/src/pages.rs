@@ -15,7 +15,7 @@ use aya_ebpf::{
 use tierscope_common::{
     event::{EventKind, SiteSampleEvent},
     layout::PageLayout,
-    maps::{PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN},
+    maps::{PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN, PAGE_BASE_INDEX, PAGE_WEIGHT_INDEX},
     stats::Stat,
 };
 
@@ -123,7 +123,7 @@ fn calibrate(page: u64, pfn: u64) {
 /// compiler from folding the two subtractions into pointer-plus-number.
 #[inline(always)]
 fn page_rel(page: u64) -> Option<(u64, u64)> {
-    let anchor = PAGE_BASE.get_ptr(0)?;
+    let anchor = PAGE_BASE.get_ptr(PAGE_BASE_INDEX)?;
     if page == 0 {
         return None;
     }
@@ -143,13 +143,26 @@ fn pfn_of_page(page: u64) -> Option<u64> {
     Some(rel.wrapping_sub(base))
 }
 
+/// What one counted page event stands for: 1, or w while the sampled page path attaches the
+/// programs 1/w of the time (the agent sets it between windows, `PAGE_WEIGHT_INDEX`). The
+/// counters then hold estimates, each event weighted by the inverse of its chance to be seen.
+#[inline(always)]
+pub fn page_weight() -> u64 {
+    match PAGE_BASE.get(PAGE_WEIGHT_INDEX) {
+        Some(&w) if w > 1 => w,
+        _ => 1,
+    }
+}
+
 #[inline(always)]
 fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, pages: u64) {
     let Some((tgid, pid)) = current_unless_agent() else { return };
     let (node, cxl) = node_of(pfn);
     if cxl {
+        // Site samples carry the pages seen (their shares split the process's estimate).
         sample_site(ctx, tgid, pid, node, pages);
     }
+    let pages = pages * page_weight();
     let key = TgidNode { tgid, node };
     let Some(slot) = ALLOC_CACHE.get_ptr_mut(0) else {
         count(Stat::SlotMissing);
@@ -175,7 +188,7 @@ fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, pages: u64) {
 fn on_free(pfn: u64, pages: u64) {
     if let Some(v) = FREES.get_ptr_mut(node_of(pfn).0) {
         // SAFETY: this CPU's slot.
-        unsafe { *v += pages };
+        unsafe { *v += pages * page_weight() };
     }
 }
 

@@ -1,9 +1,13 @@
-//! The sampled page path's duty cycle: the per-event tp_btf programs (page allocation, page
-//! free, the two fault paths) are attached for `on` at the start of every period and detached
-//! for the rest, by a thread of their own. While detached they cost the workload nothing (a
-//! tracepoint with no probe is a patched-out jump); attaching is one `BPF_RAW_TRACEPOINT_OPEN`
-//! per program and detaching one `close`. The clock it keeps (time watched, time attached,
-//! windows, the agent's time spent toggling) is what `model/page_path.rs` scales counts by.
+//! The sampled page path's cycle: the per-event tp_btf programs (page allocation, page free,
+//! the two fault paths) are attached for `period / w` at the start of every period and detached
+//! for the rest, by a thread of their own, w chosen each period by the node's page events per
+//! second (`model::page_path::Sampling`, from `/proc/vmstat`) and written to the programs'
+//! weight slot (`PAGE_BASE[PAGE_WEIGHT_INDEX]`) while they are detached; at w = 1 they stay
+//! attached and the rate is looked at every `check`. While detached they cost the workload
+//! nothing (a tracepoint with no probe is a patched-out jump); attaching is one
+//! `BPF_RAW_TRACEPOINT_OPEN` per program and detaching one `close`. The clock it keeps (time
+//! watched, time attached, windows, the agent's time spent toggling, the weights) is what the
+//! snapshot reports (`agent.page_path`).
 use std::{
     os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{mpsc, Arc, Mutex},
@@ -13,7 +17,9 @@ use std::{
 
 use aya::programs::{tp_btf::BtfTracePointLink, ProgramFd};
 
-use crate::model::page_path::{ClockFigures, DutyCycle};
+use tierscope_common::maps::PAGE_WEIGHT_INDEX;
+
+use crate::model::page_path::{ClockFigures, Sampling};
 
 /// One cycled program: its name (for errors), its descriptor and, while attached by aya at
 /// start-up, the first window's link.
@@ -30,13 +36,16 @@ struct Clock {
     on_since_ns: Option<u64>,
     windows: u64,
     toggle_ns: u64,
+    weight: u64,
+    events_per_s: u64,
+    periods_by_weight: std::collections::BTreeMap<u64, u64>,
     attach_failures: u64,
     last_failure: Option<String>,
 }
 
-/// The running duty cycle; dropping it stops the thread and detaches everything.
+/// The running cycle; dropping it stops the thread and detaches everything.
 pub struct PageCycle {
-    pub duty: DutyCycle,
+    pub duty: Sampling,
     pub names: Vec<&'static str>,
     clock: Arc<Mutex<Clock>>,
     stop: Option<mpsc::Sender<()>>,
@@ -44,22 +53,29 @@ pub struct PageCycle {
 }
 
 impl PageCycle {
-    /// Starts the cycle with the programs attached now (the first window is open).
-    pub fn start(programs: Vec<Cycled>, duty: DutyCycle) -> std::io::Result<PageCycle> {
+    /// Starts the cycle with the programs attached now (the first window is open, at weight 1)
+    /// and `weights` the descriptor of the map holding their weight slot.
+    pub fn start(programs: Vec<Cycled>, weights: OwnedFd, duty: Sampling) -> std::io::Result<PageCycle> {
+        write_weight(&weights, 1)?;
         let now = monotonic_ns();
-        let clock =
-            Arc::new(Mutex::new(Clock { started_ns: now, on_since_ns: Some(now), windows: 1, ..Default::default() }));
+        let clock = Arc::new(Mutex::new(Clock {
+            started_ns: now,
+            on_since_ns: Some(now),
+            windows: 1,
+            weight: 1,
+            ..Default::default()
+        }));
         let names = programs.iter().map(|p| p.name).collect();
         let (stop, stopped) = mpsc::channel();
         let c = Arc::clone(&clock);
         let thread = std::thread::Builder::new()
-            .name("page-duty-cycle".into())
-            .spawn(move || run(programs, duty, &c, &stopped, now))?;
+            .name("page-sampling".into())
+            .spawn(move || run(programs, &weights, duty, &c, &stopped))?;
         Ok(PageCycle { duty, names, clock, stop: Some(stop), thread: Some(thread) })
     }
 
-    /// The clock now: time watched, of it attached (the open window included), windows opened
-    /// and the agent's time spent attaching and detaching.
+    /// The clock now: time watched, of it attached (the open window included), windows opened,
+    /// the agent's time spent attaching and detaching, and the weights.
     pub fn figures(&self) -> ClockFigures {
         let now = monotonic_ns();
         let c = self.clock.lock().unwrap_or_else(|e| e.into_inner());
@@ -68,6 +84,9 @@ impl PageCycle {
             on_ns: c.on_total_ns + c.on_since_ns.map_or(0, |s| now.saturating_sub(s)),
             windows: c.windows,
             toggle_ns: c.toggle_ns,
+            weight: c.weight,
+            events_per_s: c.events_per_s,
+            periods_by_weight: c.periods_by_weight.clone(),
         }
     }
 
@@ -102,7 +121,30 @@ fn sleep_until(stopped: &mpsc::Receiver<()>, until_ns: u64) -> bool {
     !matches!(stopped.recv_timeout(Duration::from_nanos(left)), Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()))
 }
 
-fn run(programs: Vec<Cycled>, duty: DutyCycle, clock: &Mutex<Clock>, stopped: &mpsc::Receiver<()>, start_ns: u64) {
+/// The node's page events so far: pages allocated and freed and faults taken, from the kernel's
+/// own counters (`None` when /proc/vmstat cannot be read).
+fn page_events() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat").ok()?;
+    Some(page_events_in(&text))
+}
+
+fn page_events_in(vmstat: &str) -> u64 {
+    vmstat
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(k, _)| k.starts_with("pgalloc_") || *k == "pgfree" || *k == "pgfault")
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .fold(0u64, u64::saturating_add)
+}
+
+/// Events per second between two (time, count) looks; `None` without both counts.
+fn rate(from: (u64, Option<u64>), to: (u64, Option<u64>)) -> Option<u64> {
+    let (Some(a), Some(b)) = (from.1, to.1) else { return None };
+    let ns = to.0.saturating_sub(from.0).max(1);
+    Some((b.saturating_sub(a) as u128 * 1_000_000_000 / ns as u128).min(u64::MAX as u128) as u64)
+}
+
+fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<Clock>, stopped: &mpsc::Receiver<()>) {
     let lock = || clock.lock().unwrap_or_else(|e| e.into_inner());
     let mut fds = Vec::with_capacity(programs.len());
     let mut first = Vec::with_capacity(programs.len());
@@ -111,49 +153,123 @@ fn run(programs: Vec<Cycled>, duty: DutyCycle, clock: &Mutex<Clock>, stopped: &m
         first.push(p.first_link);
     }
     let mut open: Vec<OwnedFd> = vec![];
-    let mut window_ns = start_ns;
+    let mut attached = true;
+    let mut weight = 1u64;
+    let mut window_ns = monotonic_ns();
+    let mut last = (window_ns, page_events());
     loop {
-        let running = sleep_until(stopped, window_ns + duty.on_ns);
-        // Detach: the aya links of the first window, then our own.
-        let t0 = monotonic_ns();
-        first.clear();
-        open.clear();
-        let t1 = monotonic_ns();
+        // Attached throughout (w = 1): look at the rate again after `check`. Otherwise the
+        // window closes after period / w and the period runs out detached.
+        let running = if weight == 1 {
+            sleep_until(stopped, monotonic_ns() + duty.check_ns)
+        } else {
+            let running = sleep_until(stopped, window_ns + duty.on_ns(weight));
+            detach(&mut first, &mut open, clock);
+            attached = false;
+            running && sleep_until(stopped, window_ns + duty.period_ns)
+        };
+        if !running {
+            if attached {
+                detach(&mut first, &mut open, clock);
+            }
+            return;
+        }
+        let now = (monotonic_ns(), page_events());
+        let events_per_s = rate(last, now);
+        last = now;
+        // Without a rate (vmstat unreadable) the weight in use stays.
+        let next = events_per_s.map_or(weight, |r| duty.next_weight(r, weight));
         {
             let mut c = lock();
-            c.on_total_ns += t0.saturating_sub(c.on_since_ns.take().unwrap_or(t0));
-            c.toggle_ns += t1 - t0;
+            *c.periods_by_weight.entry(weight).or_default() += 1;
+            c.events_per_s = events_per_s.unwrap_or(c.events_per_s);
         }
-        if !running {
-            return;
+        if next == 1 && weight == 1 && attached {
+            continue;
         }
-        // The next window starts a period after this one; after a long stall (a stopped
-        // agent), from now.
-        window_ns = (window_ns + duty.period_ns).max(monotonic_ns());
-        if !sleep_until(stopped, window_ns) {
-            return;
+        // The weight changes only while the programs are detached: each window's events count
+        // at the weight of that window.
+        if attached {
+            detach(&mut first, &mut open, clock);
         }
-        let t0 = monotonic_ns();
-        let mut failed = None;
-        for (name, fd) in &fds {
-            match raw_tracepoint_open(fd) {
-                Ok(link) => open.push(link),
-                Err(e) => failed = Some(format!("attaching {name} for a sampling window: {e}")),
+        match write_weight(weights, next) {
+            Ok(()) => weight = next,
+            Err(e) => {
+                // The slot keeps the weight in use: the next window runs at it.
+                let mut c = lock();
+                c.attach_failures += 1;
+                c.last_failure = Some(format!("writing the page events' weight {next}: {e}; staying at {weight}"));
             }
         }
-        let t1 = monotonic_ns();
-        let mut c = lock();
-        c.on_since_ns = Some(t1);
-        c.windows += 1;
-        c.toggle_ns += t1 - t0;
-        if let Some(f) = failed {
-            if c.attach_failures == 0 {
-                tracing::warn!("{f}");
-            }
-            c.attach_failures += 1;
-            c.last_failure = Some(f);
+        lock().weight = weight;
+        window_ns = monotonic_ns();
+        attach(&fds, &mut open, clock);
+        attached = true;
+    }
+}
+
+/// Detaches: the aya links of the first window, then our own.
+fn detach(first: &mut Vec<BtfTracePointLink>, open: &mut Vec<OwnedFd>, clock: &Mutex<Clock>) {
+    let t0 = monotonic_ns();
+    first.clear();
+    open.clear();
+    let t1 = monotonic_ns();
+    let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
+    c.on_total_ns += t0.saturating_sub(c.on_since_ns.take().unwrap_or(t0));
+    c.toggle_ns += t1 - t0;
+}
+
+fn attach(fds: &[(&'static str, ProgramFd)], open: &mut Vec<OwnedFd>, clock: &Mutex<Clock>) {
+    let t0 = monotonic_ns();
+    let mut failed = None;
+    for (name, fd) in fds {
+        match raw_tracepoint_open(fd) {
+            Ok(link) => open.push(link),
+            Err(e) => failed = Some(format!("attaching {name} for a sampling window: {e}")),
         }
     }
+    let t1 = monotonic_ns();
+    let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
+    c.on_since_ns = Some(t1);
+    c.windows += 1;
+    c.toggle_ns += t1 - t0;
+    if let Some(f) = failed {
+        if c.attach_failures == 0 {
+            tracing::warn!("{f}");
+        }
+        c.attach_failures += 1;
+        c.last_failure = Some(f);
+    }
+}
+
+/// `BPF_MAP_UPDATE_ELEM` of the weight slot: the weight each page event the programs see counts with.
+fn write_weight(map: &OwnedFd, weight: u64) -> std::io::Result<()> {
+    #[repr(C)]
+    struct MapUpdate {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    const _: () = assert!(size_of::<MapUpdate>() == 32);
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    let key: u32 = PAGE_WEIGHT_INDEX;
+    let attr = MapUpdate {
+        map_fd: map.as_raw_fd() as u32,
+        _pad: 0,
+        key: &key as *const u32 as u64,
+        value: &weight as *const u64 as u64,
+        flags: 0,
+    };
+    // SAFETY: a bpf(2) call with a valid attribute struct whose pointers outlive the call.
+    let r = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, &attr as *const MapUpdate, size_of::<MapUpdate>() as u32)
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `BPF_RAW_TRACEPOINT_OPEN` for a tp_btf program (its tracepoint is in its BTF attach target):
@@ -183,4 +299,25 @@ fn raw_tracepoint_open(prog: &ProgramFd) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: a descriptor the kernel just returned to us, owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_events_are_pages_allocated_and_freed_and_faults() {
+        let vmstat = "nr_free_pages 1990669\npgalloc_dma 1\npgalloc_normal 300\npgalloc_movable 20\npgfree 310\n\
+                      pgfault 1000\npgmajfault 7\npgfree_cma x\nodd\n";
+        assert_eq!(page_events_in(vmstat), 1 + 300 + 20 + 310 + 1000);
+        assert_eq!(page_events_in(""), 0);
+    }
+
+    #[test]
+    fn the_rate_is_per_second_and_needs_both_looks() {
+        assert_eq!(rate((0, Some(100)), (500_000_000, Some(600))), Some(1000));
+        assert_eq!(rate((0, None), (1_000_000_000, Some(5))), None);
+        assert_eq!(rate((7, Some(5)), (7, Some(9))), Some(4_000_000_000), "no time: per nanosecond");
+        assert_eq!(rate((0, Some(9)), (1_000_000_000, Some(5))), Some(0), "a counter going back is no event");
+    }
 }

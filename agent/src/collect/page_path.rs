@@ -13,7 +13,10 @@ use aya::{
     programs::{tp_btf::BtfTracePointLink, BtfTracePoint, Program, TracePoint},
     Btf, Ebpf,
 };
-use tierscope_common::names::{map, program};
+use tierscope_common::{
+    maps::PAGE_BASE_INDEX,
+    names::{map, program},
+};
 
 use super::{
     attach::{attach, attach_with_link},
@@ -215,7 +218,18 @@ fn read_votes(ebpf: &Ebpf) -> Result<HashMap<u64, u64>, String> {
 fn write_base(ebpf: &mut Ebpf, base: u64) -> Result<(), String> {
     let m = ebpf.map_mut(map::PAGE_BASE).ok_or("PAGE_BASE missing (build bug)")?;
     let mut arr = Array::<_, u64>::try_from(m).map_err(|e| format!("{e}"))?;
-    arr.set(0, base, 0).map_err(|e| format!("writing the vmemmap base: {e}"))
+    arr.set(PAGE_BASE_INDEX, base, 0).map_err(|e| format!("writing the vmemmap base: {e}"))
+}
+
+/// A descriptor of the map holding the page events' weight slot, for the sampling thread.
+pub fn weight_map_fd(ebpf: &Ebpf) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::AsFd as _;
+    match ebpf.map(map::PAGE_BASE) {
+        Some(aya::maps::Map::Array(data)) => {
+            data.fd().as_fd().try_clone_to_owned().map_err(|e| format!("PAGE_BASE's descriptor: {e}"))
+        }
+        _ => Err("PAGE_BASE missing or not an array (build bug)".into()),
+    }
 }
 
 /// Maps 2 MiB, touches every page (no transparent huge page: each is one allocation) and

@@ -20,7 +20,7 @@ use crate::{
         agent::{Attach, ProgramStatus},
         kernel_memory::{size_maps, MachineShape, MapSizes},
         migration::MigrationNames,
-        page_path::{DutyCycle, PagePathMode},
+        page_path::{PagePathMode, Sampling},
     },
     topology::memory_blocks::{table_changes, MemoryBlocks, MemoryBlocksError, MIN_TABLE_SLOTS},
     trace_format::EventFormat,
@@ -271,7 +271,8 @@ impl Probes {
             }
             programs.push(attach(&mut ebpf, spec, btf.as_ref(), tracefs_path.as_ref()));
         }
-        let (page_cycle, page_path_note) = start_cycle(sampled, page_events_cycled, cycled, &mut programs);
+        let weights = page_path::weight_map_fd(&ebpf);
+        let (page_cycle, page_path_note) = start_cycle(sampled, page_events_cycled, cycled, weights, &mut programs);
         let (cpu_status, cpu_period_ns) = super::cpu_sampler::attach(&mut ebpf, opts.cpu_samples_hz);
         programs.push(cpu_status);
         Ok(Probes {
@@ -318,6 +319,7 @@ fn start_cycle(
     sampled: bool,
     page_events_cycled: bool,
     cycled: Vec<super::page_cycle::Cycled>,
+    weights: Result<std::os::fd::OwnedFd, String>,
     programs: &mut [ProgramStatus],
 ) -> (Option<PageCycle>, Option<String>) {
     if !sampled {
@@ -329,14 +331,15 @@ fn start_cycle(
         tracing::warn!("{why}");
         return (None, Some(why.into()));
     }
-    let duty = DutyCycle::DEFAULT;
+    let duty = Sampling::DEFAULT;
     let names: Vec<&'static str> = cycled.iter().map(|c| c.name).collect();
-    match PageCycle::start(cycled, duty) {
+    let started = weights.map_err(std::io::Error::other).and_then(|w| PageCycle::start(cycled, w, duty));
+    match started {
         Ok(cycle) => {
             let what = format!(
-                "attached {} ms of every {} ms (sampled page path: its counts are estimates)",
-                duty.on_ns / 1_000_000,
-                duty.period_ns / 1_000_000
+                "sampled page path: attached 1/w of every {} ms, w chosen by the node's page events a second (at most {} k seen a second); its counts are estimates",
+                duty.period_ns / 1_000_000,
+                duty.budget_per_s / 1000
             );
             for p in programs.iter_mut() {
                 let object = page_path::object_program(p);
@@ -347,8 +350,7 @@ fn start_cycle(
             (Some(cycle), None)
         }
         Err(e) => {
-            let why =
-                format!("sampled page path: the duty-cycle thread did not start ({e}); the programs are detached");
+            let why = format!("sampled page path: the sampling thread did not start ({e}); the programs are detached");
             tracing::warn!("{why}");
             for p in programs.iter_mut().filter(|p| names.contains(&page_path::object_program(p))) {
                 p.status = Attach::Failed;

@@ -25,7 +25,7 @@ use crate::{
     model::{
         event::Event,
         job, liveness,
-        page_path::{PagePathMode, PagePathView, Scaler},
+        page_path::{PagePathMode, PagePathView},
         redact::Redaction,
         scan_plan::{ScanBudget, ScanMark, ScanState},
         snapshot::NodeInfo,
@@ -143,7 +143,6 @@ pub struct Session {
     /// listed until reaped; the looks count them as missing (judged like any other miss).
     zombies: HashSet<u32>,
     /// The sampled page path's counts turned into estimates (unused when every event counts).
-    page_scaler: Scaler,
     /// Pinned host memory: the uprobes on the CUDA driver and the placement of its ranges.
     pin_watch: PinWatch,
     /// Each process's kernel-counted pinned and locked memory, as its last insight read found it.
@@ -269,7 +268,6 @@ impl Session {
             health_poller: Default::default(),
             look_before_flush: None,
             zombies: HashSet::new(),
-            page_scaler: Scaler::default(),
             pin_watch,
             kernel_pinned: HashMap::new(),
             node_memory: node_reads::NodeMemoryReads::default(),
@@ -377,9 +375,8 @@ impl Session {
             }
         }
         if let Some(cycle) = &self.probes.page_cycle {
-            let clock = cycle.figures();
-            self.page_scaler.scale(&mut r, clock);
-            self.model.page_path.tick(cycle.duty, clock);
+            // The counts are estimates already (weighted in the kernel); the view says how.
+            self.model.page_path.tick(cycle.duty, cycle.figures());
         }
         self.model.apply_reading(&r);
         self.model.apply_sites(sites);
@@ -595,11 +592,7 @@ impl Session {
     /// count for it, then its counters, read back to back.
     fn note_start(&mut self, tgid: u32, st: &procfs::ProcStat) {
         if st.start_time <= self.watch_start_ticks {
-            let mut traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
-            if self.probes.page_cycle.is_some() {
-                (traced.cpu_user, traced.cpu_kernel) =
-                    self.page_scaler.traced_estimate(tgid, traced.cpu_user, traced.cpu_kernel);
-            }
+            let traced = counters::traced_faults_of(&self.probes.ebpf, tgid);
             let Some((counters, start)) = task_faults::read_process(tgid) else { return };
             if start == st.start_time {
                 self.model.set_started_before(tgid, counters, traced);

@@ -12,7 +12,7 @@ use tierscope_common::{
     maps::{
         CpuBudget, FaultKey, Log2Hist, MigrateCounts, MigrateKey, PageBaseSlot, SiteBudget, SiteSlot, TaskFaults,
         TgidNode, TgidNodePending, TgidPending, FAULT_PATHS, LOG2_BUCKETS, MAX_MIGRATE_REASONS, MAX_NODES,
-        SITE_WATCH_MAX,
+        PAGE_BASE_SLOTS, SITE_WATCH_MAX,
     },
     names::map,
     pinning::{PinCall, PinKey, PINNED_MAX, PIN_CALLS_MAX},
@@ -259,7 +259,7 @@ pub fn agent_maps(
         shape::<u32, SiteBudget>(map::SITE_BUDGET, Hash, sizes.site_watch),
         shape::<u32, u64>(map::SITE_PENDING, LruPerCpuHash, sizes.site_watch),
         shape::<u32, SiteSlot>(map::SITE_SAMPLER, PerCpuArray, 1),
-        shape::<u32, u64>(map::PAGE_BASE, Array, 1),
+        shape::<u32, u64>(map::PAGE_BASE, Array, PAGE_BASE_SLOTS),
         shape::<u64, u64>(map::PAGE_BASE_VOTES, Hash, 256),
         shape::<u32, PageBaseSlot>(map::PAGE_BASE_SLOT, PerCpuArray, 1),
         shape::<u32, PyProcess>(map::PY_PROCS, Hash, py_procs),

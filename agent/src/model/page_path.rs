@@ -7,14 +7,9 @@
 //! fault split by path become estimates; fault totals stay the kernel's own (exact), and CXL
 //! site samples are taken only inside the windows (their pages are the process's estimated
 //! CXL-tier pages shared by what the samples carried).
-use std::{
-    collections::{BTreeMap, HashMap},
-    hash::Hash,
-};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
-
-use super::reading::CounterReading;
 
 /// How the page path counts: every event, or a duty cycle scaled up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -73,16 +68,55 @@ pub fn mode_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> (PagePathMode
     }
 }
 
-/// When the per-event programs are attached: `on_ns` at the start of every `period_ns`.
+/// When the sampled page path attaches the per-event programs. Every `period_ns` (every
+/// `check_ns` while attached throughout) the collector reads the node's page events per second
+/// from the kernel's own counters (`/proc/vmstat`: pages allocated and freed, faults) and picks
+/// the weight w ([`Sampling::next_weight`]): the programs are attached `period / w` of each
+/// period, and every event they see counts w times (Horvitz-Thompson: each is seen with chance
+/// 1/w), so the kernel's counters hold estimates and nothing is scaled afterwards. A quiet node
+/// stays at w = 1: attached throughout, every event counted once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DutyCycle {
+pub struct Sampling {
     pub period_ns: u64,
-    pub on_ns: u64,
+    /// How often the rate is looked at while attached throughout (w = 1).
+    pub check_ns: u64,
+    /// Page events per second the programs may see, node-wide.
+    pub budget_per_s: u64,
+    /// The largest weight (the shortest window: `period / max_weight`).
+    pub max_weight: u64,
 }
 
-impl DutyCycle {
-    /// 1/8 of every 256 ms: a process living a second is seen in four windows.
-    pub const DEFAULT: DutyCycle = DutyCycle { period_ns: 256_000_000, on_ns: 32_000_000 };
+impl Sampling {
+    /// 100,000 events a second at most: on the GPU machine's offload rank (3.2 M allocations,
+    /// frees and faults a second, BENCHMARKS.md) every program together cost 4.6% of its CPU time
+    /// attached throughout, so w = 32 there (an 8 ms window every 256 ms) costs it ~0.15%; a 256
+    /// ms period sees a process living a second four times; windows of 4 ms at the least.
+    pub const DEFAULT: Sampling =
+        Sampling { period_ns: 256_000_000, check_ns: 32_000_000, budget_per_s: 100_000, max_weight: 64 };
+
+    /// The weight for the next period, given the node's page events per second since the last
+    /// choice and the weight in use: the smallest power of two that keeps the events seen under
+    /// the budget (at most `max_weight`), at once when more is needed; one halving at a time,
+    /// and only when the half would still stay under 3/4 of the budget, when less is.
+    pub fn next_weight(&self, events_per_s: u64, current: u64) -> u64 {
+        let current = current.clamp(1, self.max_weight);
+        let budget = self.budget_per_s.max(1);
+        let need = events_per_s.div_ceil(budget).next_power_of_two().clamp(1, self.max_weight);
+        if need >= current {
+            return need;
+        }
+        let half = current / 2;
+        if events_per_s.saturating_mul(4) <= budget.saturating_mul(3).saturating_mul(half) {
+            half
+        } else {
+            current
+        }
+    }
+
+    /// The part of each period the programs are attached at weight `w`.
+    pub fn on_ns(&self, w: u64) -> u64 {
+        self.period_ns / w.max(1)
+    }
 }
 
 /// What the snapshot says about the page path (`agent.page_path`).
@@ -93,20 +127,28 @@ pub struct PagePathView {
     pub exact: Vec<&'static str>,
     /// Figures that are estimates in this mode (scaled from the attached share of the time).
     pub estimated: Vec<&'static str>,
-    /// The duty cycle (sampled mode): each period and the part of it the programs are attached.
+    /// The sampling (sampled mode): each period, the weight in use (the programs attached 1/w
+    /// of each period, every event seen counting w times), the node's page events per second
+    /// it was chosen by, and the budget of events a second the programs may see.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub period_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub on_ms: Option<f64>,
+    pub weight: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_page_events_per_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_per_s: Option<u64>,
     /// The share of the watch the programs were attached, as measured (sampled mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attached_share: Option<f64>,
-    /// Times the programs were attached, and the mean cost of one attach+detach of all of them
-    /// in the agent (syscalls), in microseconds.
+    /// Times the programs were attached, the mean cost of one attach+detach of all of them in
+    /// the agent (syscalls), in microseconds, and the periods spent at each weight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub toggle_us_mean: Option<f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub periods_by_weight: BTreeMap<u64, u64>,
     /// Why this mode: asked for, or the default for this node (see [`mode_for`]).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub chosen: String,
@@ -135,16 +177,19 @@ const PER_EVENT: [&str; 6] = [
 
 impl PagePathView {
     /// The view of a running mode; `duty` and the clock's figures in sampled mode.
-    pub fn of(mode: PagePathMode, duty: Option<(DutyCycle, ClockFigures)>, note: Option<String>) -> PagePathView {
+    pub fn of(mode: PagePathMode, duty: Option<(Sampling, ClockFigures)>, note: Option<String>) -> PagePathView {
         let mut v = PagePathView { mode, note, exact: ALWAYS_EXACT.to_vec(), ..Default::default() };
         match (mode, duty) {
             (PagePathMode::Sampled, Some((d, c))) => {
                 v.estimated = PER_EVENT.to_vec();
                 v.period_ms = Some(d.period_ns as f64 / 1e6);
-                v.on_ms = Some(d.on_ns as f64 / 1e6);
+                v.weight = Some(c.weight.max(1));
+                v.node_page_events_per_s = Some(c.events_per_s);
+                v.budget_per_s = Some(d.budget_per_s);
                 v.attached_share = (c.wall_ns > 0).then(|| c.on_ns as f64 / c.wall_ns as f64);
                 v.windows = Some(c.windows);
                 v.toggle_us_mean = (c.windows > 0).then(|| c.toggle_ns as f64 / c.windows as f64 / 1e3);
+                v.periods_by_weight = c.periods_by_weight.clone();
             }
             _ => {
                 v.mode = PagePathMode::Exact;
@@ -158,7 +203,7 @@ impl PagePathView {
 impl PagePathView {
     /// The view when the probes are attached: sampled with the duty cycle's clock, else exact
     /// (with the note of why sampled was not possible, if it was asked for); `chosen` says why.
-    pub fn at_start(cycle: Option<(DutyCycle, ClockFigures)>, note: Option<String>, chosen: String) -> PagePathView {
+    pub fn at_start(cycle: Option<(Sampling, ClockFigures)>, note: Option<String>, chosen: String) -> PagePathView {
         let view = match cycle {
             Some(c) => PagePathView::of(PagePathMode::Sampled, Some(c), None),
             None => PagePathView::of(PagePathMode::Exact, None, note),
@@ -167,106 +212,29 @@ impl PagePathView {
     }
 
     /// The sampled view again with the clock's latest figures; why the mode was chosen stays.
-    pub fn tick(&mut self, duty: DutyCycle, clock: ClockFigures) {
+    pub fn tick(&mut self, duty: Sampling, clock: ClockFigures) {
         let chosen = std::mem::take(&mut self.chosen);
         *self = PagePathView { chosen, ..PagePathView::of(PagePathMode::Sampled, Some((duty, clock)), None) };
     }
 }
 
-/// The duty cycle's clock as the collector reads it: nanoseconds watched, of them attached,
-/// windows opened and the agent's time spent attaching and detaching.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The sampling's clock as the collector reads it: nanoseconds watched, of them attached,
+/// windows opened, the agent's time spent attaching and detaching, the weight in use, the
+/// node's page events per second it was chosen by, and the periods spent at each weight.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClockFigures {
     pub wall_ns: u64,
     pub on_ns: u64,
     pub windows: u64,
     pub toggle_ns: u64,
-}
-
-/// One counter's state: the highest raw count seen and the estimate so far.
-#[derive(Clone, Copy, Debug, Default)]
-struct Scaled {
-    raw: u64,
-    estimate: u64,
-}
-
-/// Turns the raw counts of a duty-cycled page path into estimates: each reading's increase of
-/// a counter is scaled by the watch time over the attached time since the last reading that
-/// had attached time. Estimates only grow; a raw count that lags (a pending slot flushed
-/// between two map reads) is taken when it catches up, never twice.
-#[derive(Clone, Debug, Default)]
-pub struct Scaler {
-    faults: HashMap<u32, Scaled>,
-    faults_kernel: HashMap<u32, Scaled>,
-    allocs: HashMap<(u32, u32), Scaled>,
-    frees: HashMap<u32, Scaled>,
-    /// The clock at the last reading that had attached time.
-    last: ClockFigures,
-}
-
-impl Scaler {
-    /// Replaces `r`'s per-event counts with estimates, given the clock at this reading.
-    pub fn scale(&mut self, r: &mut CounterReading, clock: ClockFigures) {
-        let on = clock.on_ns.saturating_sub(self.last.on_ns);
-        let wall = clock.wall_ns.saturating_sub(self.last.wall_ns);
-        // No attached time since the last such reading: nothing new can be counted; lagging
-        // raw counts wait for the next one.
-        let factor = if on == 0 { None } else { Some(wall.max(on) as f64 / on as f64) };
-        if factor.is_some() {
-            self.last = clock;
-        }
-        scale_map(&mut self.faults, &mut r.faults, factor);
-        scale_map(&mut self.faults_kernel, &mut r.faults_kernel_mode, factor);
-        scale_map(&mut self.allocs, &mut r.allocs, factor);
-        let mut frees: HashMap<u32, u64> = r.frees_by_node.iter().map(|(&k, &v)| (k, v)).collect();
-        scale_map(&mut self.frees, &mut frees, factor);
-        r.frees_by_node = frees.into_iter().collect::<BTreeMap<_, _>>();
-    }
-
-    /// An estimate of `tgid`'s traced faults (user, kernel) for raw counts not yet scaled:
-    /// what it had plus the increase at the last interval's factor.
-    pub fn traced_estimate(&self, tgid: u32, raw_user: u64, raw_kernel: u64) -> (u64, u64) {
-        let est = |m: &HashMap<u32, Scaled>, raw: u64| {
-            let s = m.get(&tgid).copied().unwrap_or_default();
-            s.estimate + raw.saturating_sub(s.raw) * self.last_factor()
-        };
-        let total = est(&self.faults, raw_user + raw_kernel);
-        let kernel = est(&self.faults_kernel, raw_kernel).min(total);
-        (total - kernel, kernel)
-    }
-
-    fn last_factor(&self) -> u64 {
-        if self.last.on_ns == 0 {
-            1
-        } else {
-            (self.last.wall_ns as f64 / self.last.on_ns as f64).round().max(1.0) as u64
-        }
-    }
-}
-
-/// Scales the increase of each counter in `raw` (replaced by the estimates); counters absent
-/// from `raw` (their map entries deleted) are forgotten.
-fn scale_map<K: Copy + Eq + Hash>(state: &mut HashMap<K, Scaled>, raw: &mut HashMap<K, u64>, factor: Option<f64>) {
-    state.retain(|k, _| raw.contains_key(k));
-    for (k, v) in raw.iter_mut() {
-        let s = state.entry(*k).or_default();
-        if let Some(f) = factor {
-            if *v > s.raw {
-                s.estimate += ((*v - s.raw) as f64 * f).round() as u64;
-                s.raw = *v;
-            }
-        }
-        *v = s.estimate;
-    }
+    pub weight: u64,
+    pub events_per_s: u64,
+    pub periods_by_weight: BTreeMap<u64, u64>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn clock(wall_ms: u64, on_ms: u64) -> ClockFigures {
-        ClockFigures { wall_ns: wall_ms * 1_000_000, on_ns: on_ms * 1_000_000, windows: 1, toggle_ns: 0 }
-    }
 
     #[test]
     fn sampled_by_default_only_where_a_cxl_tier_is_and_what_is_asked_for_wins() {
@@ -284,67 +252,33 @@ mod tests {
     }
 
     #[test]
-    fn each_increase_is_scaled_by_its_interval_and_estimates_only_grow() {
-        let mut s = Scaler::default();
-        let mut r = CounterReading::of(0, &[(7, 100)], &[((7, 0), 50)]);
-        r.frees_by_node.insert(0, 10);
-        s.scale(&mut r, clock(1000, 125));
-        assert_eq!(r.faults[&7], 800);
-        assert_eq!(r.allocs[&(7, 0)], 400);
-        assert_eq!(r.frees_by_node[&0], 80);
-        // The next second had a quarter of its time attached.
-        let mut r = CounterReading::of(0, &[(7, 110)], &[((7, 0), 50)]);
-        r.frees_by_node.insert(0, 10);
-        s.scale(&mut r, clock(2000, 375));
-        assert_eq!(r.faults[&7], 840, "10 more at 4x");
-        assert_eq!(r.allocs[&(7, 0)], 400);
-        // A lagging raw count (a slot flushed between two reads) neither lowers the estimate nor
-        // counts twice when it catches up.
-        let mut r = CounterReading::of(0, &[(7, 105)], &[]);
-        s.scale(&mut r, clock(3000, 500));
-        assert_eq!(r.faults[&7], 840);
-        let mut r = CounterReading::of(0, &[(7, 112)], &[]);
-        s.scale(&mut r, clock(4000, 625));
-        assert_eq!(r.faults[&7], 856, "2 more at 8x");
+    fn a_quiet_node_is_counted_throughout_and_a_busy_one_at_the_weight_its_rate_needs() {
+        let s = Sampling::DEFAULT;
+        assert_eq!(s.next_weight(0, 1), 1);
+        assert_eq!(s.next_weight(100_000, 1), 1, "at the budget: every event");
+        assert_eq!(s.next_weight(100_001, 1), 2);
+        // The offload rank: 3.2 M events a second.
+        assert_eq!(s.next_weight(3_200_000, 1), 32, "at once, not a step at a time");
+        assert_eq!(s.on_ns(32), 8_000_000);
+        assert_eq!(s.next_weight(u64::MAX, 1), 64, "no window shorter than period / 64");
+        assert_eq!(s.next_weight(10, 0), 1, "a weight of 0 reads as 1");
     }
 
     #[test]
-    fn a_reading_without_attached_time_waits_for_the_next() {
-        let mut s = Scaler::default();
-        let mut r = CounterReading::of(0, &[(7, 100)], &[]);
-        s.scale(&mut r, clock(1000, 125));
-        assert_eq!(r.faults[&7], 800);
-        // 100 ms later, detached all along; a flush made the raw count catch up by 4.
-        let mut r = CounterReading::of(0, &[(7, 104)], &[]);
-        s.scale(&mut r, clock(1100, 125));
-        assert_eq!(r.faults[&7], 800, "no attached time: nothing scaled yet");
-        let mut r = CounterReading::of(0, &[(7, 104)], &[]);
-        s.scale(&mut r, clock(2000, 250));
-        assert_eq!(r.faults[&7], 832, "the 4 at the factor of the whole 1000 ms since");
-    }
-
-    #[test]
-    fn forgotten_keys_start_again() {
-        let mut s = Scaler::default();
-        let mut r = CounterReading::of(0, &[(7, 100)], &[]);
-        s.scale(&mut r, clock(1000, 500));
-        assert_eq!(r.faults[&7], 200);
-        let mut r = CounterReading::of(0, &[], &[]);
-        s.scale(&mut r, clock(2000, 1000));
-        assert!(r.faults.is_empty());
-        let mut r = CounterReading::of(0, &[(7, 3)], &[]);
-        s.scale(&mut r, clock(3000, 1500));
-        assert_eq!(r.faults[&7], 6, "a reused pid's entry counts from zero");
-    }
-
-    #[test]
-    fn traced_estimate_scales_what_is_not_yet_read() {
-        let mut s = Scaler::default();
-        let mut r = CounterReading::of(0, &[(7, 100)], &[]);
-        r.faults_kernel_mode.insert(7, 20);
-        s.scale(&mut r, clock(1000, 125));
-        assert_eq!(s.traced_estimate(7, 85, 25), (640 + 5 * 8, 160 + 5 * 8));
-        assert_eq!(s.traced_estimate(9, 3, 0), (24, 0));
+    fn the_weight_comes_down_one_halving_at_a_time_with_a_margin() {
+        let s = Sampling::DEFAULT;
+        // At 32 the rate fell to 1 M/s: 16 would see 62.5 k/s, under 3/4 of the budget.
+        assert_eq!(s.next_weight(1_000_000, 32), 16);
+        // To 1.3 M/s: 16 would see 81 k/s, more than 3/4 of it: stays.
+        assert_eq!(s.next_weight(1_300_000, 32), 32);
+        // 1.3 M at 16 (81 k/s seen), 8 would see 162 k/s: 16 is what it needs.
+        assert_eq!(s.next_weight(1_300_000, 16), 16);
+        // 160 k/s at 4: 2 would see 80 k/s, more than 75 k/s: stays.
+        assert_eq!(s.next_weight(160_000, 4), 4);
+        assert_eq!(s.next_weight(140_000, 4), 2);
+        // Quiet again: down one step per period, not at once.
+        assert_eq!(s.next_weight(0, 64), 32);
+        assert_eq!(s.next_weight(0, 2), 1);
     }
 
     #[test]
@@ -352,13 +286,25 @@ mod tests {
         let exact = PagePathView::of(PagePathMode::Exact, None, None);
         assert!(exact.estimated.is_empty());
         assert!(exact.exact.contains(&"processes[].alloc_pages_by_node"));
-        let c = ClockFigures { wall_ns: 8_000, on_ns: 1_000, windows: 4, toggle_ns: 400_000 };
-        let sampled = PagePathView::of(PagePathMode::Sampled, Some((DutyCycle::DEFAULT, c)), None);
+        let c = ClockFigures {
+            wall_ns: 8_000,
+            on_ns: 1_000,
+            windows: 4,
+            toggle_ns: 400_000,
+            weight: 8,
+            events_per_s: 700_000,
+            periods_by_weight: [(1, 3), (8, 5)].into(),
+        };
+        let sampled = PagePathView::of(PagePathMode::Sampled, Some((Sampling::DEFAULT, c)), None);
         assert!(sampled.estimated.contains(&"processes[].alloc_pages_by_node"));
         assert!(sampled.exact.contains(&"processes[].faults"));
         assert_eq!(sampled.attached_share, Some(0.125));
         assert_eq!(sampled.toggle_us_mean, Some(100.0));
-        assert_eq!(sampled.on_ms, Some(32.0));
+        assert_eq!(
+            (sampled.weight, sampled.node_page_events_per_s, sampled.budget_per_s),
+            (Some(8), Some(700_000), Some(100_000))
+        );
+        assert_eq!(sampled.periods_by_weight[&8], 5);
         // Sampled asked for without a clock (the programs could not be cycled): exact.
         let fell_back = PagePathView::of(PagePathMode::Sampled, None, Some("classic tracepoints".into()));
         assert_eq!(fell_back.mode, PagePathMode::Exact);
