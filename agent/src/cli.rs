@@ -139,7 +139,8 @@ pub struct TierFlags {
     #[arg(long, value_name = "FILE", value_parser = insights_config_file)]
     pub insights_config: Option<crate::model::insights::InsightConfig>,
     /// `exact`: every page allocation, free and fault runs a kernel program (per-event counts);
-    /// `sampled`: those programs are attached 1/8 of the time and allocations, frees and the
+    /// `sampled`: those programs are attached 1/w of the time (w by the node's page events a
+    /// second: 1 on a quiet node, up to 64), each event seen counting w times, and allocations, frees and the
     /// fault split are estimates (fault totals stay exact; docs/how-it-measures.md). Default:
     /// sampled on a node with a CXL tier, exact elsewhere.
     #[arg(long, value_name = "MODE", value_parser = page_path_mode)]

@@ -1,25 +1,25 @@
 //! The page path's two modes and what each makes of the per-event counters.
 //!
 //! `exact` runs the page-allocation, page-free and fault-path programs on every event (each
-//! costs the allocating or faulting thread 45-110 ns). `sampled` attaches them only part of
-//! the time (a duty cycle, `collect/page_path.rs`) and scales what they counted by the measured
-//! share of time they were attached: allocations per process and node, frees per node and the
-//! fault split by path become estimates; fault totals stay the kernel's own (exact), and CXL
-//! site samples are taken only inside the windows (their pages are the process's estimated
-//! CXL-tier pages shared by what the samples carried).
+//! costs the allocating or faulting thread 45-110 ns). `sampled` attaches them 1/w of the time,
+//! w chosen by the node's page event rate ([`Sampling`], `collect/page_cycle.rs`), and the
+//! programs count each event they see w times: allocations per process and node, frees per
+//! node and the fault split by path become estimates (exact while w = 1, a quiet node); fault
+//! totals stay the kernel's own (exact), and CXL site samples are taken only inside the windows
+//! (their pages are the process's estimated CXL-tier pages shared by what the samples carried).
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// How the page path counts: every event, or a duty cycle scaled up.
+/// How the page path counts: every event, or a weighted sample of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PagePathMode {
     /// Every allocation, free and fault runs its program: per-event exact counts.
     #[default]
     Exact,
-    /// The per-event programs are attached [`DutyCycle::DEFAULT`]'s share of the time; their
-    /// counts are scaled (estimates).
+    /// The per-event programs are attached 1/w of the time ([`Sampling`]), each event they see
+    /// counting w times (estimates).
     Sampled,
 }
 
@@ -125,7 +125,7 @@ pub struct PagePathView {
     pub mode: PagePathMode,
     /// Figures that are per-event exact in this mode.
     pub exact: Vec<&'static str>,
-    /// Figures that are estimates in this mode (scaled from the attached share of the time).
+    /// Figures that are estimates in this mode (weighted samples of the events).
     pub estimated: Vec<&'static str>,
     /// The sampling (sampled mode): each period, the weight in use (the programs attached 1/w
     /// of each period, every event seen counting w times), the node's page events per second
