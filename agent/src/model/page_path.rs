@@ -47,10 +47,10 @@ impl std::str::FromStr for PagePathMode {
 
 /// The mode where none is asked for (`--page-path`, `[collect] page_path`): sampled on a node
 /// with a CXL tier (declared or found), exact elsewhere. On a CXL node the processes the tool
-/// is for allocate on every step, and the per-event programs cost a real training rank 4.3% of
-/// its CPU time there, 0.65% sampled (GPU machine, BENCHMARKS.md); elsewhere the exact counts
-/// cost little enough. Returns the mode and why it was chosen (the snapshot's
-/// `agent.page_path.chosen`).
+/// is for allocate on every step: the per-event programs counting every event cost the GPU
+/// machine's offload rank 4.6% of its CPU time, sampled 0.14% (weights 32-64, BENCHMARKS.md);
+/// sampled counts every event anyway while the node is quiet. Returns the mode and why it was
+/// chosen (the snapshot's `agent.page_path.chosen`).
 pub fn mode_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> (PagePathMode, String) {
     match (asked, cxl_nodes) {
         (Some(m), _) => (m, "asked for (--page-path or [collect] page_path)".into()),
@@ -60,8 +60,9 @@ pub fn mode_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> (PagePathMode
             (
                 PagePathMode::Sampled,
                 format!(
-                    "the default on a node with a CXL tier (node {list}): the per-event programs cost a \
-                     training rank ~4% of its CPU time, sampled ~0.6%; --page-path exact counts every event"
+                    "the default on a node with a CXL tier (node {list}): counting every page event cost a \
+                     training rank 4.6% of its CPU time, sampled 0.14% (every event is counted while the node \
+                     is quiet); --page-path exact counts every event always"
                 ),
             )
         }
