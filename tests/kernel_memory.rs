@@ -13,6 +13,8 @@ fn maps_of(pid: u32) -> (usize, u64, Vec<(u32, u32)>) {
     let mut n = 0;
     let mut total = 0;
     let mut shapes = vec![];
+    // A map held by two descriptors (the sampled page path's thread has its own) is one map.
+    let mut seen = std::collections::HashSet::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the agent's fds").flatten() {
         if !std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf-map") {
             continue;
@@ -24,6 +26,9 @@ fn maps_of(pid: u32) -> (usize, u64, Vec<(u32, u32)>) {
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
                 .unwrap_or_else(|| panic!("{name} in {info}"))
         };
+        if !seen.insert(field("map_id")) {
+            continue;
+        }
         n += 1;
         total += field("memlock");
         shapes.push((field("map_type") as u32, field("max_entries") as u32));

@@ -80,12 +80,8 @@ fn sampled_allocations_estimate_the_exact_count_and_say_so() {
     assert!(estimated.contains(&"processes[].faults_by_path"), "{pp}");
     // The churn's rate is over the budget: the programs were attached part of the time, each
     // event they saw weighted.
-    let weights: Vec<u64> = pp["periods_by_weight"]
-        .as_object()
-        .expect("periods_by_weight")
-        .keys()
-        .map(|k| k.parse().expect("a weight"))
-        .collect();
+    let weights: Vec<u64> =
+        pp["ms_by_weight"].as_object().expect("ms_by_weight").keys().map(|k| k.parse().expect("a weight")).collect();
     assert!(weights.iter().any(|&w| w >= 2), "the weight never rose over 1 under the churn: {pp}");
     let share = pp["attached_share"].as_f64().expect("attached_share");
     assert!(share < 0.75, "attached {share} of the time under the churn: {pp}");

@@ -75,5 +75,5 @@ PY
     wait $AGENT
     python3 -c "import json, sys; d = json.load(open(sys.argv[1])); p = d['agent']['page_path']; f = p.get('alloc_cache_flushes'); print(f'   allocation-cache flushes: {f} in {d[\"duration_s\"]:.1f} s = {f / d[\"duration_s\"]:.0f}/s' if f is not None else '   (no flush count)')" "$OUT/share-snapshot.json" || tail -3 "$OUT/share-agent.err"
     # The sampled page path's own account: the weights it chose and the share attached.
-    python3 -c "import json, sys; p = json.load(open(sys.argv[1]))['agent']['page_path']; print('   page path', p['mode'], {k: p.get(k) for k in ('weight', 'node_page_events_per_s', 'attached_share', 'windows', 'toggle_us_mean', 'periods_by_weight')})" "$OUT/share-snapshot.json" || true
+    python3 -c "import json, sys; p = json.load(open(sys.argv[1]))['agent']['page_path']; print('   page path', p['mode'], {k: p.get(k) for k in ('weight', 'node_page_events_per_s', 'attached_share', 'windows', 'toggle_us_mean', 'ms_by_weight')})" "$OUT/share-snapshot.json" || true
 done

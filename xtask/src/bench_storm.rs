@@ -3,7 +3,8 @@
 //! `tierscope snapshot` (every probe on, the exact page path: the default without a CXL tier);
 //! with bpftrace counting per pid on the same events (`page_fault_user`, `mm_page_alloc`,
 //! `mm_page_free`); and with tierscope and node 0 declared CXL, at that node's default (the
-//! sampled page path: the per-event programs attached 1/8 of the time) and with `--page-path
+//! sampled page path: the per-event programs attached 1/w of the time, w by the node's page
+//! event rate, each event seen counting w times) and with `--page-path
 //! exact` (every allocation takes the site-sampling path at the default rate). Medians per way,
 //! with the spread (quartiles) of the runs; then each way paired with the storm alone in the same
 //! round (`paired.rs`: the median change, its bootstrap 95% interval, rounds each way).

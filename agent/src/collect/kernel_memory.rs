@@ -39,13 +39,20 @@ pub fn own_maps(possible_cpus: u32) -> Result<KernelMemory, String> {
     let dir = Path::new("/proc/self/fd");
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut maps = vec![];
+    // A map held by two descriptors (the sampled page path's thread has its own) counts once.
+    let mut seen = std::collections::HashSet::new();
     for e in entries.flatten() {
         let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
         if std::fs::read_link(e.path()).ok().and_then(|l| l.to_str().map(|s| s == "anon_inode:bpf-map")) != Some(true) {
             continue;
         }
         let info = format!("/proc/self/fdinfo/{fd}");
-        let Some(mut m) = std::fs::read_to_string(&info).ok().and_then(|t| parse_map_fdinfo(&t)) else { continue };
+        let Ok(text) = std::fs::read_to_string(&info) else { continue };
+        let Some(mut m) = parse_map_fdinfo(&text) else { continue };
+        let id = text.lines().find_map(|l| l.strip_prefix("map_id:")?.trim().parse::<u32>().ok());
+        if id.is_some_and(|id| !seen.insert(id)) {
+            continue;
+        }
         // SAFETY: the fd is open in this process for the length of this call (listed just now,
         // and nothing here closes it).
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };

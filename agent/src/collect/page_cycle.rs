@@ -1,6 +1,6 @@
 //! The sampled page path's cycle: the per-event tp_btf programs (page allocation, page free,
-//! the two fault paths) are attached for `period / w` at the start of every period and detached
-//! for the rest, by a thread of their own, w chosen each period by the node's page events per
+//! the two fault paths) are attached for `period / w` at a random place in every period and
+//! detached for the rest, by a thread of their own, w chosen each period by the node's page events per
 //! second (`model::page_path::Sampling`, from `/proc/vmstat`) and written to the programs'
 //! weight slot (`PAGE_BASE[PAGE_WEIGHT_INDEX]`) while they are detached; at w = 1 they stay
 //! attached and the rate is looked at every `check`. While detached they cost the workload
@@ -38,7 +38,8 @@ struct Clock {
     toggle_ns: u64,
     weight: u64,
     events_per_s: u64,
-    periods_by_weight: std::collections::BTreeMap<u64, u64>,
+    /// Nanoseconds at each weight, up to the last look at the rate.
+    ns_by_weight: std::collections::BTreeMap<u64, u64>,
     attach_failures: u64,
     last_failure: Option<String>,
 }
@@ -86,7 +87,7 @@ impl PageCycle {
             toggle_ns: c.toggle_ns,
             weight: c.weight,
             events_per_s: c.events_per_s,
-            periods_by_weight: c.periods_by_weight.clone(),
+            ms_by_weight: c.ns_by_weight.iter().map(|(&w, &ns)| (w, ns / 1_000_000)).collect(),
         }
     }
 
@@ -155,18 +156,27 @@ fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<C
     let mut open: Vec<OwnedFd> = vec![];
     let mut attached = true;
     let mut weight = 1u64;
-    let mut window_ns = monotonic_ns();
-    let mut last = (window_ns, page_events());
+    let mut period_ns = monotonic_ns();
+    let mut last = (period_ns, page_events());
+    let mut offsets = WindowOffsets::seeded(period_ns ^ u64::from(std::process::id()).rotate_left(32));
     loop {
-        // Attached throughout (w = 1): look at the rate again after `check`. Otherwise the
-        // window closes after period / w and the period runs out detached.
+        // Attached throughout (w = 1): look at the rate again after `check`. Otherwise one
+        // window of period / w at a random place in the period: every instant of it equally
+        // likely to be watched (1/w), whenever a burst starts, so the weighted counts stay
+        // unbiased (a window opened where the rate was found high would over-count bursts).
         let running = if weight == 1 {
             sleep_until(stopped, monotonic_ns() + duty.check_ns)
         } else {
-            let running = sleep_until(stopped, window_ns + duty.on_ns(weight));
-            detach(&mut first, &mut open, clock);
-            attached = false;
-            running && sleep_until(stopped, window_ns + duty.period_ns)
+            let on = duty.on_ns(weight);
+            let start = period_ns + offsets.next(duty.period_ns.saturating_sub(on));
+            let mut running = sleep_until(stopped, start);
+            if running {
+                attach(&fds, &mut open, clock);
+                running = sleep_until(stopped, start + on);
+                detach(&mut first, &mut open, clock);
+                attached = false;
+            }
+            running && sleep_until(stopped, period_ns + duty.period_ns)
         };
         if !running {
             if attached {
@@ -175,22 +185,25 @@ fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<C
             return;
         }
         let now = (monotonic_ns(), page_events());
+        let since = last.0;
         let events_per_s = rate(last, now);
         last = now;
+        period_ns = now.0;
         // Without a rate (vmstat unreadable) the weight in use stays.
         let next = events_per_s.map_or(weight, |r| duty.next_weight(r, weight));
         {
             let mut c = lock();
-            *c.periods_by_weight.entry(weight).or_default() += 1;
+            *c.ns_by_weight.entry(weight).or_default() += now.0.saturating_sub(since);
             c.events_per_s = events_per_s.unwrap_or(c.events_per_s);
         }
-        if next == 1 && weight == 1 && attached {
+        if next == weight {
             continue;
         }
         // The weight changes only while the programs are detached: each window's events count
         // at the weight of that window.
         if attached {
             detach(&mut first, &mut open, clock);
+            attached = false;
         }
         match write_weight(weights, next) {
             Ok(()) => weight = next,
@@ -202,9 +215,32 @@ fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<C
             }
         }
         lock().weight = weight;
-        window_ns = monotonic_ns();
-        attach(&fds, &mut open, clock);
-        attached = true;
+        if weight == 1 {
+            attach(&fds, &mut open, clock);
+            attached = true;
+        }
+    }
+}
+
+/// Where in each period its window opens: uniform over `[0, room]` (xorshift64*: no need for
+/// more than independence from the workload).
+struct WindowOffsets(u64);
+
+impl WindowOffsets {
+    fn seeded(seed: u64) -> WindowOffsets {
+        WindowOffsets(seed | 1)
+    }
+
+    fn next(&mut self, room: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        if room == 0 {
+            0
+        } else {
+            ((r as u128 * (room as u128 + 1)) >> 64) as u64
+        }
     }
 }
 
@@ -311,6 +347,20 @@ mod tests {
                       pgfault 1000\npgmajfault 7\npgfree_cma x\nodd\n";
         assert_eq!(page_events_in(vmstat), 1 + 300 + 20 + 310 + 1000);
         assert_eq!(page_events_in(""), 0);
+    }
+
+    #[test]
+    fn window_offsets_cover_the_room_evenly() {
+        let mut o = WindowOffsets::seeded(42);
+        let room = 248_000_000;
+        let mut quarters = [0u32; 4];
+        for _ in 0..40_000 {
+            let x = o.next(room);
+            assert!(x <= room);
+            quarters[(x * 4 / (room + 1)) as usize] += 1;
+        }
+        assert!(quarters.iter().all(|&q| (9_000..11_000).contains(&q)), "{quarters:?}");
+        assert_eq!(o.next(0), 0);
     }
 
     #[test]

@@ -143,13 +143,13 @@ pub struct PagePathView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attached_share: Option<f64>,
     /// Times the programs were attached, the mean cost of one attach+detach of all of them in
-    /// the agent (syscalls), in microseconds, and the periods spent at each weight.
+    /// the agent (syscalls), in microseconds, and the milliseconds spent at each weight.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub toggle_us_mean: Option<f64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub periods_by_weight: BTreeMap<u64, u64>,
+    pub ms_by_weight: BTreeMap<u64, u64>,
     /// Why this mode: asked for, or the default for this node (see [`mode_for`]).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub chosen: String,
@@ -190,7 +190,7 @@ impl PagePathView {
                 v.attached_share = (c.wall_ns > 0).then(|| c.on_ns as f64 / c.wall_ns as f64);
                 v.windows = Some(c.windows);
                 v.toggle_us_mean = (c.windows > 0).then(|| c.toggle_ns as f64 / c.windows as f64 / 1e3);
-                v.periods_by_weight = c.periods_by_weight.clone();
+                v.ms_by_weight = c.ms_by_weight.clone();
             }
             _ => {
                 v.mode = PagePathMode::Exact;
@@ -221,7 +221,7 @@ impl PagePathView {
 
 /// The sampling's clock as the collector reads it: nanoseconds watched, of them attached,
 /// windows opened, the agent's time spent attaching and detaching, the weight in use, the
-/// node's page events per second it was chosen by, and the periods spent at each weight.
+/// node's page events per second it was chosen by, and the milliseconds spent at each weight.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClockFigures {
     pub wall_ns: u64,
@@ -230,7 +230,7 @@ pub struct ClockFigures {
     pub toggle_ns: u64,
     pub weight: u64,
     pub events_per_s: u64,
-    pub periods_by_weight: BTreeMap<u64, u64>,
+    pub ms_by_weight: BTreeMap<u64, u64>,
 }
 
 #[cfg(test)]
@@ -294,7 +294,7 @@ mod tests {
             toggle_ns: 400_000,
             weight: 8,
             events_per_s: 700_000,
-            periods_by_weight: [(1, 3), (8, 5)].into(),
+            ms_by_weight: [(1, 96), (8, 1280)].into(),
         };
         let sampled = PagePathView::of(PagePathMode::Sampled, Some((Sampling::DEFAULT, c)), None);
         assert!(sampled.estimated.contains(&"processes[].alloc_pages_by_node"));
@@ -305,7 +305,7 @@ mod tests {
             (sampled.weight, sampled.node_page_events_per_s, sampled.budget_per_s),
             (Some(8), Some(700_000), Some(100_000))
         );
-        assert_eq!(sampled.periods_by_weight[&8], 5);
+        assert_eq!(sampled.ms_by_weight[&8], 1280);
         // Sampled asked for without a clock (the programs could not be cycled): exact.
         let fell_back = PagePathView::of(PagePathMode::Sampled, None, Some("classic tracepoints".into()));
         assert_eq!(fell_back.mode, PagePathMode::Exact);
