@@ -59,6 +59,16 @@ def agent_cpu_ticks(pid):
         return 0
 
 
+def interrupt(agent):
+    """SIGINT (the agent flushes and stops), then a kill after 20 s."""
+    agent.send_signal(signal.SIGINT)
+    try:
+        agent.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
+
+
 def bootstrap_median(xs, n=10_000, seed=1):
     rnd = random.Random(seed)
     meds = sorted(st.median(rnd.choices(xs, k=len(xs))) for _ in range(n))
@@ -101,12 +111,7 @@ def main():
             if agent:
                 if way == "agent":
                     cpu.append((agent_cpu_ticks(agent.pid) - c0) / 100 / (time.time() - t0) * 100)
-                agent.send_signal(signal.SIGINT)
-                try:
-                    agent.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    agent.kill()
-                    agent.wait()
+                interrupt(agent)
             med = st.median(t for _, t, _ in got)
             blocks[way].append(med)
             cpus = [c for _, _, c in got if c is not None]

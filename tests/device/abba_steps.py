@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from abba_blocks import STEP, agent_cpu_ticks, summary  # noqa: E402
+from abba_blocks import STEP, agent_cpu_ticks, interrupt, summary  # noqa: E402
 
 PAGE_TPS = {"mm_page_alloc", "mm_page_free", "page_fault_user", "page_fault_kernel"}
 
@@ -127,12 +127,7 @@ def end(agent):
     """Continues and interrupts the agent; kills it after 20 s: no stopped agent is left behind."""
     if agent.poll() is None:
         agent.send_signal(signal.SIGCONT)
-        agent.send_signal(signal.SIGINT)
-        try:
-            agent.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
+        interrupt(agent)
 
 
 def run(agent, log, pairs, block, skip, settle):
