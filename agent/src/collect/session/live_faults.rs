@@ -12,15 +12,15 @@ use crate::{
 pub(super) const FAULT_READ_MAX_AGE_NS: u64 = 10_000_000_000;
 /// The same with the sampled page path: a process's faults and allocations between windows move
 /// nothing the agent sees (a 32 MiB populate between two windows under a churn left its total at
-/// 0 of 8,193 faults: tests/page_sampling.rs), so its counters are read at least this often, and at each window's end.
+/// 0 of 8,193 faults: tests/page_sampling.rs), so its counters are read at least this often, and
+/// at each window's end.
 const SAMPLED_FAULT_READ_MAX_AGE_NS: u64 = 2_000_000_000;
 
 impl Session {
     /// Reads the kernel's fault counters of the live processes the model holds that are due
-    /// (busy since their last read, or not read for a while; every one at a window's end),
-    /// after the maps so that the
-    /// tracepoint counts never run ahead of them. A pid now used by another process (another
-    /// start time) is skipped.
+    /// (busy since their last read, or not read for a while; every one at a window's end), after
+    /// the maps so that the tracepoint counts never run ahead of them. A pid now used by another
+    /// process (another start time) is skipped.
     ///
     /// Returns the processes these reads found gone without an exit event: a zombie whose group
     /// has no thread left (false), or a pid with another start time: another process's now (true).
