@@ -331,11 +331,11 @@ impl Session {
 
     /// Reads the kernel maps into the model and names processes seen for the first time.
     pub fn read_counters(&mut self) {
-        // /proc is listed before the events are drained: an exit reported by then is applied
-        // before the look is judged.
         // A window's end (`flush_events`): every live process's counters are read, so its totals
         // are the kernel's whatever the page path saw.
         let window_end = self.look_before_flush.is_some();
+        // /proc is listed before the events are drained: an exit reported by then is applied
+        // before the look is judged.
         let mut look = self.look_before_flush.take().or_else(|| look_at_proc(false));
         self.drain_events();
         let model = &self.model;
