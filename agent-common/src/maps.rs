@@ -37,8 +37,10 @@ const _: () = assert!(core::mem::size_of::<SiteBudget>() == 8);
 pub struct CpuBudget {
     pub next_ns: u64,
     pub skipped: u64,
+    /// When the process's next stack copy is due (its copy budget's GCRA clock).
+    pub next_copy_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<CpuBudget>() == 16);
+const _: () = assert!(core::mem::size_of::<CpuBudget>() == 24);
 
 /// The per-CPU slot of CXL-tier site sampling (`SITE_SAMPLER`): the countdown to the next
 /// attempt and the CXL-tier pages of the last allocating tgid on this CPU not yet carried by a

@@ -77,14 +77,20 @@ pub enum Stat {
     /// the per-CPU allocation cache moved its pending pages to the shared `ALLOCS` entry (an
     /// atomic add on a line all CPUs write). Not a loss: a cost figure.
     AllocCacheFlushes = 30,
+    /// CPU samples that copied their user stack for unwinding in user space (the frame-pointer
+    /// walk came back short and the process's copy budget allowed). Not an outcome: a cost figure.
+    CpuStackCopied = 31,
+    /// CPU samples whose frame-pointer walk came back short but whose process was over its copy
+    /// budget: delivered with the walk's frames (and Python frames) only. Not an outcome.
+    CpuCopyOverBudget = 32,
 }
 
 /// Number of slots in the `STATS` map.
-pub const STAT_SLOTS: u32 = 32;
+pub const STAT_SLOTS: u32 = 40;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 29] = [
+    pub const ALL: [(Stat, &'static str); 31] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -114,6 +120,8 @@ impl Stat {
         (Stat::CpuRingFull, "cpu_ring_full"),
         (Stat::CpuStackError, "cpu_stack_error"),
         (Stat::AllocCacheFlushes, "alloc_cache_flushes"),
+        (Stat::CpuStackCopied, "cpu_stack_copied"),
+        (Stat::CpuCopyOverBudget, "cpu_copy_over_budget"),
     ];
 
     /// The CPU-sampling outcomes that end an attempt (every tick ends in exactly one).

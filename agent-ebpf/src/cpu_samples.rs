@@ -1,9 +1,14 @@
 //! The CPU sampler: a perf_event program on each online CPU's software cpu-clock event (no PMU
 //! needed; works in VMs). Each tick that finds a thread of a watched process (one with a
 //! `SITE_BUDGET` entry: the same watch as the CXL sites) running takes the same record a site
-//! sample takes (frame-pointer stack, registers and stack copy, Python frames) into
-//! `CPU_SAMPLES`, under a per-process budget (`CPU_BUDGET`) that the process's main thread is
-//! outside of. Every tick ends in one counted `cpu_*` outcome.
+//! sample takes into `CPU_SAMPLES`, under a per-process budget (`CPU_BUDGET`) that the process's
+//! main thread is outside of. Every tick ends in one counted `cpu_*` outcome.
+//!
+//! The stack is walked here: frame pointers (`bpf_get_stack`) and the Python frames. Copying
+//! pages of the user stack for unwinding in user space (what code without frame pointers needs)
+//! costs the agent about a third of a millisecond a sample; it is taken only when the walk came
+//! back short, and at most `CPU_COPY_INTERVAL_NS` apart per process (`cpu_stack_copy`,
+//! `cpu_copy_over_budget` count both ways).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
@@ -19,7 +24,10 @@ use tierscope_common::{
 
 use crate::{
     common::{count, global, header},
-    maps::{AGENT_TGID, CPU_BUDGET, CPU_BURST_NS, CPU_INTERVAL_NS, CPU_SAMPLES, SITE_BUDGET},
+    maps::{
+        AGENT_TGID, CPU_BUDGET, CPU_BURST_NS, CPU_COPY_INTERVAL_NS, CPU_INTERVAL_NS, CPU_SAMPLES, CPU_STACK_PAGES,
+        SITE_BUDGET,
+    },
 };
 
 #[perf_event]
@@ -61,9 +69,9 @@ fn sample(ctx: &PerfEventContext, tgid: u32, pid: u32) {
     // samples a second more per process.
     let main = pid == tgid;
     let interval = global(&CPU_INTERVAL_NS);
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     if interval != 0 && !main {
-        // SAFETY: no preconditions.
-        let now = unsafe { bpf_ktime_get_ns() };
         let next = if b.next_ns > now { b.next_ns } else { now };
         if next - now > global(&CPU_BURST_NS) {
             b.skipped += 1;
@@ -97,8 +105,34 @@ fn sample(ctx: &PerfEventContext, tgid: u32, pid: u32) {
     }
     // SAFETY: fields of the reserved record.
     let (user, python) = unsafe { (&raw mut (*rec).user, &raw mut (*rec).python) };
-    crate::user_stack::capture(user);
+    crate::user_stack::capture(user, copy_pages(b, copied as u64 / 8, now));
     crate::python_frames::capture(python, tgid, pid);
     entry.submit(0);
     count(Stat::CpuDelivered);
+}
+
+/// A frame-pointer walk of at least this many frames is taken as whole: code built with frame
+/// pointers. A shorter one stops at the first function built without them.
+const WALK_WHOLE_FRAMES: u64 = 8;
+
+/// Pages of stack this sample copies: none when the walk was whole or copying is off, else
+/// `CPU_STACK_PAGES` when the process's copy budget (a GCRA clock, a second's worth at once)
+/// allows.
+#[inline(always)]
+fn copy_pages(b: &mut CpuBudget, walked: u64, now: u64) -> u32 {
+    let pages = global(&CPU_STACK_PAGES);
+    if pages == 0 || walked >= WALK_WHOLE_FRAMES {
+        return 0;
+    }
+    let interval = global(&CPU_COPY_INTERVAL_NS);
+    if interval != 0 {
+        let next = if b.next_copy_ns > now { b.next_copy_ns } else { now };
+        if next - now > global(&CPU_BURST_NS) {
+            count(Stat::CpuCopyOverBudget);
+            return 0;
+        }
+        b.next_copy_ns = next + interval;
+    }
+    count(Stat::CpuStackCopied);
+    pages
 }

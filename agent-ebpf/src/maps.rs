@@ -42,6 +42,10 @@ pub static PAGE_STRUCT_SHIFT: u32 = 6;
 pub static CPU_INTERVAL_NS: u64 = 0;
 #[unsafe(no_mangle)]
 pub static CPU_BURST_NS: u64 = 0;
+#[unsafe(no_mangle)]
+pub static CPU_STACK_PAGES: u32 = 0;
+#[unsafe(no_mangle)]
+pub static CPU_COPY_INTERVAL_NS: u64 = 0;
 
 // The per-process maps are shared by all CPUs (values added to with one atomic add,
 // `common::add_to`), not per CPU: their memory does not grow with the possible CPUs. Their

@@ -357,7 +357,7 @@ fn sample_site<C: EbpfContext>(ctx: &C, tgid: u32, pid: u32, node: u32, pages: u
     // Registers and stack copy for unwinding in user space, and the Python frames.
     // SAFETY: fields of the reserved record.
     let (user, python) = unsafe { (&raw mut (*rec).user, &raw mut (*rec).python) };
-    crate::user_stack::capture(user);
+    crate::user_stack::capture(user, crate::common::global(&crate::maps::USER_STACK_PAGES));
     crate::python_frames::capture(python, tgid, pid);
     entry.submit(0);
     count(Stat::SiteDelivered);

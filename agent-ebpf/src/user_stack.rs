@@ -11,7 +11,6 @@ use tierscope_common::stack::{
     USER_STACK_UNREADABLE,
 };
 
-use crate::{common::global, maps::USER_STACK_PAGES};
 
 /// Byte offsets in x86-64's `struct pt_regs`.
 const PT_REGS_BP: usize = 4 * 8;
@@ -20,12 +19,12 @@ const PT_REGS_CS: usize = 17 * 8;
 const PT_REGS_SP: usize = 19 * 8;
 
 /// Fills `out` (inside a reserved ring-buffer record): registers, then whole pages of stack from
-/// the page `sp` lies in upwards until `USER_STACK_PAGES` or the first page that cannot be read
-/// (the top of the stack). Sets `status`, `len` and `start`; `bytes` past `len` are left as they
-/// are (user space reads only `len`).
+/// the page `sp` lies in upwards until `pages` or the first page that cannot be read (the top of
+/// the stack). Sets `status`, `len` and `start`; `bytes` past `len` are left as they are (user
+/// space reads only `len`).
 #[inline(always)]
-pub fn capture(out: *mut UserStack) {
-    let pages = global(&USER_STACK_PAGES) as usize;
+pub fn capture(out: *mut UserStack, pages: u32) {
+    let pages = pages as usize;
     // SAFETY: `out` points into a reserved record; these are plain stores.
     unsafe {
         (*out).len = 0;

@@ -131,6 +131,15 @@ pub struct TierFlags {
     /// ticks; each sample's native and Python stack makes their CPU profile; 0: off).
     #[arg(long, value_name = "HZ", default_value_t = crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ)]
     pub cpu_samples_hz: u32,
+    /// CPU samples of one process a second that may copy pages of its user stack for unwinding
+    /// in user space, taken only where the frame-pointer walk in the kernel came back short (code
+    /// built without frame pointers); 0: never. Default 2 (`record`: 200, every sample's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=200))]
+    pub cpu_stack_copies_per_sec: Option<u32>,
+    /// The scheduling class of the agent's stack unwinding and naming: `idle` (SCHED_IDLE: runs
+    /// only where the job leaves a CPU idle; what falls behind is counted) or `normal`.
+    #[arg(long, value_name = "CLASS")]
+    pub work_class: Option<crate::model::work_class::WorkClass>,
     /// Size of the kernel's event ring buffer in KiB (a power of two, 4 to 262144); a burst
     /// bigger than it is counted as `ringbuf_full` losses.
     #[arg(long, value_name = "KIB", default_value_t = crate::model::agent::DEFAULT_EVENT_RING_KIB, value_parser = ring_kib)]
@@ -161,6 +170,8 @@ impl Default for TierFlags {
             exited_grace: None,
             site_samples_per_sec: crate::model::site::DEFAULT_SAMPLES_PER_SEC,
             cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
+            cpu_stack_copies_per_sec: None,
+            work_class: None,
             event_ring_kib: crate::model::agent::DEFAULT_EVENT_RING_KIB,
             insights_config: None,
             page_path: None,

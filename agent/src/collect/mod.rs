@@ -35,3 +35,4 @@ pub mod symbols;
 pub mod task_faults;
 pub mod tracefs;
 pub mod unwind;
+pub mod work_class;

@@ -81,6 +81,8 @@ pub struct LoadOptions {
     pub page_path: PagePathMode,
     /// The CPU sampler's ticks per second per CPU (0: off).
     pub cpu_samples_hz: u32,
+    /// CPU samples of one process a second that may copy their user stack (0: none).
+    pub cpu_stack_copies_per_sec: u32,
 }
 
 impl Default for LoadOptions {
@@ -94,6 +96,7 @@ impl Default for LoadOptions {
             tracked_max: DEFAULT_TRACKED_MAX,
             page_path: PagePathMode::default(),
             cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
+            cpu_stack_copies_per_sec: crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC,
         }
     }
 }
@@ -188,6 +191,10 @@ impl Probes {
         let cpu_interval_ns = 1_000_000_000u64
             .checked_div(u64::from(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC))
             .unwrap_or(0);
+        let (cpu_stack_pages, cpu_copy_interval_ns) = match opts.cpu_stack_copies_per_sec {
+            0 => (0, 0),
+            n => (opts.user_stack_pages, 1_000_000_000u64 / u64::from(n)),
+        };
         let shape = super::kernel_memory::machine_shape(
             Path::new("/proc"),
             Path::new("/sys"),
@@ -211,6 +218,8 @@ impl Probes {
             .override_global(global::TASK_FSBASE, &task_fsbase, true)
             .override_global(global::CPU_INTERVAL_NS, &cpu_interval_ns, true)
             .override_global(global::CPU_BURST_NS, &SITE_BURST_NS, true)
+            .override_global(global::CPU_STACK_PAGES, &cpu_stack_pages, true)
+            .override_global(global::CPU_COPY_INTERVAL_NS, &cpu_copy_interval_ns, true)
             .map_max_entries(map::CPU_SAMPLES, cpu_ring_bytes)
             .map_max_entries(map::CPU_BUDGET, sizes.site_watch)
             .map_max_entries(map::BLOCK_NODE, table_len)

@@ -85,6 +85,11 @@ pub struct SessionOptions {
     pub page_path: Option<PagePathMode>,
     /// The CPU sampler's ticks per second per CPU (0: off; `None`: the default).
     pub cpu_samples_hz: Option<u32>,
+    /// CPU samples of one process a second that may copy their user stack (0: none; `None`:
+    /// [`crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC`]).
+    pub cpu_stack_copies_per_sec: Option<u32>,
+    /// The scheduling class of the background threads (`None`: idle, `collect/work_class.rs`).
+    pub work_class: Option<super::work_class::WorkClass>,
 }
 
 pub struct Session {
@@ -182,6 +187,9 @@ impl Session {
             tracked_max: opts.tracked_max.unwrap_or(crate::collect::probes::DEFAULT_TRACKED_MAX),
             page_path,
             cpu_samples_hz: opts.cpu_samples_hz.unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ),
+            cpu_stack_copies_per_sec: opts
+                .cpu_stack_copies_per_sec
+                .unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC),
             ..LoadOptions::default()
         };
         let mut probes = Probes::load(&load).context("starting the kernel probes")?;
@@ -220,6 +228,7 @@ impl Session {
         let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
         let cpu_ring = probes.cpu_period_ns.and_then(|_| probes.ebpf.take_map(map::CPU_SAMPLES));
         let cpu_ring = cpu_ring.and_then(|m| aya::maps::RingBuf::try_from(m).ok());
+        super::work_class::set(opts.work_class.unwrap_or_default());
         let site_reader = sites::spawn(site_ring, cpu_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());
@@ -228,6 +237,7 @@ impl Session {
         model.gpus = topology.gpus.clone();
         model.cpu_period_ns = probes.cpu_period_ns.unwrap_or(0);
         model.cpu_samples_hz = if model.cpu_period_ns == 0 { 0 } else { load.cpu_samples_hz };
+        model.cpu_stack_copies_per_sec = load.cpu_stack_copies_per_sec;
         model.cpu_sampler_note = (load.cpu_samples_hz > 0 && model.cpu_period_ns == 0)
             .then(|| probes.programs.iter().find(|p| p.name == program::CPU_SAMPLE).and_then(|p| p.reason.clone()))
             .flatten();

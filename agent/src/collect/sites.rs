@@ -426,6 +426,7 @@ pub fn spawn(
     let (name_tx, name_rx) = std_mpsc::sync_channel::<NameJob>(1024);
     let (named, namer_st) = (tally.clone(), stats.clone());
     std::thread::Builder::new().name("site-namer".into()).spawn(move || {
+        super::work_class::enter_background();
         let mut namer = FrameNamer::default();
         loop {
             let job = match name_rx.recv_timeout(NAMER_IDLE) {
@@ -445,6 +446,7 @@ pub fn spawn(
     })?;
     let (st, out) = (stats.clone(), tally.clone());
     std::thread::Builder::new().name("site-reader".into()).spawn(move || {
+        super::work_class::enter_background();
         let mut normalizer = FrameNormalizer::default();
         let mut dedup = Dedup::default();
         let mut stacks = Stacks { unwinders: Unwinders::default(), python: PyResolver::default(), py_procs };

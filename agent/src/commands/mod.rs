@@ -71,6 +71,8 @@ pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) 
         tracked_max: None,
         page_path: tiers.page_path,
         cpu_samples_hz: Some(tiers.cpu_samples_hz),
+        cpu_stack_copies_per_sec: tiers.cpu_stack_copies_per_sec,
+        work_class: tiers.work_class,
     }
 }
 

@@ -145,7 +145,10 @@ fn selection_words(filter: &ProcessFilter, command: &[String]) -> String {
 }
 
 async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
-    let mut s = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
+    let mut opts = super::session_options(&args.tiers, filter.pattern.clone());
+    // A CPU profile is what a recording is for: every sample that needs a stack copy takes one.
+    opts.cpu_stack_copies_per_sec.get_or_insert(crate::model::cpu_profile::RECORD_CPU_STACK_COPIES_PER_SEC);
+    let mut s = Session::start_with(opts)?;
     s.model.step_marker = args.tiers.step_marker.clone();
     let hot_cfg = args.hotness.config()?;
     // Hotness (DAMON) joins the frames when asked for; dropping the worker stops its kdamonds.

@@ -286,6 +286,8 @@ async fn agent(mut cfg: Config, load: impl Fn() -> Result<Config, ConfigError>) 
         tracked_max: Some(u32::try_from(cfg.max_tracked).unwrap_or(u32::MAX)),
         page_path: cfg.page_path,
         cpu_samples_hz: Some(cfg.cpu_samples_hz),
+        cpu_stack_copies_per_sec: Some(cfg.cpu_stack_copies_per_sec),
+        work_class: Some(cfg.work_class),
         ..Default::default()
     })?;
     s.model.step_marker = cfg.step_marker.clone();

@@ -114,6 +114,10 @@ pub struct FileCollect {
     pub site_samples_per_sec: Option<u32>,
     /// CPU samples per second per CPU of the tracked processes' threads (0: off).
     pub cpu_samples_hz: Option<u32>,
+    /// CPU samples of one process a second that may copy their user stack (0: none; default 2).
+    pub cpu_stack_copies_per_sec: Option<u32>,
+    /// The scheduling class of the stack unwinding and naming threads: "idle" (default) or "normal".
+    pub work_class: Option<String>,
     /// The kernel's event ring buffer in KiB (a power of two, 4 to 262144; default 1024).
     pub event_ring_kib: Option<u32>,
     /// `exact` (every page event counted, the default) or `sampled` (duty-cycled, estimates).
@@ -208,6 +212,11 @@ pub struct Config {
     pub site_samples_per_sec: u32,
     /// `[collect] cpu_samples_hz`: the CPU sampler's ticks per second per CPU (0: off).
     pub cpu_samples_hz: u32,
+    /// `[collect] cpu_stack_copies_per_sec`: CPU samples of one process a second that may copy
+    /// their user stack for unwinding in user space (0: none).
+    pub cpu_stack_copies_per_sec: u32,
+    /// `[collect] work_class`: the scheduling class of the agent's background threads.
+    pub work_class: crate::model::work_class::WorkClass,
     /// `[collect] event_ring_kib`: the kernel's event ring buffer in KiB.
     pub event_ring_kib: u32,
     /// `[collect] page_path` / `--page-path` (`None`: the node's default).
@@ -446,6 +455,25 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
             ),
         ));
     }
+    let cpu_stack_copies_per_sec = file
+        .collect
+        .cpu_stack_copies_per_sec
+        .unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC);
+    if cpu_stack_copies_per_sec > crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC {
+        return Err(bad(
+            "collect.cpu_stack_copies_per_sec",
+            format!(
+                "{cpu_stack_copies_per_sec} is over the {} samples a process may deliver a second: use 0 (never) to {} (default {})",
+                crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC,
+                crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC,
+                crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC
+            ),
+        ));
+    }
+    let work_class = match &file.collect.work_class {
+        Some(w) => w.parse().map_err(|e| bad("collect.work_class", e))?,
+        None => crate::model::work_class::WorkClass::default(),
+    };
     let event_ring_kib = crate::model::agent::check_ring_kib(
         file.collect.event_ring_kib.unwrap_or(crate::model::agent::DEFAULT_EVENT_RING_KIB),
     )
@@ -503,6 +531,8 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
         max_tracked,
         site_samples_per_sec,
         cpu_samples_hz,
+        cpu_stack_copies_per_sec,
+        work_class,
         event_ring_kib,
         page_path,
         step_marker,

@@ -17,6 +17,19 @@ pub const DEFAULT_CPU_SAMPLES_HZ: u32 = 49;
 /// stacks are thinned).
 pub const DEFAULT_CPU_SAMPLES_PER_SEC: u32 = 200;
 
+/// Samples of one process a second that may copy their user stack for unwinding in user space
+/// (`[collect] cpu_stack_copies_per_sec`, `--cpu-stack-copies-per-sec`; 0: none) in `run`, `top`
+/// and `snapshot`; only samples whose frame-pointer walk came back short ask. Unwinding a copy
+/// took ~0.33 ms of the agent's CPU on the GPU machine, and at every sample (49 Hz on the main
+/// thread, up to 200 a second more) the agent added ~4% to a rank's step time: the walk in the
+/// kernel and the Python frames are what the profile and the steps are made of; the copies fill
+/// in native callers of code without frame pointers, at a bounded cost.
+pub const DEFAULT_CPU_STACK_COPIES_PER_SEC: u32 = 2;
+
+/// `record`'s stack copies a second per process: a CPU profile is what was asked for, so every
+/// sample that needs one (up to the sample budget) copies (docs/cpu-profile.md has the cost).
+pub const RECORD_CPU_STACK_COPIES_PER_SEC: u32 = DEFAULT_CPU_SAMPLES_PER_SEC;
+
 /// Recent samples a process keeps with their times (for recordings: a step detector reads the
 /// main thread's Python frames over time); older ones stay in the totals only.
 pub const MAX_MARKS: usize = 16_384;
@@ -204,6 +217,11 @@ pub struct CpuSampling {
     pub period_ns: u64,
     /// Samples one process may deliver per second.
     pub samples_per_sec: u32,
+    /// Samples one process may copy its user stack in per second (only where the frame-pointer
+    /// walk came back short), and how many did, and how many were short but over that budget.
+    pub stack_copies_per_sec: u32,
+    pub stack_copied: u64,
+    pub copy_over_budget: u64,
     /// Why it is not running though asked for (the perf events could not be opened).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -227,6 +245,9 @@ impl CpuSampling {
             hz: model.cpu_samples_hz,
             period_ns: model.cpu_period_ns,
             samples_per_sec: DEFAULT_CPU_SAMPLES_PER_SEC,
+            stack_copies_per_sec: model.cpu_stack_copies_per_sec,
+            stack_copied: k("cpu_stack_copied"),
+            copy_over_budget: k("cpu_copy_over_budget"),
             note: model.cpu_sampler_note.clone(),
             attempts: k("cpu_attempts"),
             delivered: k("cpu_delivered"),

@@ -33,6 +33,7 @@ pub mod snapshot;
 pub mod steps;
 pub mod tiering;
 pub mod unplug;
+pub mod work_class;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +93,8 @@ pub struct Model {
     /// The sampler's ticks per second per CPU (0: off), and why it is not running when asked
     /// for (the perf events could not be opened).
     pub cpu_samples_hz: u32,
+    /// CPU samples of one process a second that may copy their stack (0: none).
+    pub cpu_stack_copies_per_sec: u32,
     pub cpu_sampler_note: Option<String>,
     /// Where live steps start (`--step-marker`); without it, from each rank's rhythm.
     pub step_marker: Option<steps::StepMarker>,

@@ -504,6 +504,8 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                         | "cpu_rate_limited"
                         | "cpu_not_watched"
                         | "alloc_cache_flushes"
+                        | "cpu_stack_copied"
+                        | "cpu_copy_over_budget"
                 )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
