@@ -48,6 +48,9 @@ pub struct VmTestArgs {
     /// Multiply every boot's deadline by this (slower CI machines); default 1.
     #[arg(long)]
     pub timeout_scale: Option<f64>,
+    /// Guests booted at once (each keeps one host core busy); default: the host's cores, at most 2.
+    #[arg(long)]
+    pub lanes: Option<usize>,
 }
 
 /// Host tools the image is built with (bookworm packages).
@@ -79,106 +82,35 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
     let extra = initramfs::Extra { agent: agent.clone(), workload: workload.exists().then_some(workload) };
     let image = initramfs::build(&fetched, &cache, &extra)?;
 
+    // The scenarios run in lanes, each lane one guest at a time (a TCG guest with
+    // `thread=single` keeps one host core busy): the longest first, so that the lanes end together.
+    let mut queue: Vec<&scenarios::Scenario> = selected.clone();
+    queue.sort_by_key(|s| std::cmp::Reverse(s.timeout_s));
+    let lanes = args.lanes.unwrap_or_else(default_lanes).clamp(1, queue.len().max(1));
+    println!("vm: {} scenario(s) in {lanes} lane(s)", queue.len());
+    let ctx = Ctx { args: &args, fetched: &fetched, image: &image, cache: &cache, agent: &agent };
+    let queue = std::sync::Mutex::new(queue.into_iter());
+    let ran: std::sync::Mutex<Vec<(&str, Ran)>> = Default::default();
+    std::thread::scope(|scope| {
+        for _ in 0..lanes {
+            scope.spawn(|| loop {
+                let Some(s) = queue.lock().unwrap_or_else(|e| e.into_inner()).next() else { return };
+                let r = run_one(s, &ctx);
+                // One scenario's lines together, as it ends.
+                print!("{}", r.text);
+                ran.lock().unwrap_or_else(|e| e.into_inner()).push((s.name, r));
+            });
+        }
+    });
     let mut failed = Vec::new();
     // The kernel-memory guests, judged together once both ran.
     let mut kmem_reports: std::collections::BTreeMap<&str, Report> = Default::default();
-    for s in &selected {
-        let run_dir = qemu::run_dir(&cache, s.name);
-        let boot = qemu::Boot {
-            fetched: &fetched,
-            initramfs: &image,
-            shape: s.shape,
-            scenario: s.name,
-            run_dir: &run_dir,
-            timeout: Duration::from_secs_f64(s.timeout_s as f64 * args.timeout_scale.unwrap_or(1.0)),
-        };
-        let outcome = match qemu::boot(&boot) {
-            Ok(o) => o,
-            Err(e) => {
-                println!("vm: FAIL {} ({}): {e:#}", s.name, s.shape.name());
-                failed.push(s.name);
-                continue;
-            }
-        };
-        let mut host_problems = vec![];
-        if s.name == "recorded-demo" {
-            // The binary the guest recorded with reports its session.
-            match agent.as_deref().map(|a| demo::report_on_host(a, &run_dir)) {
-                Some(Ok(())) => {}
-                Some(Err(e)) => host_problems.push(format!("{e:#}")),
-                None => host_problems.push("no agent binary to report the session with".into()),
-            }
+    for (name, r) in ran.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        if !r.passed {
+            failed.push(name);
         }
-        let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
-        let mut report = Report::parse(&outcome.lines, agent_json.as_deref());
-        report.agent_node =
-            fs::read_to_string(run_dir.join("out/agent-node.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
-        report.read_snapshots(&run_dir.join("out"));
-        let figures = (s.judge)(&report);
-        let mut problems: Vec<String> =
-            report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
-        problems.extend(host_problems);
-        if outcome.status != 0 && problems.is_empty() {
-            problems.push(format!(
-                "guest script exited {} (console: {})",
-                outcome.status,
-                run_dir.join("console.log").display()
-            ));
-        }
-        let agent_missing = figures.iter().any(|f| f.agent.is_none() && !f.ok);
-        for f in figures.iter().filter(|f| !f.ok) {
-            if !(args.kernel_only && f.agent.is_none()) {
-                problems.push(format!("{} off", f.name));
-            }
-        }
-        if s.name == "recorded-demo" && args.update_fixtures && problems.is_empty() && figures.iter().all(|f| f.ok) {
-            if let Err(e) = demo::ship(&run_dir.join("out/demo.tscope")) {
-                problems.push(format!("{e:#}"));
-            }
-        }
-        if s.kind == Kind::Fixtures && problems.is_empty() {
-            if let Err(e) = install_fixtures(&run_dir.join("out/fixtures"), s.shape, &fetched.kernel_release) {
-                problems.push(format!("{e:#}"));
-            }
-        }
-        let figs: Vec<String> = figures
-            .iter()
-            .map(|f| {
-                format!(
-                    "{}: agent={} kernel={} {} ({})",
-                    f.name,
-                    show(f.agent),
-                    show(f.kernel),
-                    if f.ok { "ok" } else { "OFF" },
-                    f.rule
-                )
-            })
-            .collect();
-        let checks = report.checks.iter().filter(|(ok, _)| *ok).count();
-        let verdict = match (problems.is_empty(), figures.iter().all(|f| f.ok)) {
-            (true, true) => "PASS",
-            // --kernel-only: the kernel side held, the agent's figures did not.
-            (true, false) => "PASS(kernel side only)",
-            (false, _) => "FAIL",
-        };
-        println!(
-            "vm: {verdict} {} ({}, boot {:.1} s, {:.1} s in all, {checks}/{} guest checks ok){}{}",
-            s.name,
-            s.shape.name(),
-            outcome.boot.map_or(f64::NAN, |b| b.as_secs_f64()),
-            outcome.elapsed.as_secs_f64(),
-            report.checks.len(),
-            if figs.is_empty() { String::new() } else { format!(": {}", figs.join("; ")) },
-            if agent_missing { format!(" [{}]", report.agent_problem()) } else { String::new() },
-        );
-        for p in &problems {
-            println!("      {p}");
-        }
-        if !problems.is_empty() {
-            failed.push(s.name);
-        }
-        if s.name.starts_with("kmem-") {
-            kmem_reports.insert(s.name, report);
+        if let Some(report) = r.report {
+            kmem_reports.insert(name, report);
         }
     }
     if let (Some(few), Some(many)) = (kmem_reports.get("kmem-2"), kmem_reports.get("kmem-64")) {
@@ -204,8 +136,125 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
     Ok(selected.len())
 }
 
+/// What every scenario's run shares.
+struct Ctx<'a> {
+    args: &'a VmTestArgs,
+    fetched: &'a fetch::Fetched,
+    image: &'a Path,
+    cache: &'a Path,
+    agent: &'a Option<std::path::PathBuf>,
+}
+
+/// One scenario's verdict: its lines, whether it passed, and its report where a later judge
+/// needs it (the kernel-memory line).
+struct Ran {
+    text: String,
+    passed: bool,
+    report: Option<Report>,
+}
+
+/// Lanes by default: one per host core, at most two (a third guest on a bigger machine is not
+/// what the scenarios' deadlines were set on).
+fn default_lanes() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(2)
+}
+
+/// Boots one scenario's guest and judges it.
+fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
+    let run_dir = qemu::run_dir(ctx.cache, s.name);
+    let boot = qemu::Boot {
+        fetched: ctx.fetched,
+        initramfs: ctx.image,
+        shape: s.shape,
+        scenario: s.name,
+        run_dir: &run_dir,
+        timeout: Duration::from_secs_f64(s.timeout_s as f64 * ctx.args.timeout_scale.unwrap_or(1.0)),
+    };
+    let outcome = match qemu::boot(&boot) {
+        Ok(o) => o,
+        Err(e) => {
+            return Ran { text: format!("vm: FAIL {} ({}): {e:#}\n", s.name, s.shape.name()), passed: false, report: None };
+        }
+    };
+    let mut host_problems = vec![];
+    if s.name == "recorded-demo" {
+        // The binary the guest recorded with reports its session.
+        match ctx.agent.as_deref().map(|a| demo::report_on_host(a, &run_dir)) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => host_problems.push(format!("{e:#}")),
+            None => host_problems.push("no agent binary to report the session with".into()),
+        }
+    }
+    let agent_json = fs::read_to_string(run_dir.join("out/agent.json")).ok();
+    let mut report = Report::parse(&outcome.lines, agent_json.as_deref());
+    report.agent_node =
+        fs::read_to_string(run_dir.join("out/agent-node.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
+    report.read_snapshots(&run_dir.join("out"));
+    let figures = (s.judge)(&report);
+    let mut problems: Vec<String> =
+        report.checks.iter().filter(|(ok, _)| !ok).map(|(_, t)| format!("guest check failed: {t}")).collect();
+    problems.extend(host_problems);
+    if outcome.status != 0 && problems.is_empty() {
+        problems.push(format!(
+            "guest script exited {} (console: {})",
+            outcome.status,
+            run_dir.join("console.log").display()
+        ));
+    }
+    let agent_missing = figures.iter().any(|f| f.agent.is_none() && !f.ok);
+    for f in figures.iter().filter(|f| !f.ok) {
+        if !(ctx.args.kernel_only && f.agent.is_none()) {
+            problems.push(format!("{} off", f.name));
+        }
+    }
+    if s.name == "recorded-demo" && ctx.args.update_fixtures && problems.is_empty() && figures.iter().all(|f| f.ok) {
+        if let Err(e) = demo::ship(&run_dir.join("out/demo.tscope")) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    if s.kind == Kind::Fixtures && problems.is_empty() {
+        if let Err(e) = install_fixtures(&run_dir.join("out/fixtures"), s.shape, &ctx.fetched.kernel_release) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    let figs: Vec<String> = figures
+        .iter()
+        .map(|f| {
+            format!(
+                "{}: agent={} kernel={} {} ({})",
+                f.name,
+                show(f.agent),
+                show(f.kernel),
+                if f.ok { "ok" } else { "OFF" },
+                f.rule
+            )
+        })
+        .collect();
+    let checks = report.checks.iter().filter(|(ok, _)| *ok).count();
+    let verdict = match (problems.is_empty(), figures.iter().all(|f| f.ok)) {
+        (true, true) => "PASS",
+        // --kernel-only: the kernel side held, the agent's figures did not.
+        (true, false) => "PASS(kernel side only)",
+        (false, _) => "FAIL",
+    };
+    let mut text = format!(
+        "vm: {verdict} {} ({}, boot {:.1} s, {:.1} s in all, {checks}/{} guest checks ok){}{}\n",
+        s.name,
+        s.shape.name(),
+        outcome.boot.map_or(f64::NAN, |b| b.as_secs_f64()),
+        outcome.elapsed.as_secs_f64(),
+        report.checks.len(),
+        if figs.is_empty() { String::new() } else { format!(": {}", figs.join("; ")) },
+        if agent_missing { format!(" [{}]", report.agent_problem()) } else { String::new() },
+    );
+    for p in &problems {
+        text.push_str(&format!("      {p}\n"));
+    }
+    Ran { text, passed: problems.is_empty(), report: s.name.starts_with("kmem-").then_some(report) }
+}
+
 /// Serializes vm-test runs in one checkout: they share `.vm-cache` (the initramfs, the run
-/// directories), and two TCG guests on two cores would also skew each other's timings.
+/// directories), and a second run's guests on top of this run's lanes would starve both.
 /// The lock is released when the returned file is dropped (or the process dies).
 #[allow(clippy::incompatible_msrv)] // xtask runs on rustup's stable (File::lock is 1.89)
 fn lock_cache() -> Result<fs::File> {
