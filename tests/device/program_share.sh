@@ -52,16 +52,30 @@ hz = os.sysconf("SC_CLK_TCK")
 def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / hz
+def threads(pid):
+    out = {}
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = open(f"/proc/{pid}/task/{t}/comm").read().strip()
+            f = open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()
+            out[(t, name)] = (int(f[11]) + int(f[12])) / hz
+        except OSError:
+            pass
+    return out
 def steps():
     return [float(m.group(1)) for l in open(log) if (m := re.search(r"rank 0 at [\d.]+ took ([\d.]+)", l))]
 maxid = int(sys.argv[6])
 p0 = {(i, n): (ns, c) for i, n, ns, c in programs() if i > maxid}
-r0, a0, s0, t0 = cpu(rank), cpu(agent), len(steps()), time.time()
+r0, a0, s0, t0, th0 = cpu(rank), cpu(agent), len(steps()), time.time(), threads(agent)
 time.sleep(watch)
 p1 = {(i, n): (ns, c) for i, n, ns, c in programs() if i > maxid}
-r1, a1, s1, t1 = cpu(rank), cpu(agent), len(steps()), time.time()
+r1, a1, s1, t1, th1 = cpu(rank), cpu(agent), len(steps()), time.time(), threads(agent)
 wall, rank_cpu, ncpu = t1 - t0, r1 - r0, os.cpu_count()
 print(f"== agent {config}: {wall:.1f} s, {s1 - s0} steps, the rank used {rank_cpu:.1f} s of CPU ({rank_cpu / wall:.2f} cores); the agent {a1 - a0:.2f} s ({(a1 - a0) / wall * 100:.2f}% of a core)")
+by_name = {}
+for k, v in th1.items():
+    by_name[k[1]] = by_name.get(k[1], 0) + v - th0.get(k, 0)
+print("   agent threads: " + ", ".join(f"{n} {s / wall * 100:.2f}%" for n, s in sorted(by_name.items(), key=lambda kv: -kv[1]) if s > 0))
 total = 0
 for k, (ns, c) in sorted(p1.items(), key=lambda kv: -(kv[1][0] - p0.get(kv[0], (0, 0))[0])):
     dns, dc = ns - p0.get(k, (0, 0))[0], c - p0.get(k, (0, 0))[1]
