@@ -1,7 +1,8 @@
 //! The deployment files in deploy/: every Kustomize variant renders and validates against the
 //! Kubernetes API schemas offline (PyPI's kubernetes-validate, strict), the DaemonSet keeps the
-//! agent least-privileged, and the arguments and config file the manifests, the image and the
-//! systemd unit give the agent are ones it accepts (`run --check-config`); the unit passes
+//! agent least-privileged and reachable by Prometheus only (a NetworkPolicy), and the arguments
+//! and config file the manifests, the image and the systemd unit give the agent are ones it
+//! accepts (`run --check-config`); the unit passes
 //! `systemd-analyze verify` and, run with its own credentials, collects; the image runs `check`
 //! with only the four capabilities. `cargo xtask setup` installs the tools, `cargo xtask image`
 //! builds the image (`cargo xtask test` does both and sets TIERSCOPE_IMAGE).
@@ -96,6 +97,46 @@ fn strings(v: &Value) -> Vec<String> {
     v.as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
+/// Issue 41: one NetworkPolicy selects the agent's pods and admits, on the metrics port only,
+/// Prometheus pods only (a selector on each peer: no empty `from`, no address block).
+fn only_the_scrapers_reach_the_endpoint(name: &str, docs: &[Value], template: &Value) {
+    let policies = of_kind(docs, "NetworkPolicy");
+    assert_eq!(policies.len(), 1, "{name}: one NetworkPolicy for the agent's endpoint");
+    let spec = &policies[0]["spec"];
+    let selected = spec["podSelector"]["matchLabels"].as_object().expect("the policy selects pods by label");
+    assert!(!selected.is_empty(), "{name}: the policy selects every pod of the namespace");
+    for (k, v) in selected {
+        assert_eq!(&template["metadata"]["labels"][k], v, "{name}: the policy does not select the agent's pods ({k})");
+    }
+    assert_eq!(strings(&spec["policyTypes"]), ["Ingress"], "{name}");
+    let rules = spec["ingress"].as_array().expect("ingress rules");
+    assert_eq!(rules.len(), 1, "{name}: one ingress rule");
+    let ports = rules[0]["ports"].as_array().expect("the rule names its port");
+    let container_port = template["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("present in the manifest")
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("the metrics port")
+        .clone();
+    assert_eq!(ports.len(), 1, "{name}: one port admitted");
+    assert!(
+        ports[0]["port"] == "metrics" || ports[0]["port"] == container_port["containerPort"],
+        "{name}: the admitted port is not the metrics port: {}",
+        ports[0]
+    );
+    assert_eq!(ports[0]["protocol"], "TCP", "{name}");
+    let from = rules[0]["from"].as_array().expect("the rule says from whom");
+    assert!(!from.is_empty(), "{name}: an empty `from` admits everyone");
+    for peer in from {
+        assert!(peer.get("ipBlock").is_none(), "{name}: an address block admits more than the scrapers: {peer}");
+        assert_eq!(
+            peer["podSelector"]["matchLabels"]["app.kubernetes.io/name"], "prometheus",
+            "{name}: a peer that is not Prometheus: {peer}"
+        );
+    }
+}
+
 #[test]
 fn every_kubernetes_variant_renders_and_validates_offline() {
     let dir = tmp("validate");
@@ -155,6 +196,7 @@ fn every_kubernetes_variant_renders_and_validates_offline() {
             .filter_map(|m| m["mountPath"].as_str().map(str::to_string))
             .collect();
         assert!(mounts.contains(&"/etc/tierscope".to_string()), "{name}: the config file's ConfigMap");
+        only_the_scrapers_reach_the_endpoint(&name, &docs, &ds[0]["spec"]["template"]);
         let annotations = &ds[0]["spec"]["template"]["metadata"]["annotations"];
         match name.as_str() {
             "prometheus" => {

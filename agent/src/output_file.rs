@@ -5,16 +5,26 @@
 //! directories that someone else controls. A path is therefore only ever (a) a new file, created
 //! with `O_CREAT|O_EXCL`, or (b) an existing regular file that the invoking user owns; a final
 //! symbolic link is never followed (`O_NOFOLLOW`) and nothing else is opened, truncated or
-//! re-owned. Under sudo the file is opened with the invoking user's filesystem identity
+//! re-owned. No symbolic link is followed anywhere in the path either: the directory is opened
+//! with `openat2(RESOLVE_NO_SYMLINKS)` (a component-by-component walk with `O_NOFOLLOW` on
+//! kernels before 5.6), and the file is judged, opened and, should its writer fail, removed
+//! through that directory handle ([`Output::discard`]), never by path again. Under sudo the file
+//! is opened with the invoking user's filesystem identity
 //! (`setfsuid`/`setfsgid` and their groups, on the calling thread only), so the kernel checks
 //! that user's right to create it in that directory and a new file is theirs from the start:
 //! nothing is ever `fchown`ed. [`decide`] is the rule, pure; [`create`] applies it.
 use std::{
-    ffi::CStr,
+    ffi::{CStr, CString},
     fs::File,
     io,
-    os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _},
-    path::{Path, PathBuf},
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::{
+            ffi::OsStrExt as _,
+            fs::{FileTypeExt as _, MetadataExt as _},
+        },
+    },
+    path::{Component, Path, PathBuf},
 };
 
 /// The user a file is written for and a command is run as.
@@ -176,8 +186,15 @@ pub enum Decision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     Symlink,
+    /// A directory on the path is a symbolic link.
+    LinkInPath,
+    /// The path names no file (it ends in `/`, `.` or `..`).
+    NotAFileName,
     NotRegular(Kind),
-    NotYours { owner: u32, invoker: u32 },
+    NotYours {
+        owner: u32,
+        invoker: u32,
+    },
 }
 
 /// The rule: a new file, or an existing regular file that `invoker` owns; nothing else.
@@ -209,6 +226,10 @@ pub enum OutputError {
 fn refusal_words(r: Refusal) -> String {
     match r {
         Refusal::Symlink => "is a symbolic link, and tierscope does not write through links: remove it or give another path".into(),
+        Refusal::LinkInPath => "has a symbolic link among its directories, and tierscope does not write through links: \
+                                give the path without links (`realpath` prints it) or another path"
+            .into(),
+        Refusal::NotAFileName => "names no file (it ends in /, . or ..): give the path of a file".into(),
         Refusal::NotRegular(k) => {
             format!("is a {}, not a regular file: give the path of a new file or of a regular file of yours", k.words())
         }
@@ -218,50 +239,84 @@ fn refusal_words(r: Refusal) -> String {
     }
 }
 
+/// An output file opened for writing, with the directory handle it was opened through.
+#[derive(Debug)]
+pub struct Output {
+    pub file: File,
+    dir: OwnedFd,
+    name: CString,
+    path: PathBuf,
+    who: Invoker,
+}
+
+impl Output {
+    /// Removes the file (a writer failed half way), through the directory it was opened in and
+    /// only while that name still holds this file: a directory renamed or replaced by a link
+    /// since cannot make it remove anything else. Whether it was removed.
+    pub fn discard(self) -> Result<bool, OutputError> {
+        let io_err = |cause| OutputError::Io { path: self.path.clone(), cause };
+        let _identity = FsIdentity::assume(&self.who).map_err(|cause| OutputError::Identity {
+            path: self.path.clone(),
+            uid: self.who.uid,
+            cause,
+        })?;
+        let mine = self.file.metadata().map_err(io_err)?;
+        match stat_at(&self.dir, &self.name) {
+            Ok(Some((m, _))) if (m.st_dev, m.st_ino) == (mine.dev(), mine.ino()) => {}
+            Ok(_) => return Ok(false),
+            Err(e) => return Err(io_err(e)),
+        }
+        // SAFETY: a directory descriptor we own and a NUL-terminated name.
+        if unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) } != 0 {
+            return Err(io_err(io::Error::last_os_error()));
+        }
+        Ok(true)
+    }
+}
+
 /// Opens `path` for writing for `who`: creates it with mode 0600, or truncates the regular file
 /// of theirs that is there (and makes it 0600); refuses anything else without touching it.
 pub fn create(path: &Path, who: &Invoker) -> Result<File, OutputError> {
+    open(path, who).map(|o| o.file)
+}
+
+/// [`create`], keeping the directory handle so that the file can be removed safely.
+pub fn open(path: &Path, who: &Invoker) -> Result<Output, OutputError> {
     let p = || path.to_path_buf();
+    let refused = |why| OutputError::Refused { path: p(), why };
     let _identity =
         FsIdentity::assume(who).map_err(|cause| OutputError::Identity { path: p(), uid: who.uid, cause })?;
     let io_err = |cause: io::Error| match cause.kind() {
         io::ErrorKind::PermissionDenied if who.acting_for => OutputError::Denied { path: p(), uid: who.uid },
         _ => OutputError::Io { path: p(), cause },
     };
-    let found = match std::fs::symlink_metadata(path) {
-        Ok(m) => Some((Found { kind: Kind::of(m.file_type()), uid: m.uid() }, (m.dev(), m.ino()))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_err(e)),
-    };
-    let refused = |why| OutputError::Refused { path: p(), why };
-    match decide(found.map(|f| f.0), who.uid).map_err(refused)? {
+    let (parent, name) = split(path).ok_or_else(|| refused(Refusal::NotAFileName))?;
+    let name = CString::new(name.as_bytes()).map_err(|_| refused(Refusal::NotAFileName))?;
+    let dir = open_dir(parent).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => refused(Refusal::LinkInPath),
+        _ => io_err(e),
+    })?;
+    let found = stat_at(&dir, &name).map_err(io_err)?;
+    let file = match decide(found.map(|f| f.1), who.uid).map_err(refused)? {
         Decision::Create => {
-            let opened = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
-                .open(path);
-            match opened {
-                Ok(f) => Ok(f),
-                // Something appeared since the lstat: look again, once.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(OutputError::Changed { path: p() }),
-                Err(e) => Err(io_err(e)),
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY;
+            match open_at(&dir, &name, flags, 0o600) {
+                Ok(f) => f,
+                // Something appeared since the look.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Err(OutputError::Changed { path: p() }),
+                Err(e) => return Err(io_err(e)),
             }
         }
         Decision::Reuse => {
-            let (_, (dev, ino)) = found.expect("Reuse is decided on something found");
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK)
-                .open(path)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::ELOOP) => refused(Refusal::Symlink),
-                    _ => io_err(e),
-                })?;
+            let (st, _) = found.expect("Reuse is decided on something found");
+            let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK;
+            let f = open_at(&dir, &name, flags, 0).map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => refused(Refusal::Symlink),
+                _ => io_err(e),
+            })?;
             // The same file that was judged, judged again through the descriptor.
             let m = f.metadata().map_err(io_err)?;
-            if (m.dev(), m.ino()) != (dev, ino) {
+            if (m.dev(), m.ino()) != (st.st_dev, st.st_ino) {
                 return Err(OutputError::Changed { path: p() });
             }
             decide(Some(Found { kind: Kind::of(m.file_type()), uid: m.uid() }), who.uid).map_err(refused)?;
@@ -270,9 +325,132 @@ pub fn create(path: &Path, who: &Invoker) -> Result<File, OutputError> {
             f.set_len(0).map_err(io_err)?;
             // Back to blocking writes (O_NONBLOCK only kept a FIFO from holding the open).
             set_blocking(&f).map_err(io_err)?;
-            Ok(f)
+            f
         }
+    };
+    Ok(Output { file, dir, name, path: p(), who: who.clone() })
+}
+
+/// The directory a path's file is in (`.` for a bare name) and the file's name; None when the
+/// path names no file (`/`, `x/`, `x/.`, `..`).
+pub fn split(path: &Path) -> Option<(&Path, &std::ffi::OsStr)> {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b"." {
+        return None;
     }
+    let name = path.file_name()?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Some((parent, name))
+}
+
+/// `openat2`'s `struct open_how` (linux/openat2.h).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Flags of every directory handle: a path, not a readable directory (search rights suffice).
+const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+
+/// Opens the directory `dir` without following a symbolic link in any component (ELOOP when
+/// one is there): `openat2` with `RESOLVE_NO_SYMLINKS`, or [`walk`] where the kernel lacks it.
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let how = OpenHow { flags: DIR_FLAGS as u64, mode: 0, resolve: libc::RESOLVE_NO_SYMLINKS };
+    // SAFETY: a NUL-terminated path, and `how` with its size, valid for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: a descriptor the kernel just gave us.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // No openat2 (before 5.6), or a seccomp filter that refuses it.
+        Some(libc::ENOSYS | libc::EPERM) => walk(dir),
+        _ => Err(e),
+    }
+}
+
+/// Opens `dir` one component at a time, each with `O_NOFOLLOW` and checked to be a directory;
+/// ELOOP at the first symbolic link.
+pub fn walk(dir: &Path) -> io::Result<OwnedFd> {
+    let start: &CStr = if dir.is_absolute() { c"/" } else { c"." };
+    let mut cur = open_raw(libc::AT_FDCWD, start, DIR_FLAGS, 0)?;
+    for c in dir.components() {
+        let name = match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+            Component::ParentDir => c"..".to_owned(),
+            Component::Normal(n) => {
+                CString::new(n.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?
+            }
+        };
+        let next = match open_raw(cur.as_raw_fd(), &name, DIR_FLAGS | libc::O_NOFOLLOW, 0) {
+            Ok(fd) => fd,
+            // O_DIRECTORY refuses a link it does not follow: say it is a link.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(match stat_at(&cur, &name)? {
+                    Some((_, Found { kind: Kind::Symlink, .. })) => io::Error::from_raw_os_error(libc::ELOOP),
+                    _ => e,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        // O_PATH|O_NOFOLLOW may hand back the link itself.
+        let m = File::from(next.try_clone()?).metadata()?;
+        if m.file_type().is_symlink() {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        if !m.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        cur = next;
+    }
+    Ok(cur)
+}
+
+fn open_raw(dir: libc::c_int, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated name; the mode is read only with O_CREAT.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, libc::c_uint::from(mode)) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_at(dir: &OwnedFd, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<File> {
+    open_raw(dir.as_raw_fd(), name, flags, mode).map(File::from)
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: what is there, or None when nothing is.
+fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<Option<(libc::stat, Found)>> {
+    // SAFETY: stat is plain data that fstatat fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a directory descriptor we own, a NUL-terminated name, a stat buffer.
+    if unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENOENT) { Ok(None) } else { Err(e) };
+    }
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFLNK => Kind::Symlink,
+        libc::S_IFDIR => Kind::Directory,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Socket,
+        libc::S_IFCHR => Kind::CharDevice,
+        libc::S_IFBLK => Kind::BlockDevice,
+        _ => Kind::Regular,
+    };
+    Ok(Some((st, Found { kind, uid: st.st_uid })))
 }
 
 /// [`create`] for [`Invoker::current`], then `bytes` written.
@@ -434,6 +612,78 @@ mod tests {
         // A new one: 0600.
         write(&d.join("fresh"), b"x").unwrap();
         assert_eq!(std::fs::metadata(d.join("fresh")).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_path_splits_into_its_directory_and_a_file_name_or_names_no_file() {
+        for (path, want) in [
+            ("x.out", Some((".", "x.out"))),
+            ("./x.out", Some((".", "x.out"))),
+            ("/tmp/a/x.out", Some(("/tmp/a", "x.out"))),
+            ("../x.out", Some(("..", "x.out"))),
+            ("/x", Some(("/", "x"))),
+            ("/", None),
+            ("a/", None),
+            ("a/.", None),
+            (".", None),
+            ("a/..", None),
+            ("..", None),
+        ] {
+            let got = split(Path::new(path)).map(|(d, n)| (d.to_str().unwrap(), n.to_str().unwrap()));
+            assert_eq!(got, want, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_link_anywhere_among_the_directories_is_refused_by_openat2_and_by_the_walk() {
+        let d = scratch("beneath");
+        std::fs::create_dir_all(d.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(d.join("real"), d.join("link")).unwrap();
+        for dir in [d.join("link/sub"), d.join("real/../link/sub"), d.join("link")] {
+            let e = open_dir(&dir).expect_err("through a link");
+            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "openat2 {}", dir.display());
+            let e = walk(&dir).expect_err("through a link");
+            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "walk {}", dir.display());
+        }
+        // Without links, both open the same directory.
+        let same = |fd: OwnedFd| {
+            let m = File::from(fd).metadata().unwrap();
+            (m.dev(), m.ino())
+        };
+        let real = std::fs::metadata(d.join("real/sub")).unwrap();
+        for dir in [d.join("real/sub"), d.join("real/sub/../sub")] {
+            assert_eq!(same(open_dir(&dir).unwrap()), (real.dev(), real.ino()), "{}", dir.display());
+            assert_eq!(same(walk(&dir).unwrap()), (real.dev(), real.ino()), "{}", dir.display());
+        }
+        // The file: refused through the link in one line, created beneath the real directory.
+        let e = create(&d.join("link/sub/x.out"), &me()).expect_err("through a link").to_string();
+        assert!(e.contains("has a symbolic link among its directories") && !e.contains('\n'), "{e}");
+        assert!(!d.join("real/sub/x.out").exists());
+        write(&d.join("real/sub/x.out"), b"x").unwrap();
+        assert_eq!(std::fs::read(d.join("real/sub/x.out")).unwrap(), b"x");
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_discarded_output_is_removed_from_its_own_directory_and_nothing_else_is() {
+        let d = scratch("discard");
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::create_dir(d.join("victim")).unwrap();
+        std::fs::write(d.join("victim/x.out"), b"precious").unwrap();
+        let out = open(&d.join("dir/x.out"), &me()).unwrap();
+        // The directory is swapped for a link to another with a file of that name.
+        std::fs::rename(d.join("dir"), d.join("moved")).unwrap();
+        std::os::unix::fs::symlink(d.join("victim"), d.join("dir")).unwrap();
+        assert!(out.discard().unwrap(), "the output was not removed");
+        assert_eq!(std::fs::read(d.join("victim/x.out")).unwrap(), b"precious");
+        assert!(!d.join("moved/x.out").exists(), "the output is left in the renamed directory");
+        // A name that now holds another file is left alone.
+        let out = open(&d.join("moved/y.out"), &me()).unwrap();
+        std::fs::remove_file(d.join("moved/y.out")).unwrap();
+        std::fs::write(d.join("moved/y.out"), b"someone else's").unwrap();
+        assert!(!out.discard().unwrap(), "another file at the name was removed");
+        assert_eq!(std::fs::read(d.join("moved/y.out")).unwrap(), b"someone else's");
         std::fs::remove_dir_all(d).unwrap();
     }
 }

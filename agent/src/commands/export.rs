@@ -27,12 +27,24 @@ pub fn run(args: ExportArgs) -> Result<i32> {
     }
     if let Some(out) = &args.perfetto {
         let writing = || format!("writing {}", out.display());
-        let file = output_file::create(out, &output_file::Invoker::current()).context("the Perfetto trace")?;
-        let steps = steps::analyze(&rec, args.step_marker.as_ref())?;
-        let written = perfetto::write(&rec, &steps, file);
+        let output = output_file::open(out, &output_file::Invoker::current()).context("the Perfetto trace")?;
+        // The trace is written as the frames are read: no half of one is left behind. It is
+        // removed through the directory it was created in, never by its path again.
+        let discard = |output: output_file::Output| {
+            if let Err(e) = output.discard() {
+                eprintln!("tierscope: warning: the unfinished trace is left: {e}");
+            }
+        };
+        let steps = match steps::analyze(&rec, args.step_marker.as_ref()) {
+            Ok(steps) => steps,
+            Err(e) => {
+                discard(output);
+                return Err(e.into());
+            }
+        };
+        let written = perfetto::write(&rec, &steps, &output.file);
         if written.is_err() {
-            // The trace is written as the frames are read: no half of one is left behind.
-            let _ = std::fs::remove_file(out);
+            discard(output);
         }
         let packets = match written {
             Ok(n) => n,

@@ -3,6 +3,7 @@
 //! from the model are pure ([`instruments`]); the SDK glue is [`meter`]; transports are [`otlp`]
 //! and [`prometheus`]; settings are [`config`]; [`fleet`] folds process series per job and rank (`granularity = "job"`); the periodic tier probe is [`tier_probe`]; health events and
 //! insight openings and closings go out as OTLP log records ([`logs`], [`insight_logs`]). See docs/metrics.md for the table.
+pub mod admission;
 pub mod cardinality;
 pub mod config;
 pub mod fleet;

@@ -1,15 +1,18 @@
 //! The Prometheus text endpoint: `GET /metrics` on a loopback address by default. A minimal
 //! HTTP/1.1 responder (one request per connection, bounded request size, bounded concurrency)
-//! is all a scraper needs; it collects through the Prometheus reader at scrape time.
+//! is all a scraper needs; it collects through the Prometheus reader at scrape time, and one
+//! encoding is served to every client that asks within [`CACHE_FOR`] (one gather and encode at
+//! a time, however many ask).
 //!
-//! Slow clients cannot stop the scrapes: every connection has one deadline for reading its
-//! request and writing its answer, and at most [`MAX_CONNECTIONS`] are open; a newcomer that
-//! finds them all taken closes the one that has waited longest on its peer ([`to_evict`]) rather
-//! than wait. Each client closed either way is counted
-//! (`tierscope.agent.prometheus.clients.closed`) and logged at most once a minute.
+//! Slow clients and crowds cannot stop the scrapes: every connection has one deadline for
+//! reading its request and writing its answer, each source address holds at most
+//! [`admission::PER_PEER`] connections and all of them at most [`admission::MAX_CONNECTIONS`];
+//! a newcomer closes an idle or slow connection as [`admission::admit`] says, never the only
+//! connection of a peer that is mid-request or was answered recently (the scraper). Each client
+//! closed either way is counted (`tierscope.agent.prometheus.clients.closed`) and logged at most
+//! once a minute.
 use std::{
-    collections::BTreeMap,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::{atomic::Ordering, Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -20,13 +23,17 @@ use tokio::{
     sync::{oneshot, Notify},
 };
 
-use super::meter::ExportStats;
+use super::{
+    admission::{self, Admit, Open, Phase, MAX_CONNECTIONS, PER_PEER},
+    meter::ExportStats,
+};
 
 /// Largest request head accepted.
 const MAX_REQUEST: usize = 8 * 1024;
-/// Connections open at once. A node has a scraper or two (an HA pair of Prometheus servers) and
-/// the kubelet's probe; each open connection holds one encoded answer, so this bounds memory too.
-const MAX_CONNECTIONS: usize = 8;
+/// How long one encoding of the registry is served to every client: the scrapers of a node ask
+/// every 15 s or more, so they see figures at most this much older than a fresh gather, and a
+/// crowd of clients costs one gather and encode a second instead of one each.
+pub const CACHE_FOR: Duration = Duration::from_secs(1);
 /// The time one connection gets, from accept to the last byte of its answer handed to the kernel:
 /// reading the request, encoding, writing. A scraper sends its request in one segment and reads
 /// the answer (tens to hundreds of KiB) in milliseconds; only a client that trickles its request
@@ -58,42 +65,14 @@ pub fn route(head: &str) -> (u16, &'static str) {
     }
 }
 
-/// Where an open connection is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Waiting for the peer's request.
-    Request,
-    /// The agent gathers and encodes the answer (its own work, milliseconds).
-    Encoding,
-    /// Waiting for the peer to take the answer.
-    Answer,
-}
-
-/// An open connection as the eviction sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Open {
-    pub accepted: Instant,
-    pub phase: Phase,
-}
-
-/// The connection a newcomer closes when every slot is taken: of those waiting on their peer
-/// (for the request or for the answer to be read), the one accepted first, which has waited
-/// longest; the lower id on a tie. None while every one is being encoded: the newcomer waits
-/// the milliseconds that takes.
-pub fn to_evict<'a>(open: impl IntoIterator<Item = (u64, &'a Open)>) -> Option<u64> {
-    open.into_iter()
-        .filter(|(_, o)| o.phase != Phase::Encoding)
-        .min_by_key(|(id, o)| (o.accepted, *id))
-        .map(|(id, _)| id)
-}
-
 /// Why the endpoint closed a client before answering it in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Closed {
     /// Its request and answer took longer than [`REQUEST_DEADLINE`] (`tierscope.close.reason`
     /// "deadline").
     Deadline,
-    /// Every slot was taken when another client came, and it had waited longest ("evicted").
+    /// A newcomer needed its slot ([`admission::admit`]: its peer was at its cap, or every slot
+    /// was taken and it was an idle or slow connection of the busiest peer) ("evicted").
     Evicted,
 }
 
@@ -130,43 +109,74 @@ struct Slot {
 #[derive(Default)]
 struct Slots {
     next_id: u64,
-    open: BTreeMap<u64, Slot>,
+    open: std::collections::BTreeMap<u64, Slot>,
+    served: admission::Served,
     log: ClosedLog,
+}
+
+/// One encoding of the registry and when it was gathered.
+struct Encoded {
+    at: Instant,
+    body: Arc<str>,
+}
+
+/// Whether an encoding gathered at `at` is still served at `now`.
+pub fn fresh(at: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(at) < CACHE_FOR
 }
 
 struct Endpoint {
     registry: prometheus::Registry,
     stats: Arc<ExportStats>,
     slots: Mutex<Slots>,
-    /// A slot was given back (the accept loop waits on it only while every slot is encoding).
+    /// A slot was given back (the accept loop waits on it only while no connection may be closed).
     freed: Notify,
+    /// The last encoding; the lock makes one gather and encode at a time.
+    cache: tokio::sync::Mutex<Option<Encoded>>,
 }
 
 impl Endpoint {
+    fn new(registry: prometheus::Registry, stats: Arc<ExportStats>) -> Endpoint {
+        Endpoint {
+            registry,
+            stats,
+            slots: Mutex::default(),
+            freed: Notify::new(),
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
     fn slots(&self) -> MutexGuard<'_, Slots> {
         // Nothing under the lock can leave the table half-changed; a panic elsewhere must not
         // stop the endpoint.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for a connection accepted at `accepted`, closing the longest-waiting connection
-    /// when every slot is taken.
-    async fn admit(&self, accepted: Instant) -> (u64, oneshot::Receiver<()>) {
+    /// A slot for a connection from `peer` accepted at `accepted`, closing another connection
+    /// when [`admission::admit`] says so, or waiting for one to end.
+    async fn admit(&self, peer: IpAddr, accepted: Instant) -> (u64, oneshot::Receiver<()>) {
         loop {
             let freed = self.freed.notified();
             {
                 let mut s = self.slots();
-                if s.open.len() >= MAX_CONNECTIONS {
-                    let victim = to_evict(s.open.iter().map(|(id, slot)| (*id, &slot.open)));
-                    if let Some(slot) = victim.and_then(|id| s.open.remove(&id)) {
-                        let _ = slot.evict.send(());
+                let open: Vec<(u64, Open)> = s.open.iter().map(|(id, slot)| (*id, slot.open)).collect();
+                let now = Instant::now();
+                let decision = admission::admit(&open, peer, |p| s.served.recent(p, now));
+                let take = match decision {
+                    Admit::Take => true,
+                    Admit::Evict(id) => {
+                        if let Some(slot) = s.open.remove(&id) {
+                            let _ = slot.evict.send(());
+                        }
+                        true
                     }
-                }
-                if s.open.len() < MAX_CONNECTIONS {
+                    Admit::Wait => false,
+                };
+                if take {
                     let (evict, evicted) = oneshot::channel();
                     let id = s.next_id;
                     s.next_id += 1;
-                    s.open.insert(id, Slot { open: Open { accepted, phase: Phase::Request }, evict });
+                    s.open.insert(id, Slot { open: Open { peer, accepted, phase: Phase::Idle }, evict });
                     return (id, evicted);
                 }
             }
@@ -195,7 +205,7 @@ impl Endpoint {
         if let Some((deadline, evicted)) = due {
             tracing::warn!(
                 "Prometheus endpoint: closed {} slow clients ({deadline} past the {} s deadline, {evicted} to make room: \
-                 all {MAX_CONNECTIONS} connections taken), the last from {peer}; \
+                 {PER_PEER} connections from one address or {MAX_CONNECTIONS} in all), the last from {peer}; \
                  tierscope_agent_prometheus_clients_closed_total counts every one",
                 deadline + evicted,
                 REQUEST_DEADLINE.as_secs(),
@@ -215,7 +225,11 @@ impl Endpoint {
         let deadline = tokio::time::Instant::from_std(accepted + REQUEST_DEADLINE);
         let outcome = tokio::select! {
             r = tokio::time::timeout_at(deadline, self.answer(id, &mut conn)) => match r {
-                Ok(Ok(())) => None,
+                Ok(Ok(true)) => {
+                    self.slots().served.note(peer.ip(), Instant::now());
+                    None
+                }
+                Ok(Ok(false)) => None,
                 Ok(Err(e)) => {
                     tracing::debug!("Prometheus endpoint: {peer}: {e}");
                     None
@@ -234,13 +248,31 @@ impl Endpoint {
         self.release(id);
     }
 
-    async fn answer(&self, id: u64, conn: &mut TcpStream) -> std::io::Result<()> {
+    /// The registry's encoding: the cached one while [`fresh`], else a new one (cached when it
+    /// succeeds). Callers that come while one is made wait for it and share it.
+    async fn encoded(&self) -> Result<Arc<str>, prometheus::Error> {
+        let mut cache = self.cache.lock().await;
+        let now = Instant::now();
+        if let Some(e) = cache.as_ref().filter(|e| fresh(e.at, now)) {
+            return Ok(e.body.clone());
+        }
+        let body: Arc<str> = super::meter::prometheus_text(&self.registry)?.into();
+        *cache = Some(Encoded { at: now, body: body.clone() });
+        Ok(body)
+    }
+
+    /// Reads the request and writes the answer; whether an answer was written in full (false:
+    /// the peer closed before a whole request).
+    async fn answer(&self, id: u64, conn: &mut TcpStream) -> std::io::Result<bool> {
         let mut buf = Vec::with_capacity(1024);
         let mut chunk = [0u8; 1024];
         let head = loop {
             let n = conn.read(&mut chunk).await?;
             if n == 0 {
-                return Ok(());
+                return Ok(false);
+            }
+            if buf.is_empty() {
+                self.set_phase(id, Phase::Request);
             }
             buf.extend_from_slice(&chunk[..n]);
             if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -248,32 +280,35 @@ impl Endpoint {
             }
             if buf.len() > MAX_REQUEST {
                 self.set_phase(id, Phase::Answer);
-                return write(conn, 431, "text/plain", b"request header too large\n", false).await;
+                write(conn, 431, "text/plain", b"request header too large\n", false).await?;
+                return Ok(true);
             }
         };
         let head_only = head.starts_with("HEAD ");
         let (status, what) = route(&head);
         if what == "metrics" {
             self.set_phase(id, Phase::Encoding);
-            let encoded = super::meter::prometheus_text(&self.registry);
+            let encoded = self.encoded().await;
             self.set_phase(id, Phase::Answer);
-            return match encoded {
-                Ok(body) => write(conn, 200, CONTENT_TYPE, body.as_bytes(), head_only).await,
+            match encoded {
+                Ok(body) => write(conn, 200, CONTENT_TYPE, body.as_bytes(), head_only).await?,
                 Err(e) => {
                     let body = format!("encoding metrics failed: {e}\n");
-                    write(conn, 500, "text/plain", body.as_bytes(), head_only).await
+                    write(conn, 500, "text/plain", body.as_bytes(), head_only).await?
                 }
-            };
+            }
+            return Ok(true);
         }
         self.set_phase(id, Phase::Answer);
         let body = if what == "index" { "tierscope: metrics at /metrics\n".to_string() } else { format!("{what}\n") };
-        write(conn, status, "text/plain", body.as_bytes(), head_only).await
+        write(conn, status, "text/plain", body.as_bytes(), head_only).await?;
+        Ok(true)
     }
 }
 
 /// Serves until the task is dropped; counts the clients it closes in `stats`.
 pub async fn serve(listener: TcpListener, registry: prometheus::Registry, stats: Arc<ExportStats>) {
-    let endpoint = Arc::new(Endpoint { registry, stats, slots: Mutex::default(), freed: Notify::new() });
+    let endpoint = Arc::new(Endpoint::new(registry, stats));
     loop {
         let (conn, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -287,7 +322,7 @@ pub async fn serve(listener: TcpListener, registry: prometheus::Registry, stats:
         if let Err(e) = set_send_buffer(&conn, SEND_BUFFER) {
             tracing::debug!("Prometheus endpoint: {peer}: SO_SNDBUF: {e}");
         }
-        let (id, evicted) = endpoint.admit(accepted).await;
+        let (id, evicted) = endpoint.admit(peer.ip(), accepted).await;
         tokio::spawn(endpoint.clone().connection(id, conn, peer, accepted, evicted));
     }
 }
@@ -353,20 +388,32 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_waiting_on_its_peer_is_evicted() {
+    fn an_encoding_is_served_to_all_while_fresh_then_gathered_again() {
         let t0 = Instant::now();
-        let at = |s: u64, phase| Open { accepted: t0 + Duration::from_secs(s), phase };
-        let open = BTreeMap::from([
-            (1, at(1, Phase::Encoding)),
-            (2, at(3, Phase::Request)),
-            (3, at(2, Phase::Answer)),
-            (4, at(2, Phase::Request)),
-        ]);
-        // 1 is older but the agent is encoding its answer; 3 and 4 tie on age: the lower id.
-        assert_eq!(to_evict(open.iter().map(|(id, o)| (*id, o))), Some(3));
-        let encoding = BTreeMap::from([(5, at(0, Phase::Encoding)), (6, at(1, Phase::Encoding))]);
-        assert_eq!(to_evict(encoding.iter().map(|(id, o)| (*id, o))), None);
-        assert_eq!(to_evict(std::iter::empty()), None);
+        assert!(fresh(t0, t0));
+        assert!(fresh(t0, t0 + CACHE_FOR - Duration::from_millis(1)));
+        assert!(!fresh(t0, t0 + CACHE_FOR));
+        // A clock read before the encoding's own (another thread's) is still fresh.
+        assert!(fresh(t0 + Duration::from_millis(5), t0));
+
+        let registry = prometheus::Registry::new();
+        let counter = prometheus::IntCounter::new("cache_test_total", "a test counter").unwrap();
+        registry.register(Box::new(counter.clone())).unwrap();
+        let endpoint = Endpoint::new(registry, Arc::new(ExportStats::default()));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            counter.inc();
+            let first = endpoint.encoded().await.unwrap();
+            assert!(first.contains("cache_test_total 1"), "{first}");
+            counter.inc();
+            // Within CACHE_FOR: the same encoding (not gathered again), not the new count.
+            let second = endpoint.encoded().await.unwrap();
+            assert!(Arc::ptr_eq(&first, &second));
+            // Once it is older than CACHE_FOR: gathered again.
+            endpoint.cache.lock().await.as_mut().unwrap().at = Instant::now() - CACHE_FOR;
+            let third = endpoint.encoded().await.unwrap();
+            assert!(third.contains("cache_test_total 2"), "{third}");
+        });
     }
 
     #[test]
