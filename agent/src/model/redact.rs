@@ -118,7 +118,13 @@ impl Redaction {
     pub fn with_extra(extra: &[String]) -> Result<Redaction, RedactError> {
         let mut r = Redaction::default();
         for p in extra {
-            let re = Regex::new(p).map_err(|e| RedactError { pattern: p.clone(), problem: e.to_string() })?;
+            // The regex crate's message is several lines (the pattern, a caret, the error): its
+            // last line says what is wrong.
+            let re = Regex::new(p).map_err(|e| {
+                let text = e.to_string();
+                let last = text.lines().map(str::trim).filter(|l| !l.is_empty()).next_back();
+                RedactError { pattern: p.clone(), problem: last.unwrap_or("invalid").to_string() }
+            })?;
             r.rules.push(Rule { re, with: MASK.into(), keep: None });
         }
         Ok(r)

@@ -41,6 +41,7 @@ fn nothing_secret_borrows_and_extra_patterns_apply() {
     let Err(e) = Redaction::with_extra(&["(".into()]) else { panic!("a bad pattern was accepted") };
     let e = e.to_string();
     assert!(e.starts_with("redaction pattern \"(\" is not a valid regular expression"), "{e}");
+    assert!(!e.contains('\n') && e.ends_with("unclosed group"), "one line saying what is wrong: {e}");
 }
 
 #[test]
@@ -86,6 +87,9 @@ fn the_common_secret_forms_are_masked() {
         ("mysql -uroot -pS3cretPw db", "mysql -uroot -p*** db"),
         ("/usr/bin/mysqldump -h db -pS3cretPw --all", "/usr/bin/mysqldump -h db -p*** --all"),
         ("mariadb -pS3cretPw", "mariadb -p***"),
+        // A password with a secret word in it is a value, not a flag naming the next word.
+        ("mysql -pMYsecretKEY curl https://x", "mysql -p*** curl https://x"),
+        ("curl -u bob:my-api-key https://x", "curl -u bob:*** https://x"),
         ("mysql --password=S3cretPw db", "mysql --password=*** db"),
         ("mysql --password S3cretPw", "mysql --password ***"),
         ("psql --password -Xy7Secret", "psql --password ***"),

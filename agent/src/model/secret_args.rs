@@ -123,11 +123,7 @@ pub fn mask_arguments(args: &[&str]) -> Vec<Option<String>> {
     while i < args.len() {
         let a = args[i];
         let next = args.get(i + 1).copied();
-        if secret_flag(a) && next.is_some_and(hidden) {
-            out[i + 1] = Some(MASK.to_string());
-            i += 2;
-            continue;
-        }
+        // A tool's password first: `-pKEYsecret` is a value, not a flag naming a secret.
         if let Some(t) = tool {
             if a == t.flag {
                 if t.separate && next.is_some_and(hidden) {
@@ -135,8 +131,12 @@ pub fn mask_arguments(args: &[&str]) -> Vec<Option<String>> {
                     i += 2;
                     continue;
                 }
-            } else if a.strip_prefix(t.flag).is_some_and(|rest| !rest.is_empty() && rest != MASK) {
-                out[i] = Some(format!("{}{MASK}", t.flag));
+            } else if a.strip_prefix(t.flag).is_some_and(|rest| !rest.is_empty()) {
+                if a[t.flag.len()..] != *MASK {
+                    out[i] = Some(format!("{}{MASK}", t.flag));
+                }
+                i += 1;
+                continue;
             }
         }
         if USER_FLAGS.contains(&a) {
@@ -147,6 +147,13 @@ pub fn mask_arguments(args: &[&str]) -> Vec<Option<String>> {
             }
         } else if let Some(m) = masked_attached_user(a) {
             out[i] = Some(m);
+            i += 1;
+            continue;
+        }
+        if secret_flag(a) && next.is_some_and(hidden) {
+            out[i + 1] = Some(MASK.to_string());
+            i += 2;
+            continue;
         }
         if let Some(t) = tool_named(a) {
             tool = Some(t);
