@@ -159,6 +159,11 @@ pub struct TierFlags {
     /// rank's rhythm (docs/steps.md).
     #[arg(long, value_name = "SPEC", value_parser = crate::model::steps::StepMarker::parse)]
     pub step_marker: Option<crate::model::steps::StepMarker>,
+    /// A `run --config` file: its `[privacy] redact` patterns mask more of every command line,
+    /// beside the built-in rules, before anything is shown or written (the whole file is
+    /// checked; its other sections are `run`'s).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// The flags' own defaults (what clap gives when none is passed: bare `tierscope` is `top`).
@@ -176,6 +181,7 @@ impl Default for TierFlags {
             insights_config: None,
             page_path: None,
             step_marker: None,
+            config: None,
         }
     }
 }

@@ -7,6 +7,8 @@ use anyhow::{Context as _, Result};
 use crate::{
     cli::{Cli, Command, TierFlags, TopArgs},
     collect::session::SessionOptions,
+    export::config::{self, ConfigError},
+    model::redact::Redaction,
     topology::TierOverrides,
 };
 
@@ -37,7 +39,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 anyhow::bail!("--duration {duration}: give seconds between 0 and 86400");
             }
             let filter = select.filter()?;
-            let opts = session_options(&tiers, filter.pattern.clone());
+            let opts = session_options(&tiers, filter.pattern.clone(), redaction(&tiers)?);
             let hotness = hotness.config()?;
             runtime()?.block_on(snapshot::run(
                 Duration::from_secs_f64(duration),
@@ -57,14 +59,30 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// What the tier and sampling flags ask of a watching session.
-pub(crate) fn session_options(tiers: &TierFlags, pattern: Option<regex::Regex>) -> SessionOptions {
+/// The masking of a watching command (`top`, `snapshot`, `record`): the built-in rules plus the
+/// `[privacy] redact` patterns of `--config FILE`, the same section `run` reads. A file that
+/// cannot be read or does not parse is one line naming it and the problem.
+pub(crate) fn redaction(tiers: &TierFlags) -> Result<Redaction> {
+    let Some(path) = &tiers.config else { return Ok(Redaction::default()) };
+    let refused = |problem: String| anyhow::Error::new(ConfigError::File { path: path.clone(), problem });
+    let text = std::fs::read_to_string(path).map_err(|e| refused(format!("cannot read it: {e}")))?;
+    let file = config::parse_file(&text).map_err(refused)?;
+    Redaction::with_extra(&file.privacy.redact).map_err(|e| refused(format!("privacy.redact: {e}")))
+}
+
+/// What the tier and sampling flags ask of a watching session, its command lines masked by
+/// `redaction`.
+pub(crate) fn session_options(
+    tiers: &TierFlags,
+    pattern: Option<regex::Regex>,
+    redaction: Redaction,
+) -> SessionOptions {
     SessionOptions {
         pattern,
         tiers: TierOverrides { cxl: tiers.cxl_nodes.clone(), dram: vec![] },
         site_sample_every: Some(tiers.site_sample_every),
         exited_grace: tiers.exited_grace,
-        redaction: None,
+        redaction: Some(redaction),
         site_samples_per_sec: Some(tiers.site_samples_per_sec),
         event_ring_kib: Some(tiers.event_ring_kib),
         insights: tiers.insights_config.clone(),

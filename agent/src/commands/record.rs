@@ -17,7 +17,7 @@ use crate::{
     cli::RecordArgs,
     collect::{counters, damon, procfs, session::Session},
     model::{
-        redact,
+        redact::Redaction,
         scan_plan::ScanBudget,
         snapshot::{self, ProcessFilter, SnapshotContext},
     },
@@ -48,12 +48,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         return Ok(2);
     }
     let filter = args.select.filter()?;
+    // Before anything starts or is written: a bad file is one line.
+    let redaction = super::redaction(&args.tiers)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(record(args, filter))
+    rt.block_on(record(args, filter, redaction))
 }
 
 /// A process as `/proc/PID/stat` shows it.
@@ -144,8 +146,8 @@ fn selection_words(filter: &ProcessFilter, command: &[String]) -> String {
     }
 }
 
-async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
-    let mut opts = super::session_options(&args.tiers, filter.pattern.clone());
+async fn record(args: RecordArgs, filter: ProcessFilter, redaction: Redaction) -> Result<i32> {
+    let mut opts = super::session_options(&args.tiers, filter.pattern.clone(), redaction.clone());
     // A CPU profile is what a recording is for: every sample that needs a stack copy takes one.
     opts.cpu_stack_copies_per_sec.get_or_insert(crate::model::cpu_profile::RECORD_CPU_STACK_COPIES_PER_SEC);
     let mut s = Session::start_with(opts)?;
@@ -201,8 +203,8 @@ async fn record(args: RecordArgs, filter: ProcessFilter) -> Result<i32> {
         page_size: s.page_size,
         site_sample_every: s.site_sample_every,
         // The same masking as every command line the model holds.
-        command: redact::redact_args(&args.command),
-        selection: redact::redact(&selection_words(&filter, &args.command)).into_owned(),
+        command: redaction.redact_args(&args.command),
+        selection: redaction.redact(&selection_words(&filter, &args.command)).into_owned(),
         insights_open_after_s: Some(s.model.insights.cfg.open_after_s),
         insights_close_after_s: Some(s.model.insights.cfg.close_after_s),
     };

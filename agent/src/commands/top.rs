@@ -23,7 +23,7 @@ use crate::{
     },
     demo::DemoWorkload,
     latency::{self, ProbeOptions},
-    model::{snapshot::ProcessFilter, Model},
+    model::{redact::Redaction, snapshot::ProcessFilter, Model},
     topology::{parse, Topology},
     tui::{
         app::View,
@@ -52,6 +52,7 @@ pub fn run(args: TopArgs) -> Result<i32> {
     }
     let filter = args.select.filter()?;
     let hot_cfg = args.hotness.config()?;
+    let redaction = super::redaction(&args.tiers)?;
     // Before the kernel programs load (seconds): a pipe is refused at once.
     crate::tui::terminal::require_terminal()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -59,7 +60,7 @@ pub fn run(args: TopArgs) -> Result<i32> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(live(args, filter, hot_cfg))
+    rt.block_on(live(args, filter, hot_cfg, redaction))
 }
 
 /// Nodes as the UI shows them, memory refreshed from `nodeN/meminfo`.
@@ -194,9 +195,9 @@ struct Frozen {
     now_ns: u64,
 }
 
-async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig) -> Result<i32> {
+async fn live(args: TopArgs, filter: ProcessFilter, hot_cfg: HotnessConfig, redaction: Redaction) -> Result<i32> {
     // Before the screen is taken: a missing right is one plain line on a normal terminal.
-    let mut session = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone()))?;
+    let mut session = Session::start_with(super::session_options(&args.tiers, filter.pattern.clone(), redaction))?;
     session.model.step_marker = args.tiers.step_marker.clone();
     let devices = Devices {
         memdevs: session.topology.cxl_memdevs.clone(),

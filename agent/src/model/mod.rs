@@ -28,6 +28,7 @@ pub mod reading;
 pub mod redact;
 pub mod residency;
 pub mod scan_plan;
+pub mod secret_args;
 pub mod site;
 pub mod snapshot;
 pub mod steps;

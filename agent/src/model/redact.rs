@@ -9,46 +9,66 @@
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use regex::Regex;
+use regex::{Captures, Regex};
 
-/// What a secret is replaced with.
-pub const MASK: &str = "***";
+pub use super::secret_args::MASK;
+use super::secret_args::{mask_arguments, mask_words, secret_key, SECRET_WORDS};
 
-/// Words that make a key's value secret: `HF_TOKEN`, `--api-key`, `db_password`, `Authorization`.
-const SECRET_WORDS: &str = r"token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|apikey|access[_-]?key|private[_-]?key|auth|credential|cookie|key";
+/// Whether a match is left as it is: its key (`k`) names no secret (`max_new_tokens=512`).
+type Keep = fn(&Captures) -> bool;
 
-/// A key that names a secret, as one whole argument: `--api-key`, `-password`.
-fn secret_flag() -> &'static Regex {
-    static FLAG: OnceLock<Regex> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        Regex::new(&format!(r"(?i)^--?[A-Za-z0-9_.-]*(?:{SECRET_WORDS})[A-Za-z0-9_.-]*$"))
-            .expect("the built-in flag rule compiles")
-    })
+fn ordinary_key(c: &Captures) -> bool {
+    !c.name("k").is_some_and(|k| secret_key(k.as_str()))
 }
 
-/// The default rules: (pattern, replacement). `${k}` keeps the key, the value becomes the mask.
-fn default_rules() -> Vec<(String, String)> {
+/// The default rules: (pattern, replacement, keep). `${k}` keeps the key, the value becomes
+/// the mask.
+fn default_rules() -> Vec<(String, String, Option<Keep>)> {
     let key = format!(r"[A-Za-z0-9_.-]*(?:{SECRET_WORDS})[A-Za-z0-9_.-]*");
+    let keyed: Option<Keep> = Some(ordinary_key);
+    let mask = |p: &str| (p.to_string(), MASK.to_string(), None);
+    let kept = |p: &str| (p.to_string(), format!("${{k}}{MASK}"), None);
     vec![
         // JSON or Python dict members: "HF_TOKEN": "hf_x", 'api_key': 'x' (escaped quotes too).
-        (format!(r#"(?i)(?P<k>"{key}"\s*:\s*)"(?:[^"\\]|\\.)*""#), format!(r#"${{k}}"{MASK}""#)),
+        (format!(r#"(?i)(?P<k>"{key}"\s*:\s*)"(?:[^"\\]|\\.)*""#), format!(r#"${{k}}"{MASK}""#), keyed),
         // The same JSON quoted inside a string: {\"HF_TOKEN\": \"x\"}.
-        (format!(r#"(?i)(?P<k>\\"{key}\\"\s*:\s*)\\"(?:[^"\\]|\\[^"])*\\""#), format!(r#"${{k}}\"{MASK}\""#)),
-        (format!(r"(?i)(?P<k>'{key}'\s*:\s*)'[^']*'"), format!("${{k}}'{MASK}'")),
+        (format!(r#"(?i)(?P<k>\\"{key}\\"\s*:\s*)\\"(?:[^"\\]|\\[^"])*\\""#), format!(r#"${{k}}\"{MASK}\""#), keyed),
+        (format!(r"(?i)(?P<k>'{key}'\s*:\s*)'[^']*'"), format!("${{k}}'{MASK}'"), keyed),
         // Authorization headers: Bearer/Basic/Token credentials.
-        (r"(?i)(?P<k>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+".into(), format!("${{k}}{MASK}")),
-        // URL user:password@host.
-        (r"(?P<k>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@".into(), format!("${{k}}{MASK}@")),
-        // KEY=value, --key=value, key: value (quoted or bare).
-        (format!(r#"(?i)(?P<k>\b{key}\s*[=:]\s*)(?:"[^"]*"|'[^']*'|[^\s"',;&]+)"#), format!("${{k}}{MASK}")),
-        // --key value, -password value.
-        (format!(r"(?i)(?P<k>(?:^|\s)--?{key}\s+)[^\s-][^\s]*"), format!("${{k}}{MASK}")),
-        // Token shapes that need no key: Hugging Face, GitHub, OpenAI-style, AWS access keys, JWTs.
-        (r"\bhf_[A-Za-z0-9]{20,}".into(), MASK.into()),
-        (r"\bgh[pousr]_[A-Za-z0-9]{20,}".into(), MASK.into()),
-        (r"\bsk-[A-Za-z0-9_-]{20,}".into(), MASK.into()),
-        (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b".into(), MASK.into()),
-        (r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}".into(), MASK.into()),
+        kept(r"(?i)(?P<k>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+"),
+        // URL user:password@host (a password with an unescaped `@` up to the last one).
+        (r"(?P<k>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^\s/?#]+@".into(), format!("${{k}}{MASK}@"), None),
+        // Signed URLs: Azure SAS `sig=`, `X-Amz-Signature=`, `X-Goog-Signature=`, `Signature=`.
+        (
+            r"(?i)(?P<k>(?:^|[?&;\s])(?:sig|[A-Za-z0-9_-]*signature)=)[^&\s\x22'#;]+".into(),
+            format!("${{k}}{MASK}"),
+            None,
+        ),
+        // KEY=value, --key=value, key: value (quoted or bare); `token=` in a query too.
+        (format!(r#"(?i)(?P<k>\b{key}\s*[=:]\s*)(?:"[^"]*"|'[^']*'|[^\s"',;&]+)"#), format!("${{k}}{MASK}"), keyed),
+        // OpenSSL's `-pass pass:VALUE` (and -passin, -passout).
+        kept(r"(?P<k>\bpass:)[^\s\x22']+"),
+        // Slack webhooks: the path is the secret.
+        kept(r"(?P<k>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"),
+        // Token shapes that need no key: Hugging Face, GitHub, OpenAI and Anthropic (`sk-`),
+        // Stripe, AWS access keys, JWTs, Slack, GitLab, Google, npm, PyPI, Databricks, SendGrid,
+        // DigitalOcean, Replicate.
+        mask(r"\bhf_[A-Za-z0-9]{20,}"),
+        mask(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+        mask(r"\bsk-[A-Za-z0-9_-]{20,}"),
+        mask(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+        mask(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+        mask(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        mask(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9-]{10,}"),
+        mask(r"\bgl(?:pat|dt|rt|ptt|cbt|oas|soat|ft|imt|agent|ffct)-[A-Za-z0-9_-]{20,}"),
+        mask(r"\bAIza[0-9A-Za-z_-]{35}"),
+        mask(r"\bya29\.[0-9A-Za-z_-]{20,}"),
+        mask(r"\bnpm_[A-Za-z0-9]{36}"),
+        mask(r"\bpypi-[A-Za-z0-9_-]{50,}"),
+        mask(r"\bdapi[0-9a-f]{32}"),
+        mask(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+        mask(r"\bdop_v1_[a-f0-9]{64}"),
+        mask(r"\br8_[A-Za-z0-9]{30,}"),
     ]
 }
 
@@ -59,10 +79,20 @@ pub struct RedactError {
     pub problem: String,
 }
 
-/// An ordered set of rules; the defaults plus any the configuration adds.
+/// One rule: what it matches, what a match becomes, and when a match is left as it is.
+#[derive(Clone, Debug)]
+struct Rule {
+    re: Regex,
+    with: String,
+    keep: Option<Keep>,
+}
+
+/// An ordered set of rules; the defaults plus any the configuration adds. After the rules, the
+/// words of the text that are secrets because of the word before them
+/// ([`super::secret_args::mask_arguments`]).
 #[derive(Clone, Debug)]
 pub struct Redaction {
-    rules: Vec<(Regex, String)>,
+    rules: Vec<Rule>,
 }
 
 impl Default for Redaction {
@@ -72,7 +102,11 @@ impl Default for Redaction {
             .get_or_init(|| Redaction {
                 rules: default_rules()
                     .into_iter()
-                    .map(|(p, r)| (Regex::new(&p).expect("the built-in redaction rules compile"), r))
+                    .map(|(p, with, keep)| Rule {
+                        re: Regex::new(&p).expect("the built-in redaction rules compile"),
+                        with,
+                        keep,
+                    })
                     .collect(),
             })
             .clone()
@@ -84,8 +118,14 @@ impl Redaction {
     pub fn with_extra(extra: &[String]) -> Result<Redaction, RedactError> {
         let mut r = Redaction::default();
         for p in extra {
-            let re = Regex::new(p).map_err(|e| RedactError { pattern: p.clone(), problem: e.to_string() })?;
-            r.rules.push((re, MASK.into()));
+            // The regex crate's message is several lines (the pattern, a caret, the error): its
+            // last line says what is wrong.
+            let re = Regex::new(p).map_err(|e| {
+                let text = e.to_string();
+                let last = text.lines().map(str::trim).filter(|l| !l.is_empty()).next_back();
+                RedactError { pattern: p.clone(), problem: last.unwrap_or("invalid").to_string() }
+            })?;
+            r.rules.push(Rule { re, with: MASK.into(), keep: None });
         }
         Ok(r)
     }
@@ -93,34 +133,39 @@ impl Redaction {
     /// `text` with every secret masked; borrowed when there was none.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
-        for (re, with) in &self.rules {
-            if re.is_match(&out) {
-                out = Cow::Owned(re.replace_all(&out, with.as_str()).into_owned());
+        for rule in &self.rules {
+            if rule.re.is_match(&out) {
+                let replaced = rule.re.replace_all(&out, |c: &Captures| match rule.keep {
+                    Some(keep) if keep(c) => c[0].to_string(),
+                    _ => {
+                        let mut s = String::new();
+                        c.expand(&rule.with, &mut s);
+                        s
+                    }
+                });
+                if replaced != out {
+                    out = Cow::Owned(replaced.into_owned());
+                }
             }
         }
-        out
+        match mask_words(&out) {
+            Some(masked) => Cow::Owned(masked),
+            None => out,
+        }
     }
 }
 
 impl Redaction {
     /// A command's arguments (`record -- CMD ARGS`) with every secret masked: each argument
-    /// alone, the argument after a secret flag (`--api-key VALUE`), and when a secret still shows
-    /// once the arguments are joined with spaces (a JSON blob the shell split), the joined text
-    /// redacted as one argument. The result joined with spaces is what [`Redaction::redact`] of
-    /// it gives back unchanged.
+    /// alone, the argument after a secret flag or a tool's password flag (`--api-key VALUE`,
+    /// `sshpass -p VALUE`), and when a secret still shows once the arguments are joined with
+    /// spaces (a JSON blob the shell split), the joined text redacted as one argument. The result
+    /// joined with spaces is what [`Redaction::redact`] of it gives back unchanged.
     pub fn redact_args(&self, args: &[String]) -> Vec<String> {
-        let out: Vec<String> = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let after_flag = i > 0 && secret_flag().is_match(&args[i - 1]) && !a.starts_with('-');
-                if after_flag {
-                    MASK.to_string()
-                } else {
-                    self.redact(a).into_owned()
-                }
-            })
-            .collect();
+        let each: Vec<String> = args.iter().map(|a| self.redact(a).into_owned()).collect();
+        let words: Vec<&str> = each.iter().map(String::as_str).collect();
+        let out: Vec<String> =
+            mask_arguments(&words).into_iter().zip(&each).map(|(m, a)| m.unwrap_or_else(|| a.clone())).collect();
         let joined = out.join(" ");
         match self.redact(&joined) {
             Cow::Owned(all) if all != joined => vec![all],
@@ -142,91 +187,5 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_masked_and_the_rest_is_kept() {
-        for (raw, want) in [
-            (
-                "python train.py --hf_token=hf_abcdefghijklmnopqrstuvwx --lr 3e-4",
-                "python train.py --hf_token=*** --lr 3e-4",
-            ),
-            ("python train.py --api-key sk-live-0123 --epochs 3", "python train.py --api-key *** --epochs 3"),
-            (
-                "env WANDB_API_KEY=abc123 DB_PASSWORD='p w' torchrun x.py",
-                "env WANDB_API_KEY=*** DB_PASSWORD=*** torchrun x.py",
-            ),
-            ("curl -H Authorization: Bearer eyJabc.def.ghi http://x", "curl -H Authorization: *** *** http://x"),
-            ("curl -H 'X: Bearer abc.def-ghi' http://x", "curl -H 'X: Bearer ***' http://x"),
-            ("git clone https://user:s3cr3t@github.com/x/y", "git clone https://user:***@github.com/x/y"),
-            (
-                r#"launcher --env {"HF_TOKEN": "hf_x", "NCCL_DEBUG": "INFO", "aws_secret_access_key":"a\"b"}"#,
-                r#"launcher --env {"HF_TOKEN": "***", "NCCL_DEBUG": "INFO", "aws_secret_access_key":"***"}"#,
-            ),
-            (r#"x --cfg {\"hf_token\": \"abc\", \"lr\": 1}"#, r#"x --cfg {\"hf_token\": \"***\", \"lr\": 1}"#),
-            ("x {'api_key': 'abc', 'lr': '1'}", "x {'api_key': '***', 'lr': '1'}"),
-            ("deploy ghp_0123456789abcdefghijABCDEFGHIJ now", "deploy *** now"),
-            ("aws AKIAABCDEFGHIJKLMNOP", "aws ***"),
-            (
-                "python -m torch.distributed.run --nproc_per_node 8 train.py",
-                "python -m torch.distributed.run --nproc_per_node 8 train.py",
-            ),
-        ] {
-            assert_eq!(redact(raw), want, "{raw}");
-        }
-    }
-
-    #[test]
-    fn nothing_secret_borrows_and_extra_patterns_apply() {
-        assert!(matches!(redact("python train.py --lr 3e-4"), Cow::Borrowed(_)));
-        let r = Redaction::with_extra(&["corp-[0-9]{4}".into()]).expect("valid");
-        assert_eq!(r.redact("run --id corp-1234 --token=x"), "run --id *** --token=***");
-        let Err(e) = Redaction::with_extra(&["(".into()]) else { panic!("a bad pattern was accepted") };
-        let e = e.to_string();
-        assert!(e.starts_with("redaction pattern \"(\" is not a valid regular expression"), "{e}");
-    }
-
-    #[test]
-    fn a_commands_arguments_are_masked_one_by_one_and_across_a_secret_flag() {
-        let v = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        for (raw, want) in [
-            (v("python train.py --hf_token=hf_SECRETabc123 --lr 3e-4"), v("python train.py --hf_token=*** --lr 3e-4")),
-            (v("python train.py --hf_token hf_SECRETabc123 --lr 3e-4"), v("python train.py --hf_token *** --lr 3e-4")),
-            (v("python x.py -password hunter2"), v("python x.py -password ***")),
-            // A flag followed by another flag has no value to hide.
-            (v("x --api-key --verbose"), v("x --api-key --verbose")),
-            (v("env WANDB_API_KEY=abc123 torchrun x.py"), v("env WANDB_API_KEY=*** torchrun x.py")),
-            (v("deploy ghp_0123456789abcdefghijABCDEFGHIJ"), v("deploy ***")),
-            (
-                vec!["launcher".into(), r#"{"HF_TOKEN": "hf_x"}"#.into()],
-                vec!["launcher".into(), r#"{"HF_TOKEN": "***"}"#.into()],
-            ),
-            // The shell split a JSON blob: masked as one joined argument.
-            (v(r#"launcher {"HF_TOKEN": "abc"}"#), vec![r#"launcher {"HF_TOKEN": "***"}"#.to_string()]),
-            (v("torchrun --nproc_per_node 8 train.py"), v("torchrun --nproc_per_node 8 train.py")),
-            (vec![], vec![]),
-        ] {
-            let got = redact_args(&raw);
-            assert_eq!(got, want, "{raw:?}");
-            assert_eq!(redact(&got.join(" ")), got.join(" "), "{raw:?}");
-        }
-    }
-
-    #[test]
-    fn odd_input_never_panics() {
-        for raw in [
-            "",
-            "=",
-            "--token",
-            "--token ",
-            "\"token\":",
-            "'key':'",
-            "a://b:@",
-            "\u{0}\u{ffff}token=\u{1F600}",
-            "bearer ",
-        ] {
-            let _ = redact(raw);
-        }
-    }
-}
+#[path = "redact_tests.rs"]
+mod tests;
