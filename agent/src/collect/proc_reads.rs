@@ -105,7 +105,7 @@ impl ProcReads {
         file: &'static str,
         read: impl FnOnce(&Progress) -> T + Send + 'static,
     ) -> Option<T> {
-        self.take_returned();
+        // Released by `take_returned` only (the collector names a released process again).
         if self.quarantine.holds(pid) {
             self.quarantine.skipped();
             return None;
