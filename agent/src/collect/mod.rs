@@ -18,6 +18,7 @@ pub mod page_path;
 pub mod pid_namespace;
 pub mod pinning;
 pub mod probes;
+pub mod proc_reads;
 pub mod process_file;
 pub mod process_memory;
 pub mod procfs;

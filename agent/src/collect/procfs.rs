@@ -67,6 +67,11 @@ pub struct NumaMapsRead {
 /// process's page tables under its mmap lock (every `mmap`/`munmap` of the target waits): a
 /// mapping's walk is the longest hold, and callers budget how often they scan.
 pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaMapsRead, String> {
+    read_numa_maps_with(pid, base_page_size, || {})
+}
+
+/// [`read_numa_maps`], calling `on_read` after each `read` (progress, for a reader's deadline).
+pub fn read_numa_maps_with(pid: u32, base_page_size: u64, mut on_read: impl FnMut()) -> Result<NumaMapsRead, String> {
     use std::io::Read as _;
     let path = format!("/proc/{pid}/numa_maps");
     let mut f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
@@ -79,6 +84,7 @@ pub fn read_numa_maps(pid: u32, base_page_size: u64) -> Result<NumaMapsRead, Str
             Err(e) => return Err(format!("{path}: {e}")),
         };
         longest = longest.max(t0.elapsed().as_nanos() as u64);
+        on_read();
         if n == 0 {
             break;
         }

@@ -19,6 +19,7 @@ use super::{
     node_reads,
     pinning::{self, PinWatch},
     probes::{LoadOptions, Probes},
+    proc_reads::ProcReads,
     procfs, ringbuf, site_watch, sites, task_faults,
 };
 use crate::{
@@ -154,6 +155,9 @@ pub struct Session {
     kernel_pinned: HashMap<u32, pinning::KernelPinned>,
     /// Each node's memory blocks by state and zone, for the unplug view.
     node_memory: node_reads::NodeMemoryReads,
+    /// The reads of other processes' files that can block (cmdline, environ, maps, numa_maps,
+    /// smaps_rollup): on a worker, with a deadline; a process that does not answer is quarantined.
+    proc_reads: ProcReads,
 }
 
 impl Session {
@@ -281,6 +285,7 @@ impl Session {
             pin_watch,
             kernel_pinned: HashMap::new(),
             node_memory: node_reads::NodeMemoryReads::default(),
+            proc_reads: ProcReads::default(),
         };
         let cycle = session.probes.page_cycle.as_ref().map(|c| (c.duty, c.figures()));
         session.model.page_path =
@@ -425,6 +430,10 @@ impl Session {
                 self.model.observe_live_faults(tgid, task_faults::counters_of(&st), r.at_ns);
             }
         }
+        // A quarantined process whose stuck read returned is named again.
+        for tgid in self.proc_reads.take_returned() {
+            self.identified.remove(&tgid);
+        }
         // Exited ones are not read: their pid in /proc, if any, is another process's.
         let new: Vec<u32> = self
             .model
@@ -440,16 +449,18 @@ impl Session {
                 continue;
             }
             if let Some(st) = procfs::read_stat(tgid) {
-                let cmdline = procfs::read_cmdline(tgid).unwrap_or_default();
+                let cmdline = self.proc_reads.cmdline(tgid).unwrap_or_default();
                 self.note_start(tgid, &st);
                 self.model.set_identity(tgid, &st.comm, &self.redaction.redact(&cmdline), st.ppid);
                 self.classify(tgid, &st.comm, &cmdline, st.start_time);
             }
         }
+        self.model.stuck_reads = self.proc_reads.view();
         self.model.assign_jobs();
         self.update_insights(r.at_ns);
         let gone = self.model.prune_exited(r.at_ns, self.exited_grace_ns);
         for tgid in gone {
+            self.proc_reads.exited(tgid);
             self.identified.remove(&tgid);
             self.scan_marks.remove(&tgid);
             self.insight_reads.remove(&tgid);
@@ -561,7 +572,7 @@ impl Session {
                 continue;
             }
             let Some(st) = procfs::read_stat(pid) else { continue };
-            let cmdline = procfs::read_cmdline(pid).unwrap_or_default();
+            let cmdline = self.proc_reads.cmdline(pid).unwrap_or_default();
             if !wanted(pid, &st.comm, &cmdline) {
                 self.unwanted.insert(pid);
                 continue;
@@ -571,6 +582,7 @@ impl Session {
             self.classify(pid, &st.comm, &cmdline, st.start_time);
             self.identified.insert(pid);
         }
+        self.model.stuck_reads = self.proc_reads.view();
         self.model.assign_jobs();
         // Pids gone without an exit event seen (one lost): a reused pid is looked at again.
         let live: HashSet<u32> = pids.into_iter().collect();
@@ -615,7 +627,10 @@ impl Session {
 
     /// Decides whether a process belongs to a training job, from its environment and mappings.
     fn classify(&mut self, tgid: u32, comm: &str, cmdline: &str, start_time: u64) {
-        let environ = super::gpu_use::read_bounded(&format!("/proc/{tgid}/environ"), MAX_ENVIRON)
+        let environ = self
+            .proc_reads
+            .read(tgid, "environ", move |_| super::gpu_use::read_bounded(&format!("/proc/{tgid}/environ"), MAX_ENVIRON))
+            .and_then(Result::ok)
             .map(|b| job::parse_environ(&b))
             .unwrap_or_default();
         // The cgroup path names the pod and container; the runtime's state and the container's
@@ -626,7 +641,13 @@ impl Session {
         self.model.container_files_unreadable = self.identity.counts.unreadable;
         // Only python-like processes need the (longer) maps read to find libtorch.
         let maps = (comm.starts_with("python") || comm.starts_with("pt_") || cmdline.contains("python"))
-            && std::fs::read_to_string(format!("/proc/{tgid}/maps")).is_ok_and(|m| job::maps_show_training_runtime(&m));
+            && self
+                .proc_reads
+                .read(tgid, "maps", move |_| {
+                    std::fs::read_to_string(format!("/proc/{tgid}/maps"))
+                        .is_ok_and(|m| job::maps_show_training_runtime(&m))
+                })
+                .unwrap_or(false);
         let user_match = self.pattern.as_ref().is_some_and(|re| re.is_match(comm) || re.is_match(cmdline));
         let facts = job::ProcessFacts { comm, cmdline, environ: &environ, maps_training_runtime: maps, user_match };
         let role = job::classify(&facts);
@@ -650,11 +671,17 @@ impl Session {
     pub fn scan_residency(&mut self, tgids: &[u32]) {
         for &tgid in tgids {
             let t0 = counters::monotonic_ns();
-            let r = procfs::read_numa_maps(tgid, self.page_size).map(|mut r| {
-                // A process sharing many pages (a rank's forked workers) gets its proportional
-                // share read too, so that a rank's or job's memory counts those pages once.
+            let page_size = self.page_size;
+            let r = self
+                .proc_reads
+                .read(tgid, "numa_maps", move |p| procfs::read_numa_maps_with(tgid, page_size, || p.tick()))
+                .unwrap_or_else(|| Err("not read (quarantined: see agent.stuck_processes)".into()));
+            // A process sharing many pages (a rank's forked workers) gets its proportional share
+            // read too, so that a rank's or job's memory counts those pages once.
+            let r = r.map(|mut r| {
                 if r.residency.shares_much() {
-                    r.residency.proportional = procfs::read_proportional(tgid);
+                    r.residency.proportional =
+                        self.proc_reads.read(tgid, "smaps_rollup", move |_| procfs::read_proportional(tgid)).flatten();
                 }
                 r
             });
@@ -667,6 +694,7 @@ impl Session {
                 Err(e) => tracing::debug!("residency of {tgid}: {e}"),
             }
         }
+        self.model.stuck_reads = self.proc_reads.view();
     }
 
     /// Scans those of `tgids` that are due under the CPU budget (see `model::scan_plan`);

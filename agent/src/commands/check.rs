@@ -29,6 +29,9 @@ struct Report {
     damon: crate::collect::damon::monitor::Availability,
     /// The loaded maps' kernel memory and how they were sized (absent when nothing loaded).
     kernel_memory: Option<KernelMemoryReport>,
+    /// Processes whose command line did not answer within the deadline (a fault in them that
+    /// never completes holds their memory map): the collector quarantines them.
+    stuck_processes: crate::model::quarantine::StuckReads,
     advice: Vec<String>,
 }
 
@@ -56,6 +59,7 @@ pub fn run(json: bool) -> Result<i32> {
         load_error: None,
         damon: crate::collect::damon::monitor::availability(Path::new(crate::collect::damon::sysfs::ADMIN)),
         kernel_memory: None,
+        stuck_processes: Default::default(),
         advice: vec![],
     };
     if !caps::can_trace(mask) {
@@ -121,6 +125,18 @@ pub fn run(json: bool) -> Result<i32> {
     if let Some(why) = &report.damon.why_not {
         report.advice.push(format!("hotness (--hotness) cannot start: {why}"));
     }
+    // Every process's command line, each read with the collector's deadline.
+    let mut pids = crate::collect::procfs::list_pids(Path::new("/proc"));
+    pids.retain(|&p| p != std::process::id());
+    report.stuck_processes = crate::collect::proc_reads::ProcReads::default().survey(&pids);
+    for p in &report.stuck_processes.quarantined {
+        report.advice.push(format!(
+            "pid {} ({}) does not answer reads of /proc/{}/{} (a fault in it that never completes, such as on a FUSE \
+             file whose server stopped, holds its memory map): tierscope skips its files until it answers; end it or \
+             its file system's server",
+            p.pid, p.comm, p.pid, p.file
+        ));
+    }
     report.advice.dedup();
     let attached = report.programs.iter().filter(|p| p.status == Attach::Attached).count();
     if json {
@@ -167,6 +183,9 @@ fn print_text(r: &Report, attached: usize) {
         }
     }
     println!("damon         {}", damon_line(&r.damon));
+    for p in &r.stuck_processes.quarantined {
+        println!("stuck         pid {} ({}): /proc/{}/{} did not answer", p.pid, p.comm, p.pid, p.file);
+    }
     for a in &r.advice {
         println!("to do         {a}");
     }

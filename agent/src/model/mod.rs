@@ -24,6 +24,7 @@ pub mod pinned;
 pub mod policy;
 pub mod privilege;
 pub mod process;
+pub mod quarantine;
 pub mod reading;
 pub mod redact;
 pub mod residency;
@@ -136,6 +137,8 @@ pub struct Model {
     /// be read for their names (`collect/container.rs`).
     pub container_processes: u64,
     pub container_files_unreadable: u64,
+    /// Processes whose /proc files did not answer in time, and the reads given up or skipped.
+    pub stuck_reads: quarantine::StuckReads,
     /// Pids whose record left the model because another process took the pid, since the
     /// collector last took them (it forgets what it kept about them).
     pub reused_pending: Vec<u32>,

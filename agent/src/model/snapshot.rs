@@ -288,6 +288,9 @@ pub struct AgentSnapshot {
     /// read for their names (those names are null or came from the next source).
     pub container_processes: u64,
     pub container_files_unreadable: u64,
+    /// Processes whose /proc files did not answer in time (quarantined: not read again until
+    /// the stuck read returns or they exit), and the reads given up or skipped.
+    pub stuck_processes: super::quarantine::StuckReads,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -566,6 +569,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             memory_block_slots_rewritten: ctx.memory_block_slots_rewritten,
             container_processes: model.container_processes,
             container_files_unreadable: model.container_files_unreadable,
+            stuck_processes: model.stuck_reads.clone(),
         },
     }
 }
