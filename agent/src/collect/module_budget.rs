@@ -47,7 +47,7 @@ impl Budget {
 
     /// Reserves `bytes`, or `None` (counted) when they do not fit beside what is held.
     pub fn reserve(&'static self, bytes: u64) -> Option<Reservation> {
-        self.take(bytes).then_some(Reservation { budget: self, bytes })
+        self.take(bytes).then(|| Reservation { budget: self, bytes })
     }
 
     fn take(&self, bytes: u64) -> bool {

@@ -301,6 +301,8 @@ impl Elf {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn sym(name: u32, info: u8, shndx: u16, addr: u64, size: u64) -> Vec<u8> {
@@ -375,6 +377,68 @@ mod tests {
         let mut f = Finder::new(&names);
         f.feed(&[0; 4096]);
         assert!(f.found.is_empty());
+    }
+
+    /// A sparse ELF file whose `.symtab` and `.strtab` claim `claimed` bytes each (holes).
+    fn crafted(name: &str, claimed: u64) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("tierscope-module-symbols-{}-{name}", std::process::id()));
+        let names = b"\0.symtab\0.strtab\0.shstrtab\0";
+        let mut b = b"\x7fELF\x02\x01\x01".to_vec();
+        b.resize(0x28, 0);
+        b.extend(128u64.to_le_bytes()); // shoff
+        b.resize(0x3a, 0);
+        for v in [64u16, 4, 3] {
+            b.extend(v.to_le_bytes()); // shentsize, shnum, shstrndx
+        }
+        b.resize(128, 0);
+        let base = 1u64 << 20;
+        // (name, type, offset, size, link)
+        for (name, kind, offset, size, link) in [
+            (0u32, 0u32, 0u64, 0u64, 0u32),
+            (1, 2, base, claimed, 2),
+            (9, 3, base + claimed, claimed, 0),
+            (17, 3, 512, names.len() as u64, 0),
+        ] {
+            let at = b.len();
+            b.extend(name.to_le_bytes());
+            b.extend(kind.to_le_bytes());
+            b.extend([0u8; 16]);
+            b.extend(offset.to_le_bytes());
+            b.extend(size.to_le_bytes());
+            b.extend(link.to_le_bytes());
+            b.resize(at + 64, 0);
+        }
+        b.resize(512, 0);
+        b.extend(names);
+        std::fs::write(&path, &b).expect("write");
+        std::fs::File::options().write(true).open(&path).expect("open").set_len(base + 2 * claimed).expect("extend");
+        path
+    }
+
+    #[test]
+    fn a_table_over_the_budget_is_refused_unread_and_counted() {
+        let budget = super::super::module_budget::global();
+        let path = crafted("over", 200 << 20);
+        let elf = Elf::open(&path).expect("headers");
+        let before = budget.figures().refused;
+        let e = elf.functions(false).expect_err("200 MiB of symbols is over the budget");
+        assert!(e.is_over_budget() && e.is_unreadable(), "{e}");
+        let e = elf.symbol_addresses(&["main"]).expect_err("over the bound of a lookup");
+        assert!(e.is_unreadable(), "{e}");
+        let s = elf.section(".symtab").expect(".symtab").clone();
+        assert!(elf.section_data(&s).expect_err("over the budget").is_over_budget());
+        assert!(budget.figures().refused >= before + 3, "each refusal counted");
+        let _ = std::fs::remove_file(&path);
+        // A table that fits: read a chunk at a time (all holes: no functions), its
+        // reservation given back to what it keeps.
+        let path = crafted("fits", 3 << 20);
+        let elf = Elf::open(&path).expect("headers");
+        let f = elf.functions(false).expect("3 MiB fits");
+        // Its string table (3 MiB, under NAMES_HELD) is kept; no function is.
+        assert!(f.is_empty() && f.bytes() == 3 << 20, "{} bytes", f.bytes());
+        assert_eq!(f._held.as_ref().map(Reservation::bytes), Some(3 << 20), "reserved: what it keeps");
+        assert_eq!(elf.symbol_addresses(&["main", "x"]).expect("read"), [None, None]);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
