@@ -13,7 +13,6 @@ use std::{
 };
 
 use super::module_budget::{self, Reservation};
-pub use super::module_symbols::{Functions, NAMES_HELD};
 
 /// The largest section read (an `.eh_frame`, a symbol or string table).
 pub const MAX_SECTION: u64 = 256 << 20;
