@@ -12,6 +12,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use super::module_budget::{self, Reservation};
+
 /// The largest section read (an `.eh_frame`, a symbol or string table).
 pub const MAX_SECTION: u64 = 256 << 20;
 /// The largest header table (program or section headers, the section names) read.
@@ -22,11 +24,11 @@ const MAX_NOTES: u64 = 1 << 16;
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
 const PF_X: u32 = 1;
-const SHT_SYMTAB: u32 = 2;
+pub(super) const SHT_SYMTAB: u32 = 2;
 const SHT_NOTE: u32 = 7;
-const SHT_NOBITS: u32 = 8;
-const SHT_DYNSYM: u32 = 11;
-const SHF_COMPRESSED: u64 = 0x800;
+pub(super) const SHT_NOBITS: u32 = 8;
+pub(super) const SHT_DYNSYM: u32 = 11;
+pub(super) const SHF_COMPRESSED: u64 = 0x800;
 const NT_GNU_BUILD_ID: u32 = 3;
 
 /// Why a module's file could not be read.
@@ -40,6 +42,11 @@ pub enum ModuleFileError {
     PastEnd { path: PathBuf, start: u64, end: u64, len: u64 },
     #[error("{0}: a table of {1} bytes is past the bound of what the agent reads")]
     TooLarge(PathBuf, u64),
+    #[error(
+        "{path}: its table of {bytes} bytes does not fit the agent's budget for other processes' files \
+         ({held} of {limit} bytes held): not read, its frames stay unnamed"
+    )]
+    OverBudget { path: PathBuf, bytes: u64, held: u64, limit: u64 },
     #[error("reading {0}: {1}")]
     Read(PathBuf, io::Error),
     #[error("{0} is not a 64-bit little-endian ELF file")]
@@ -61,13 +68,19 @@ impl ModuleFileError {
     pub fn is_mismatch(&self) -> bool {
         matches!(self, ModuleFileError::Mismatch(..))
     }
+
+    /// Whether a table of the file did not fit the budget (counted with the unreadable ones,
+    /// and on its own).
+    pub fn is_over_budget(&self) -> bool {
+        matches!(self, ModuleFileError::OverBudget { .. })
+    }
 }
 
 /// An open regular file, read by bounded `pread`s.
 #[derive(Debug)]
 pub struct ModuleFile {
     file: File,
-    len: u64,
+    pub(super) len: u64,
     path: PathBuf,
 }
 
@@ -118,6 +131,15 @@ impl ModuleFile {
         Ok(h.finalize())
     }
 
+    /// Reserves `bytes` of the agent's budget for module files before they are read and held.
+    pub fn reserve(&self, bytes: u64) -> Result<Reservation, ModuleFileError> {
+        let budget = module_budget::global();
+        budget.reserve(bytes).ok_or_else(|| {
+            let f = budget.figures();
+            ModuleFileError::OverBudget { path: self.path.clone(), bytes, held: f.held, limit: f.limit }
+        })
+    }
+
     /// `size` bytes at `offset`, at most `bound`; an error when they lie past the file's end
     /// (as it was at open, or as it is now: a file truncated since gives a short read).
     pub fn read(&self, offset: u64, size: u64, bound: u64) -> Result<Vec<u8>, ModuleFileError> {
@@ -138,13 +160,13 @@ impl ModuleFile {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(super) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
@@ -163,7 +185,7 @@ pub struct Header {
 const EHDR_LEN: u64 = 64;
 const PHDR_LEN: usize = 56;
 const SHDR_LEN: usize = 64;
-const SYM_LEN: usize = 24;
+pub(super) const SYM_LEN: usize = 24;
 
 /// The header of a 64-bit little-endian ELF file (the only kind an x86-64 process maps). Pure.
 pub fn parse_header(b: &[u8]) -> Option<Header> {
@@ -274,141 +296,30 @@ pub fn parse_debuglink(b: &[u8]) -> Option<(String, u32)> {
     Some((std::str::from_utf8(name).ok()?.to_string(), u32_at(b, crc_at)?))
 }
 
-/// A function symbol: its address, size and name (an offset into the string table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FunctionSymbol {
-    addr: u64,
-    size: u64,
-    name: u32,
+/// Whether a section has its bytes in the file, uncompressed.
+pub(super) fn has_bytes(s: &Section) -> bool {
+    s.kind != SHT_NOBITS && s.size != 0 && s.flags & SHF_COMPRESSED == 0
 }
 
-/// The functions of one symbol table, by address, with their names' string table.
-#[derive(Debug, Default)]
-pub struct Functions {
-    syms: Vec<FunctionSymbol>,
-    names: Names,
-}
-
-/// Where a symbol table's names are: in memory, or (a table larger than [`NAMES_HELD`]: the
-/// 78 MB `.strtab` of PyTorch's `libtorch_cpu.so`) left in the file and read a name at a time
-/// when a frame is named.
+/// Bytes read from a module's file, held against the agent's budget for module files until
+/// dropped.
 #[derive(Debug)]
-enum Names {
-    Held(Vec<u8>),
-    InFile { file: std::sync::Arc<ModuleFile>, offset: u64, len: u64 },
+pub struct HeldBytes {
+    bytes: Vec<u8>,
+    _held: Reservation,
 }
 
-impl Default for Names {
-    fn default() -> Self {
-        Names::Held(Vec::new())
-    }
-}
-
-/// String tables up to this size are read whole (aliases then ranked by their names' length);
-/// larger ones stay in the file.
-pub const NAMES_HELD: u64 = 4 << 20;
-/// The longest name read from a table left in the file (C++ names run to a few KiB).
-const MAX_NAME: u64 = 64 << 10;
-
-impl Names {
-    /// The name at `at`, up to its NUL.
-    fn get(&self, at: u32) -> Option<std::borrow::Cow<'_, [u8]>> {
-        match self {
-            Names::Held(b) => c_str(b, at as usize).map(std::borrow::Cow::Borrowed),
-            Names::InFile { file, offset, len } => {
-                let mut want = 512u64;
-                loop {
-                    let size = want.min(len.checked_sub(u64::from(at))?);
-                    let b = file.read(offset + u64::from(at), size, MAX_NAME).ok()?;
-                    if let Some(end) = b.iter().position(|&c| c == 0) {
-                        return Some(std::borrow::Cow::Owned(b[..end].to_vec()));
-                    }
-                    if size < want || want >= MAX_NAME {
-                        return None;
-                    }
-                    want = (want * 8).min(MAX_NAME);
-                }
-            }
-        }
-    }
-}
-
-impl Functions {
-    /// The defined functions (`STT_FUNC`, `STT_GNU_IFUNC`) of a symbol table. Pure.
-    pub fn parse(symtab: &[u8], strings: Vec<u8>) -> Functions {
-        Functions::ranked(symtab, Names::Held(strings))
-    }
-
-    fn ranked(symtab: &[u8], names: Names) -> Functions {
-        // Of the aliases at one address, the one shown: global before weak before local,
-        // then the longest, then the shortest name (`__libc_start_main`, not a local
-        // `__libc_start_main_alias_2`); names left in the file are not compared (the first in
-        // the table wins: C++ aliases, such as a constructor's complete and base object
-        // symbols, read the same once demangled).
-        let strings: &[u8] = match &names {
-            Names::Held(b) => b,
-            Names::InFile { .. } => &[],
-        };
-        let mut ranked: Vec<((u8, std::cmp::Reverse<u64>, usize), FunctionSymbol)> = symtab
-            .chunks_exact(SYM_LEN)
-            .filter_map(|s| {
-                let (kind, bind) = (s[4] & 0xf, s[4] >> 4);
-                let shndx = u16_at(s, 6)?;
-                let f = FunctionSymbol { addr: u64_at(s, 8)?, size: u64_at(s, 16)?, name: u32_at(s, 0)? };
-                let rank = match bind {
-                    1 => 0,
-                    2 => 1,
-                    _ => 2,
-                };
-                let len = c_str(&strings, f.name as usize).map_or(usize::MAX, <[u8]>::len);
-                ((kind == 2 || kind == 10) && shndx != 0).then_some(((rank, std::cmp::Reverse(f.size), len), f))
-            })
-            .collect();
-        ranked.sort_by_key(|(rank, f)| (f.addr, *rank));
-        let mut syms: Vec<FunctionSymbol> = ranked.into_iter().map(|(_, f)| f).collect();
-        syms.dedup_by_key(|s| s.addr);
-        syms.shrink_to_fit();
-        Functions { syms, names }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.syms.is_empty()
-    }
-
-    /// The function containing `addr` and the offset into it (a table's names left in the
-    /// file are read here).
-    pub fn find(&self, addr: u64) -> Option<(std::borrow::Cow<'_, [u8]>, u64)> {
-        let i = self.syms.partition_point(|s| s.addr <= addr).checked_sub(1)?;
-        let s = self.syms[i];
-        let off = addr - s.addr;
-        if off >= s.size.max(1) {
-            return None;
-        }
-        self.names.get(s.name).map(|n| (n, off))
-    }
-
-    /// The address of the first defined symbol named `name` (any type). Pure.
-    pub fn address_of(symtab: &[u8], strings: &[u8], name: &[u8]) -> Option<u64> {
-        symtab.chunks_exact(SYM_LEN).find_map(|s| {
-            let at = u32_at(s, 0)? as usize;
-            (u16_at(s, 6)? != 0 && c_str(strings, at)? == name).then(|| u64_at(s, 8)).flatten()
-        })
-    }
-
-    /// Bytes held (a bound on what a namer keeps).
-    pub fn bytes(&self) -> usize {
-        let names = match &self.names {
-            Names::Held(b) => b.capacity(),
-            Names::InFile { .. } => 0,
-        };
-        self.syms.capacity() * size_of::<FunctionSymbol>() + names
+impl std::ops::Deref for HeldBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
 /// An ELF file's headers, read from a [`ModuleFile`]; its sections read on request.
 #[derive(Debug)]
 pub struct Elf {
-    file: std::sync::Arc<ModuleFile>,
+    pub(super) file: std::sync::Arc<ModuleFile>,
     pub segments: Vec<Segment>,
     pub sections: Vec<Section>,
 }
@@ -476,17 +387,22 @@ impl Elf {
         self.sections.iter().find(|s| s.name == name.as_bytes())
     }
 
-    /// The bytes of a section as the file holds them: `None` for one with no bytes in the file
-    /// (`SHT_NOBITS`, empty) or compressed ones (never asked for here).
-    pub fn section_data(&self, s: &Section) -> Result<Option<Vec<u8>>, ModuleFileError> {
-        if s.kind == SHT_NOBITS || s.size == 0 || s.flags & SHF_COMPRESSED != 0 {
+    /// The bytes of a section as the file holds them, held against the budget for module
+    /// files: `None` for one with no bytes in the file (`SHT_NOBITS`, empty) or compressed ones
+    /// (never asked for here).
+    pub fn section_data(&self, s: &Section) -> Result<Option<HeldBytes>, ModuleFileError> {
+        if !has_bytes(s) {
             return Ok(None);
         }
-        self.file.read(s.offset, s.size, MAX_SECTION).map(Some)
+        if s.size > MAX_SECTION {
+            return Err(ModuleFileError::TooLarge(self.file.path.clone(), s.size));
+        }
+        let held = self.file.reserve(s.size)?;
+        Ok(Some(HeldBytes { bytes: self.file.read(s.offset, s.size, MAX_SECTION)?, _held: held }))
     }
 
     /// The data of the section named `name` (see [`Elf::section_data`]).
-    pub fn data_of(&self, name: &str) -> Result<Option<Vec<u8>>, ModuleFileError> {
+    pub fn data_of(&self, name: &str) -> Result<Option<HeldBytes>, ModuleFileError> {
         match self.section(name) {
             Some(s) => self.section_data(s),
             None => Ok(None),
@@ -536,55 +452,7 @@ impl Elf {
     /// The file name and CRC32 `.gnu_debuglink` gives.
     pub fn debuglink(&self) -> Result<Option<(String, u32)>, ModuleFileError> {
         let Some(d) = self.section(".gnu_debuglink").filter(|s| s.size <= 4096) else { return Ok(None) };
-        Ok(parse_debuglink(&self.section_data(d)?.unwrap_or_default()))
-    }
-
-    /// The symbol table of type `SHT_SYMTAB` or `SHT_DYNSYM` and its string table, when it
-    /// has one.
-    fn symbol_table(&self, kind: u32) -> Result<Option<(Vec<u8>, Vec<u8>)>, ModuleFileError> {
-        let Some(s) = self.sections.iter().find(|s| s.kind == kind) else { return Ok(None) };
-        let Some(strtab) = self.sections.get(s.link as usize) else { return Ok(None) };
-        match (self.section_data(s)?, self.section_data(strtab)?) {
-            (Some(syms), Some(strings)) => Ok(Some((syms, strings))),
-            _ => Ok(None),
-        }
-    }
-
-    /// The functions of `.symtab` (`dynamic`: `.dynsym`); a string table over [`NAMES_HELD`]
-    /// stays in the file.
-    pub fn functions(&self, dynamic: bool) -> Result<Functions, ModuleFileError> {
-        self.functions_holding(dynamic, NAMES_HELD)
-    }
-
-    fn functions_holding(&self, dynamic: bool, held: u64) -> Result<Functions, ModuleFileError> {
-        let kind = if dynamic { SHT_DYNSYM } else { SHT_SYMTAB };
-        let Some(s) = self.sections.iter().find(|s| s.kind == kind) else { return Ok(Functions::default()) };
-        let Some(strtab) = self.sections.get(s.link as usize) else { return Ok(Functions::default()) };
-        let in_file = strtab.size > held
-            && strtab.kind != SHT_NOBITS
-            && strtab.flags & SHF_COMPRESSED == 0
-            && strtab.offset.checked_add(strtab.size).is_some_and(|end| end <= self.file.len);
-        if !in_file {
-            return Ok(match self.symbol_table(kind)? {
-                Some((syms, strings)) => Functions::parse(&syms, strings),
-                None => Functions::default(),
-            });
-        }
-        let Some(syms) = self.section_data(s)? else { return Ok(Functions::default()) };
-        let names = Names::InFile { file: self.file.clone(), offset: strtab.offset, len: strtab.size };
-        Ok(Functions::ranked(&syms, names))
-    }
-
-    /// The address of the symbol `name`, from `.dynsym`, else `.symtab`.
-    pub fn symbol_address(&self, name: &str) -> Result<Option<u64>, ModuleFileError> {
-        for kind in [SHT_DYNSYM, SHT_SYMTAB] {
-            if let Some((syms, strings)) = self.symbol_table(kind)? {
-                if let Some(a) = Functions::address_of(&syms, &strings, name.as_bytes()) {
-                    return Ok(Some(a));
-                }
-            }
-        }
-        Ok(None)
+        Ok(self.section_data(d)?.and_then(|b| parse_debuglink(&b)))
     }
 }
 
@@ -609,7 +477,11 @@ mod tests {
         let elf = Elf::open(&exe).expect("own exe readable");
         for name in [".eh_frame", ".eh_frame_hdr", ".text", ".gnu_debuglink"] {
             let want = whole.section_by_name(name).and_then(|s| s.data().ok().map(<[u8]>::to_vec));
-            assert_eq!(elf.data_of(name).expect("readable"), want.filter(|d| !d.is_empty()), "{name}");
+            assert_eq!(
+                elf.data_of(name).expect("readable").map(|d| d.to_vec()),
+                want.filter(|d| !d.is_empty()),
+                "{name}"
+            );
         }
         let want = whole.build_id().expect("build id").map(<[u8]>::to_vec);
         assert!(want.is_some(), "the test binary has a build id");
@@ -699,63 +571,5 @@ mod tests {
         assert_eq!(ModuleFile::open(&f).expect("open").crc32(4 << 20).expect("crc"), crc32fast::hash(&big));
         assert!(matches!(ModuleFile::open(&f).expect("open").crc32(1 << 20), Err(ModuleFileError::TooLarge(..))));
         let _ = std::fs::remove_file(&f);
-    }
-
-    #[test]
-    fn names_left_in_the_file_are_the_names_held_in_memory() {
-        // This test binary's `.symtab`, once held whole and once left in the file (as a
-        // string table over NAMES_HELD is): the same function, offset and name for every
-        // address but those of aliases (only held names rank them by length).
-        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
-        let elf = Elf::open(&exe).expect("own exe readable");
-        let held = elf.functions_holding(false, u64::MAX).expect("symtab");
-        let in_file = elf.functions_holding(false, 0).expect("symtab");
-        assert!(matches!(held.names, Names::Held(_)) && matches!(in_file.names, Names::InFile { .. }));
-        assert!(in_file.bytes() < held.bytes() / 2, "{} vs {}", in_file.bytes(), held.bytes());
-        let (mut same, mut aliased) = (0, 0);
-        for s in held.syms.iter().take(5000) {
-            let (a, b) = (held.find(s.addr).expect("held"), in_file.find(s.addr).expect("in file"));
-            assert_eq!(a.1, b.1);
-            if a.0 == b.0 {
-                same += 1;
-            } else {
-                aliased += 1;
-            }
-        }
-        assert!(same > 1000 && aliased * 100 < same, "{same} named alike, {aliased} aliases named otherwise");
-    }
-
-    #[test]
-    fn functions_are_found_by_address() {
-        let sym = |name: u32, info: u8, shndx: u16, addr: u64, size: u64| {
-            let mut b = name.to_le_bytes().to_vec();
-            b.extend([info, 0]);
-            b.extend(shndx.to_le_bytes());
-            b.extend(addr.to_le_bytes());
-            b.extend(size.to_le_bytes());
-            b
-        };
-        let strings = b"\0alpha\0beta\0undef\0data\0beta_alias_2\0".to_vec();
-        let table = [
-            sym(1, 0x12, 14, 0x1000, 0x20),
-            sym(23, 0x02, 14, 0x1040, 0x10),
-            sym(7, 0x12, 14, 0x1040, 0x10),
-            sym(12, 0x12, 0, 0x2000, 0x10),
-            sym(18, 0x11, 20, 0x1020, 0x8),
-        ]
-        .concat();
-        let f = Functions::parse(&table, strings.clone());
-        assert_eq!(f.find(0x1000).map(|(n, o)| (n.into_owned(), o)), Some((b"alpha".to_vec(), 0)));
-        assert_eq!(f.find(0x101f).map(|(n, o)| (n.into_owned(), o)), Some((b"alpha".to_vec(), 0x1f)));
-        assert_eq!(f.find(0x1020), None, "a gap (an object symbol is no function)");
-        assert_eq!(
-            f.find(0x1045).map(|(n, o)| (n.into_owned(), o)),
-            Some((b"beta".to_vec(), 5)),
-            "the global alias, not the local one"
-        );
-        assert_eq!(f.find(0x2004), None, "undefined symbols name nothing");
-        assert_eq!(f.find(0x10), None);
-        assert_eq!(Functions::address_of(&table, &strings, b"data"), Some(0x1020));
-        assert_eq!(Functions::address_of(&table, &strings, b"undef"), None);
     }
 }

@@ -20,7 +20,10 @@ use std::{
 };
 
 use aya::{
-    programs::{uprobe::UProbeScope, ProgramError, UProbe},
+    programs::{
+        uprobe::{UProbeLinkId, UProbeScope},
+        ProgramError, UProbe,
+    },
     Ebpf,
 };
 use tierscope_common::{
@@ -97,6 +100,13 @@ pub struct PinWatch {
     loaded: Result<(), String>,
     /// Libraries by (device, inode) as `/proc/PID/maps` writes them.
     libraries: BTreeMap<(u64, u64), CudaLibrary>,
+    /// The uprobes attached to each library: (program, link).
+    links: HashMap<(u64, u64), Vec<(&'static str, UProbeLinkId)>>,
+    /// The host's libraries, probed at start for the life of the agent.
+    host: HashSet<(u64, u64)>,
+    /// The watched processes found mapping each library found in one: when none is left, its
+    /// probes are removed.
+    users: HashMap<(u64, u64), HashSet<u32>>,
     /// Per watched process: when its mappings were last looked at, its faults then, and whether
     /// the driver was there.
     looked: HashMap<u32, (u64, u64, bool)>,
@@ -121,6 +131,9 @@ impl PinWatch {
         let mut w = PinWatch {
             loaded,
             libraries: BTreeMap::new(),
+            links: HashMap::new(),
+            host: HashSet::new(),
+            users: HashMap::new(),
             looked: HashMap::new(),
             placed: HashMap::new(),
             status: PinningStatus::default(),
@@ -132,7 +145,10 @@ impl PinWatch {
             if let Ok(file) = ModuleFile::open(Path::new(path)) {
                 // Several paths may name one file (links): it is probed once.
                 match identity(file.file()) {
-                    Ok(id) if !w.libraries.contains_key(&id) => w.attach_file(ebpf, id, file),
+                    Ok(id) if !w.libraries.contains_key(&id) => {
+                        w.host.insert(id);
+                        w.attach_file(ebpf, id, file)
+                    }
                     _ => {}
                 }
             }
@@ -158,6 +174,7 @@ impl PinWatch {
             let driver = process_memory::parse_maps(&text).into_iter().find(|m| pinned::is_cuda_driver(&m.path));
             self.looked.insert(tgid, (now_ns, faults, driver.is_some()));
             let Some(m) = driver else { continue };
+            self.users.entry(m.file).or_default().insert(tgid);
             if self.libraries.contains_key(&m.file) {
                 continue;
             }
@@ -179,7 +196,38 @@ impl PinWatch {
                 }
             }
         }
+        self.release_unmapped(ebpf, &wanted);
         self.update_status();
+    }
+
+    /// Removes the probes of each library (not the host's) no watched process maps any more:
+    /// a user's copy of the driver, or a file crafted to look like one, is not held (nor its
+    /// probes kept) after its processes are gone.
+    fn release_unmapped(&mut self, ebpf: &mut Ebpf, wanted: &HashSet<u32>) {
+        let mut unmapped = Vec::new();
+        for (id, users) in &mut self.users {
+            users.retain(|t| wanted.contains(t));
+            if users.is_empty() && !self.host.contains(id) {
+                unmapped.push(*id);
+            }
+        }
+        for id in unmapped {
+            self.users.remove(&id);
+            for (name, link) in self.links.remove(&id).unwrap_or_default() {
+                let detached = ebpf
+                    .program_mut(name)
+                    .ok_or(ProgramError::NotLoaded)
+                    .and_then(|p| <&mut UProbe>::try_from(p))
+                    .and_then(|p| p.detach(link));
+                if let Err(e) = detached {
+                    tracing::warn!("detaching {name}: {e}");
+                }
+            }
+            if let Some(lib) = self.libraries.remove(&id) {
+                tracing::info!("CUDA driver {}: no watched process maps it any more, probes removed", lib.path);
+                self.status.libraries_released += 1;
+            }
+        }
     }
 
     fn attach_file(&mut self, ebpf: &mut Ebpf, id: (u64, u64), file: ModuleFile) {
@@ -204,13 +252,24 @@ impl PinWatch {
             return;
         }
         let target = PathBuf::from(format!("/proc/self/fd/{}", elf.module_file().file().as_raw_fd()));
+        // Every entry point in one pass over the tables, read a chunk at a time (a table over
+        // the bound of what is read is a failure of the library, counted, not memory).
+        let names: Vec<&str> = ENTRY_POINTS.iter().map(|&(symbol, _, _)| symbol).collect();
+        let addresses = match elf.symbol_addresses(&names) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("CUDA driver {path} not probed: {e}");
+                lib.status = Attach::Failed;
+                lib.reason = Some(e.to_string());
+                self.libraries.insert(id, lib);
+                return;
+            }
+        };
         let mut missing = Vec::new();
         let mut failure = None;
-        for &(symbol, prog, with_return) in ENTRY_POINTS {
-            let offset = match elf.symbol_address(symbol) {
-                Ok(Some(addr)) => elf.offset_of_address(addr),
-                _ => None,
-            };
+        let mut links = Vec::new();
+        for (&(symbol, prog, with_return), addr) in ENTRY_POINTS.iter().zip(addresses) {
+            let offset = addr.and_then(|a| elf.offset_of_address(a));
             let Some(offset) = offset else {
                 missing.push(symbol);
                 continue;
@@ -221,9 +280,12 @@ impl PinWatch {
                     .program_mut(name)
                     .ok_or(ProgramError::NotLoaded)
                     .and_then(|p| <&mut UProbe>::try_from(p))
-                    .and_then(|p| p.attach(offset, &target, UProbeScope::AllProcesses).map(drop));
+                    .and_then(|p| p.attach(offset, &target, UProbeScope::AllProcesses));
                 match result {
-                    Ok(()) => lib.probes += 1,
+                    Ok(link) => {
+                        lib.probes += 1;
+                        links.push((*name, link));
+                    }
                     Err(e) => failure = Some(format!("attaching {name} at {symbol} of {path}: {e}")),
                 }
             }
@@ -241,6 +303,7 @@ impl PinWatch {
             lib.reason = Some(format!("not exported by this driver: {}", missing.join(", ")));
         }
         tracing::info!("CUDA driver {path}: {:?}, {} probes", lib.status, lib.probes);
+        self.links.insert(id, links);
         self.libraries.insert(id, lib);
     }
 

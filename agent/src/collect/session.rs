@@ -538,6 +538,13 @@ impl Session {
             }
         }
         self.model.pinning = self.pin_watch.status.clone();
+        let f = super::module_budget::global().figures();
+        self.model.module_files = crate::model::agent::ModuleFiles {
+            budget_bytes: f.limit,
+            held_bytes: f.held,
+            peak_bytes: f.peak,
+            refused: f.refused,
+        };
         self.model.update_insights(&nodes, self.page_size);
     }
 

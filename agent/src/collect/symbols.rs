@@ -22,7 +22,8 @@ use blazesym::{
 };
 
 use super::{
-    module_file::{Elf, Functions, ModuleFileError},
+    module_file::{Elf, ModuleFileError},
+    module_symbols::Functions,
     process_file::{debug_file, open_mapped, FileCheck, ModuleFailures},
     process_memory::Mapping,
 };

@@ -20,7 +20,7 @@ use framehop::{
 
 use super::process_memory::{executable_ranges, parse_maps, Mapping};
 use super::{
-    module_file::{Elf, ModuleFileError},
+    module_file::{Elf, HeldBytes, ModuleFileError},
     process_file::{debug_file, open_mapped, ModuleFailures},
 };
 
@@ -38,7 +38,7 @@ fn bias_from(segments: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
 /// A section read from a module's file into memory the agent owns (a file mapped instead
 /// could be truncated under the agent, and the next read of the map would kill it).
 #[derive(Clone, Debug)]
-pub struct SectionData(Arc<[u8]>);
+pub struct SectionData(Arc<HeldBytes>);
 
 impl std::ops::Deref for SectionData {
     type Target = [u8];
@@ -65,7 +65,7 @@ impl UnwindSections {
     /// no unwind tables of its own (its `.debug_frame`).
     pub fn from_elf(elf: &Elf, debug: Option<&Elf>) -> Result<Self, ModuleFileError> {
         let data_of = |f: &Elf, name: &str| -> Result<Option<SectionData>, ModuleFileError> {
-            Ok(f.data_of(name)?.map(|d| SectionData(d.into())))
+            Ok(f.data_of(name)?.map(|d| SectionData(Arc::new(d))))
         };
         let mut s = UnwindSections {
             exec_segments: elf.exec_segments(),

@@ -3,6 +3,18 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+/// What the agent holds of other processes' files (symbol and unwind tables of the libraries
+/// they map) against its one budget for them, and the tables it refused for not fitting: each
+/// a counted naming failure (those frames stay `module+0xoffset`, that CUDA driver unprobed,
+/// that interpreter's frames native), never a larger agent (`collect/module_budget.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ModuleFiles {
+    pub budget_bytes: u64,
+    pub held_bytes: u64,
+    pub peak_bytes: u64,
+    pub refused: u64,
+}
+
 /// Whether a kernel program is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

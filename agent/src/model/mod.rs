@@ -103,6 +103,8 @@ pub struct Model {
     pub site_watch_refused: u64,
     /// How the CUDA driver's pinning is watched (`collect/pinning.rs`).
     pub pinning: pinned::PinningStatus,
+    /// What is held of other processes' files against the agent's budget, and refused.
+    pub module_files: agent::ModuleFiles,
     /// numa_maps reads done and their total cost (ns): the agent's own price for exactness.
     pub residency_scans: u64,
     pub residency_scan_ns: u64,

@@ -148,6 +148,9 @@ pub struct PinningStatus {
     /// mappings that could not be read (`smaps`).
     pub placement_failures: u64,
     pub locked_read_failures: u64,
+    /// Libraries found in watched processes whose probes were removed (and file let go of)
+    /// once no watched process mapped them any more.
+    pub libraries_released: u64,
 }
 
 /// One CUDA driver library.

@@ -255,6 +255,10 @@ pub struct AgentSnapshot {
     /// How the CUDA driver's pinned memory is watched: `cuda` (`watching`, `no CUDA library
     /// mapped`, `unsupported: why`), the libraries probed, processes looked at.
     pub pinning: super::pinned::PinningStatus,
+    /// What the agent holds of other processes' files (symbol and unwind tables) against its
+    /// budget for them, at most ever, and the tables refused for not fitting (counted naming
+    /// failures).
+    pub module_files: super::agent::ModuleFiles,
     /// numa_maps reads and what they cost in total (ms).
     pub residency_scans: u64,
     pub residency_scan_ms: f64,
@@ -552,6 +556,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             ),
             cpu_sampling: super::cpu_profile::CpuSampling::of(model),
             pinning: model.pinning.clone(),
+            module_files: model.module_files,
             residency_scans: model.residency_scans,
             residency_scan_ms: model.residency_scan_ns as f64 / 1e6,
             residency_longest_hold_ms: model.residency_longest_hold_ns as f64 / 1e6,

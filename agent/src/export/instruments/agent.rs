@@ -92,6 +92,24 @@ def!(
     "Processes that wanted series of their own (training roles, track.pids, track.match) while collect.max_tracked were tracked: summed under \"other\" instead, each counted once"
 );
 def!(
+    MODULE_FILES_REFUSED,
+    "tierscope.agent.module_files.refused",
+    "{table}",
+    Counter,
+    false,
+    &[],
+    "Symbol and unwind tables of other processes' files refused for not fitting the agent's budget for them, or a lookup's bound: not read, their frames left unnamed (a crafted library cannot grow the agent)"
+);
+def!(
+    MODULE_FILES_HELD,
+    "tierscope.agent.module_files.held",
+    "By",
+    Gauge,
+    false,
+    &[],
+    "Bytes of other processes' files (symbol and unwind tables) the agent holds, against its fixed budget for them"
+);
+def!(
     SCAN_DURATION,
     "tierscope.agent.scan.duration",
     "s",
@@ -226,4 +244,6 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     push(out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
     push(out, &SCANS, vec![], Value::U64(h.scans));
     push(out, &TRACKING_REFUSED, vec![], Value::U64(h.tracking_refused));
+    push(out, &MODULE_FILES_REFUSED, vec![], Value::U64(m.module_files.refused));
+    push(out, &MODULE_FILES_HELD, vec![], Value::U64(m.module_files.held_bytes));
 }

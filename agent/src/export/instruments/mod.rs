@@ -163,6 +163,8 @@ pub const CATALOG: &[MetricDef] = &[
     agent::PROGRAMS,
     agent::TRACKED,
     agent::TRACKING_REFUSED,
+    agent::MODULE_FILES_REFUSED,
+    agent::MODULE_FILES_HELD,
     agent::SCAN_DURATION,
     agent::SCANS,
     probe::PROBE_ROUNDS,
