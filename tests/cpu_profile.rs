@@ -55,6 +55,23 @@ fn check_profile(python_lines: &Value, what: &str) -> (u64, u64) {
     (hot, warm)
 }
 
+/// The scheduling policy (field 41 of `stat`) of each of `pid`'s threads, by thread name.
+fn thread_policies(pid: u32) -> Vec<(String, u32, u32)> {
+    let mut out = vec![];
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the agent's threads").flatten() {
+        let tid: u32 = t.file_name().to_string_lossy().parse().expect("a tid");
+        let (Ok(comm), Ok(stat)) =
+            (std::fs::read_to_string(t.path().join("comm")), std::fs::read_to_string(t.path().join("stat")))
+        else {
+            continue;
+        };
+        let after = stat.rsplit_once(')').expect("stat").1;
+        let policy = after.split_whitespace().nth(38).expect("policy").parse().expect("a number");
+        out.push((comm.trim().to_string(), tid, policy));
+    }
+    out
+}
+
 #[test]
 #[ignore = "requires root"]
 fn the_cpu_profile_of_a_python_process_puts_its_hot_function_first_at_the_sampled_rate() {
@@ -63,10 +80,28 @@ fn the_cpu_profile_of_a_python_process_puts_its_hot_function_first_at_the_sample
     let pid = w.pid;
     tierscope_tests::wait_blocked_on_pipe(pid);
     let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string()]);
+    // The unwinding and naming threads never take a CPU a normal thread wants (issue 40); the
+    // main thread stays in the normal class.
+    let policies = thread_policies(agent.pid());
+    eprintln!("the agent's threads (name, tid, policy): {policies:?}");
+    for name in ["site-reader", "site-namer"] {
+        let of: Vec<u32> = policies.iter().filter(|(n, _, _)| n == name).map(|&(_, _, p)| p).collect();
+        assert!(!of.is_empty() && of.iter().all(|&p| p == 5), "{name} in SCHED_IDLE (5): {policies:?}");
+    }
+    assert!(policies.iter().any(|&(_, tid, p)| tid == agent.pid() && p == 0), "main thread normal: {policies:?}");
     let done = w.go();
     let snap = agent.interrupt();
     w.finish();
     let sampling = &snap["agent"]["cpu_sampling"];
+    // The stack is walked in the kernel; a copy for unwinding in user space only where the
+    // frame-pointer walk came back short (Debian's python3 has no frame pointers: its walks do),
+    // at most 2 a second (the default) and one more at once.
+    let copied = sampling["stack_copied"].as_u64().expect("stack_copied");
+    let over = sampling["copy_over_budget"].as_u64().expect("copy_over_budget");
+    let secs = snap["duration_s"].as_f64().expect("duration_s");
+    assert_eq!(sampling["stack_copies_per_sec"].as_u64(), Some(2), "the default: {sampling}");
+    assert!(copied as f64 <= 2.0 * secs + 2.0, "{copied} copies in {secs:.1} s: over the budget: {sampling}");
+    assert!(copied > 0 && over > 0, "short walks copied, and over the budget went without: {sampling}");
     eprintln!("cpu_sampling: {sampling}");
     let p = process(&snap, pid);
     let profile = &p["cpu_profile"];
