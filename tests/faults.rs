@@ -190,3 +190,28 @@ fn check_finds_the_fault_counters_in_btf() {
     let prog = v["programs"].as_array().and_then(|ps| ps.iter().find(|p| p["name"] == "task_exit_faults").cloned());
     assert_eq!(prog.map(|p| p["status"].clone()), Some(serde_json::json!("attached")));
 }
+
+/// `check` says which default features a watching command runs with on this node and what each
+/// was measured to cost (issue 40; docs/cost.md). This host has no CXL tier: the page path counts
+/// every event there, and no sites are sampled.
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn check_lists_the_default_features_and_their_measured_costs() {
+    require_root_and_agent!();
+    let bin = tierscope_tests::tierscope_bin().expect("bin");
+    let out = std::process::Command::new(&bin).args(["check", "--json"]).output().expect("check");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check JSON");
+    let costs = v["default_costs"].as_array().unwrap_or_else(|| panic!("default_costs: {v}"));
+    let of = |name: &str| costs.iter().find(|f| f["feature"] == name).unwrap_or_else(|| panic!("{name}: {costs:?}"));
+    let page = of("page path");
+    assert!(page["setting"].as_str().is_some_and(|s| s.starts_with("exact")), "no CXL tier here: {page}");
+    assert!(page["cost"].as_str().is_some_and(|s| s.contains('%')), "a measured cost: {page}");
+    let cpu = of("CPU sampler");
+    assert_eq!(cpu["on"], true, "{cpu}");
+    assert!(cpu["setting"].as_str().is_some_and(|s| s.contains("49 Hz") && s.contains("2 stack copies")), "{cpu}");
+    assert_eq!(of("CXL allocation sites")["on"], false);
+    assert_eq!(of("background work class")["setting"], "SCHED_IDLE");
+    let text = std::process::Command::new(&bin).arg("check").output().expect("check");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("costs ") && text.contains("CPU sampler"), "the text says it too: {text}");
+}

@@ -32,6 +32,9 @@ struct Report {
     /// Processes whose command line did not answer within the deadline (a fault in them that
     /// never completes holds their memory map): the collector quarantines them.
     stuck_processes: crate::model::quarantine::StuckReads,
+    /// The features a watching command runs with at its defaults on this node, and what each
+    /// was measured to cost (docs/cost.md).
+    default_costs: Vec<crate::model::cost_budget::FeatureCost>,
     advice: Vec<String>,
 }
 
@@ -40,6 +43,21 @@ struct Report {
 enum TaskFaultCounters {
     Found { min_flt: u32, maj_flt: u32 },
     Missing { error: String },
+}
+
+/// The defaults of `run` on this node: a CXL tier (as found; `--config`'s `[tiers]` is not read
+/// here) makes the page path sampled and the sites sampled.
+fn default_costs() -> Vec<crate::model::cost_budget::FeatureCost> {
+    let topology = crate::topology::Topology::read(Path::new("/sys"));
+    let cxl = topology.nodes_in(crate::topology::Tier::Cxl);
+    let (page_path, _) = crate::model::page_path::mode_for(None, &cxl);
+    crate::model::cost_budget::features(&crate::model::cost_budget::CostInputs {
+        cxl_tier: !cxl.is_empty(),
+        page_path,
+        cpu_samples_hz: crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_HZ,
+        cpu_stack_copies_per_sec: crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC,
+        work_class: crate::model::work_class::WorkClass::default(),
+    })
 }
 
 pub fn run(json: bool) -> Result<i32> {
@@ -60,6 +78,7 @@ pub fn run(json: bool) -> Result<i32> {
         damon: crate::collect::damon::monitor::availability(Path::new(crate::collect::damon::sysfs::ADMIN)),
         kernel_memory: None,
         stuck_processes: Default::default(),
+        default_costs: default_costs(),
         advice: vec![],
     };
     if !caps::can_trace(mask) {
@@ -185,6 +204,11 @@ fn print_text(r: &Report, attached: usize) {
     println!("damon         {}", damon_line(&r.damon));
     for p in &r.stuck_processes.quarantined {
         println!("stuck         pid {} ({}): /proc/{}/{} did not answer", p.pid, p.comm, p.pid, p.file);
+    }
+    println!("costs         at the defaults on this node (measured: docs/cost.md)");
+    for f in &r.default_costs {
+        let state = if f.on { "on" } else { "off" };
+        println!("  {:<22} {state:<4} {}: {}; off: {}", f.feature, f.setting, f.cost, f.off);
     }
     for a in &r.advice {
         println!("to do         {a}");

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod cgroup;
 pub mod container;
+pub mod cost_budget;
 pub mod cpu_profile;
 pub mod departed;
 pub mod event;
