@@ -11,7 +11,6 @@ use tierscope_common::stack::{
     USER_STACK_UNREADABLE,
 };
 
-
 /// Byte offsets in x86-64's `struct pt_regs`.
 const PT_REGS_BP: usize = 4 * 8;
 const PT_REGS_IP: usize = 16 * 8;

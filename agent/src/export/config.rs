@@ -455,10 +455,8 @@ pub fn resolve(file: &FileConfig, flags: &Flags, env: &BTreeMap<String, String>)
             ),
         ));
     }
-    let cpu_stack_copies_per_sec = file
-        .collect
-        .cpu_stack_copies_per_sec
-        .unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC);
+    let cpu_stack_copies_per_sec =
+        file.collect.cpu_stack_copies_per_sec.unwrap_or(crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC);
     if cpu_stack_copies_per_sec > crate::model::cpu_profile::DEFAULT_CPU_SAMPLES_PER_SEC {
         return Err(bad(
             "collect.cpu_stack_copies_per_sec",

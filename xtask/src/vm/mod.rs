@@ -173,7 +173,11 @@ fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
     let outcome = match qemu::boot(&boot) {
         Ok(o) => o,
         Err(e) => {
-            return Ran { text: format!("vm: FAIL {} ({}): {e:#}\n", s.name, s.shape.name()), passed: false, report: None };
+            return Ran {
+                text: format!("vm: FAIL {} ({}): {e:#}\n", s.name, s.shape.name()),
+                passed: false,
+                report: None,
+            };
         }
     };
     let mut host_problems = vec![];
