@@ -8,7 +8,7 @@
 //! alive, well under the limit, keep serving `/metrics`, and count both files as refused.
 use std::{
     ffi::CString,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{BufRead as _, BufReader},
     os::unix::{ffi::OsStrExt as _, fs::FileExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -16,6 +16,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[allow(dead_code)]
+mod export_support;
+use export_support::http_get;
 use tierscope_tests::{require_root_and_agent, scratch_dir, tierscope_bin};
 
 const MIB: u64 = 1 << 20;
@@ -190,17 +193,6 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    Ok((head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0), body.to_string()))
 }
 
 /// The value of the first sample line of `metric` (whatever its labels).

@@ -51,24 +51,6 @@ fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-/// The session's records, inflated by Python's zlib (docs/session-format.md: a 16-byte header,
-/// then chunks of a 12-byte header and raw DEFLATE each): not the reader under test.
-fn inflated(file: &Path) -> Vec<u8> {
-    const INFLATE: &str = r#"
-import sys, zlib
-b = open(sys.argv[1], 'rb').read()
-at = 16
-while at + 12 <= len(b):
-    n = int.from_bytes(b[at:at + 4], 'little')
-    sys.stdout.buffer.write(zlib.decompress(b[at + 12:at + 12 + n], -15))
-    at += 12 + n
-assert at == len(b), 'a whole session file'
-"#;
-    let o = Command::new("python3").args(["-c", INFLATE, s(file)]).output().expect("python3 (install it)");
-    assert!(o.status.success(), "inflating {}: {}", file.display(), stderr(&o));
-    o.stdout
-}
-
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write as _;
     let mut c = Command::new("gzip")
@@ -99,7 +81,7 @@ fn record_and_read(d: &Path, extra_flags: &[&str], extra_args: &[&str]) -> Vec<(
     let f = s(&session);
     let mut outputs = vec![
         ("session (raw)".to_string(), std::fs::read(&session).expect("session")),
-        ("session (inflated)".to_string(), inflated(&session)),
+        ("session (inflated)".to_string(), tierscope_tests::inflated_session(&session)),
         ("record's stderr".to_string(), o.stderr.clone()),
     ];
     for (name, args) in [

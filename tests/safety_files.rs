@@ -155,24 +155,6 @@ fn a_new_output_file_is_private_and_belongs_to_the_sudo_user_and_their_own_file_
 const TOKEN: &str = "SECRETabc123";
 const KEY: &str = "SECRETvalue2";
 
-/// The session's records, inflated (docs/session-format.md: a 16-byte header, then chunks of a
-/// 12-byte header and raw DEFLATE each), by Python's zlib: not the reader under test.
-fn inflated(file: &Path) -> Vec<u8> {
-    const INFLATE: &str = r#"
-import sys, zlib
-b = open(sys.argv[1], 'rb').read()
-at = 16
-while at + 12 <= len(b):
-    n = int.from_bytes(b[at:at + 4], 'little')
-    sys.stdout.buffer.write(zlib.decompress(b[at + 12:at + 12 + n], -15))
-    at += 12 + n
-assert at == len(b), 'a whole session file'
-"#;
-    let o = Command::new("python3").args(["-c", INFLATE, s(file)]).output().expect("python3 (install it)");
-    assert!(o.status.success(), "inflating {}: {}", file.display(), stderr(&o));
-    o.stdout
-}
-
 fn piped(cmd: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
     use std::io::Write as _;
     let mut c = Command::new(cmd)
@@ -203,7 +185,7 @@ fn a_token_on_the_recorded_command_line_is_found_nowhere_in_the_session_reports_
     // The arguments after the script are the shell's own, so they are in its cmdline too (two
     // commands, so that the shell does not exec the last one).
     let session = recorded(&d, "tok.tscope", &["sh", "-c", "sleep 1; true", "sh", &hf, "--api-key", KEY]);
-    let raw = inflated(&session);
+    let raw = tierscope_tests::inflated_session(&session);
     assert!(contains(&raw, "\"meta\"") && contains(&raw, "--hf_token=***"), "the session holds the masked command");
     let f = s(&session);
     let out = |name: &str| d.join(name);

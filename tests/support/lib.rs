@@ -360,3 +360,24 @@ pub fn shared_library(what: &str, source: &str, name: &str) -> std::path::PathBu
     assert!(st.success(), "cc {} failed", src.display());
     lib
 }
+
+/// The session's records, inflated (docs/session-format.md: a 16-byte header, then chunks of a
+/// 12-byte header and raw DEFLATE each), by Python's zlib: not the reader under test.
+pub fn inflated_session(file: &std::path::Path) -> Vec<u8> {
+    const INFLATE: &str = r#"
+import sys, zlib
+b = open(sys.argv[1], 'rb').read()
+at = 16
+while at + 12 <= len(b):
+    n = int.from_bytes(b[at:at + 4], 'little')
+    sys.stdout.buffer.write(zlib.decompress(b[at + 12:at + 12 + n], -15))
+    at += 12 + n
+assert at == len(b), 'a whole session file'
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", INFLATE, file.to_str().expect("a UTF-8 path")])
+        .output()
+        .expect("python3 (install it)");
+    assert!(o.status.success(), "inflating {}: {}", file.display(), String::from_utf8_lossy(&o.stderr));
+    o.stdout
+}
