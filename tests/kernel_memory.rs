@@ -77,6 +77,20 @@ fn check_prints_the_kernel_memory_a_running_agent_holds() {
     assert_eq!(faults["max_entries"].as_u64(), Some(u64::from(sized)));
     assert!(run_shapes.contains(&(1, sized)), "the running agent has a hash of {sized} entries: {run_shapes:?}");
 
+    // The watch's per-process maps must not lose a live process's entry: not LRU, whose per-CPU
+    // free lists take entries 128 at a time and so evict on a many-CPU node long before the map
+    // is full (issue 41). Only the Python caches may be LRU, and the running agent holds no LRU
+    // map of the watch's size but those.
+    for (name, kind) in [("CPU_BUDGET", "hash"), ("SITE_PENDING", "per_cpu_hash"), ("SITE_BUDGET", "hash")] {
+        let m = maps.iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("{name} listed"));
+        assert_eq!(m["kind"], kind, "{name}: {m}");
+    }
+    let lru: Vec<&str> = maps
+        .iter()
+        .filter(|m| m["kind"].as_str().is_some_and(|k| k.starts_with("lru")))
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert!(lru.iter().all(|n| n.starts_with("PY_")), "LRU maps: {lru:?}");
     let per_cpu = k["bytes_per_possible_cpu"].as_u64().expect("bytes_per_possible_cpu");
     assert!(per_cpu > 0 && per_cpu < 64 << 10, "{per_cpu} B per possible CPU");
     let at_256 = k["at_cpus"].as_array().expect("at_cpus").iter().find(|r| r[0] == 256).expect("256 CPUs")[1]

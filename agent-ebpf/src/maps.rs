@@ -1,7 +1,7 @@
 //! Every map and global of the object. Names match `tierscope_common::names`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tierscope_common::{
     layout::{MigrateLayout, PageLayout, TaskLayout},
@@ -110,11 +110,12 @@ pub static SITE_BUDGET: HashMap<u32, SiteBudget> = HashMap::with_max_entries(SIT
 /// tgid -> CXL-tier pages allocated on this CPU since its last delivered sample here (per CPU: a
 /// delivered sample takes and zeroes this CPU's pages, which needs no atomic exchange). Only
 /// watched tgids get entries, so at most `SITE_BUDGET`'s size are live (the agent sizes both
-/// alike, one entry when no node is CXL-tier) and LRU never evicts a watched one; the agent
-/// deletes a tgid's entry with its budget, and LRU ages out the rare one re-made by a CPU racing
-/// that delete.
+/// alike, one entry when no node is CXL-tier). A plain hash, not LRU: an LRU map's per-CPU free
+/// lists take entries in batches of 128, so on a many-CPU node it evicts a live entry long before
+/// it is full (issue 41). The agent deletes a tgid's entry with its budget, and sweeps the rare
+/// one a CPU racing that delete made again (`collect/site_watch.rs`).
 #[map]
-pub static SITE_PENDING: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(SITE_WATCH_MAX, 0);
+pub static SITE_PENDING: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_max_entries(SITE_WATCH_MAX, 0);
 /// Per-CPU countdown to the next sampled CXL allocation, the last tgid's pending pages and
 /// whether it is watched.
 #[map]
@@ -153,6 +154,7 @@ pub static PINNED: HashMap<PinKey, u64> = HashMap::with_max_entries(PINNED_MAX, 
 #[map]
 pub static CPU_SAMPLES: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 /// tgid -> its CPU-sample budget, inserted at its first tick while it has a `SITE_BUDGET`
-/// entry; LRU and sized like `SITE_BUDGET`, so a watched one is never evicted.
+/// entry; sized like `SITE_BUDGET`. A plain hash, not LRU (see `SITE_PENDING`): the agent deletes
+/// an entry with the tgid's budget and sweeps those re-made by a racing CPU.
 #[map]
-pub static CPU_BUDGET: LruHashMap<u32, CpuBudget> = LruHashMap::with_max_entries(SITE_WATCH_MAX, 0);
+pub static CPU_BUDGET: HashMap<u32, CpuBudget> = HashMap::with_max_entries(SITE_WATCH_MAX, 0);

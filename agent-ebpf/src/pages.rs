@@ -370,7 +370,9 @@ fn add_pending(tgid: u32, pages: u64) {
         // SAFETY: this CPU's value of a live entry.
         Some(p) => unsafe { *p += pages },
         None => {
-            let _ = SITE_PENDING.insert(&tgid, &pages, 0);
+            if SITE_PENDING.insert(&tgid, &pages, 0).is_err() {
+                count(Stat::MapFull);
+            }
         }
     }
 }

@@ -32,7 +32,15 @@ pub struct SiteWatch {
     pub refused_total: u64,
     /// `SITE_BUDGET`'s entries, as sized at load.
     pub capacity: u32,
+    /// Calls of `set` since the last sweep of `CPU_BUDGET` and `SITE_PENDING`.
+    since_sweep: u32,
+    /// Entries of those two maps swept so far: made again by a CPU racing the delete of their
+    /// tgid's budget (plain hashes: nothing ages them out).
+    pub swept_total: u64,
 }
+
+/// `set` calls between two sweeps (a reading each: about 10 s).
+const SWEEP_EVERY: u32 = 10;
 
 impl SiteWatch {
     /// Nobody watched yet; `SITE_BUDGET` holds `capacity` processes.
@@ -58,12 +66,23 @@ impl SiteWatch {
     /// Entries the kernel gave forked children are adopted when wanted, kept while `judged`
     /// says no reading has seen the child yet (and it lives), deleted otherwise.
     pub fn set(&mut self, ebpf: &mut Ebpf, wanted: &BTreeSet<u32>, judged: impl Fn(u32) -> bool) {
-        let Some(budgets) = ebpf.map_mut(map::SITE_BUDGET) else { return };
-        let Ok(mut budgets) = HashMap::<&mut MapData, u32, SiteBudget>::try_from(budgets) else {
-            tracing::warn!("SITE_BUDGET is not a hash map (an old kernel object?): sites cannot be watched");
-            return;
+        let keys: Vec<u32> = {
+            let Some(budgets) = ebpf.map_mut(map::SITE_BUDGET) else { return };
+            let Ok(budgets) = HashMap::<&mut MapData, u32, SiteBudget>::try_from(budgets) else {
+                tracing::warn!("SITE_BUDGET is not a hash map (an old kernel object?): sites cannot be watched");
+                return;
+            };
+            budgets.keys().flatten().collect()
         };
-        let inherited: Vec<u32> = budgets.keys().flatten().filter(|t| !self.watched.contains(t)).collect();
+        self.since_sweep += 1;
+        if self.since_sweep >= SWEEP_EVERY {
+            self.since_sweep = 0;
+            let live: HashSet<u32> = keys.iter().copied().collect();
+            self.swept_total += sweep(ebpf, &live);
+        }
+        let Some(budgets) = ebpf.map_mut(map::SITE_BUDGET) else { return };
+        let Ok(mut budgets) = HashMap::<&mut MapData, u32, SiteBudget>::try_from(budgets) else { return };
+        let inherited: Vec<u32> = keys.into_iter().filter(|t| !self.watched.contains(t)).collect();
         let mut dropped = Vec::new();
         for tgid in inherited {
             match inherited_fate(wanted.contains(&tgid), judged(tgid), || {
@@ -122,6 +141,35 @@ impl SiteWatch {
     }
 }
 
+/// Deletes the `CPU_BUDGET` and `SITE_PENDING` entries of tgids without a `SITE_BUDGET` entry
+/// (`live`): a CPU that ticked or allocated for a tgid while the agent deleted its budget made
+/// them again. Returns how many went.
+fn sweep(ebpf: &mut Ebpf, live: &HashSet<u32>) -> u64 {
+    let mut swept = 0;
+    if let Some(m) = ebpf.map_mut(map::CPU_BUDGET) {
+        if let Ok(mut m) = HashMap::<&mut MapData, u32, CpuBudget>::try_from(m) {
+            let strays = strays(m.keys().flatten(), live);
+            for t in strays {
+                swept += u64::from(m.remove(&t).is_ok());
+            }
+        }
+    }
+    if let Some(m) = ebpf.map_mut(map::SITE_PENDING) {
+        if let Ok(mut m) = PerCpuHashMap::<&mut MapData, u32, u64>::try_from(m) {
+            let strays = strays(m.keys().flatten(), live);
+            for t in strays {
+                swept += u64::from(m.remove(&t).is_ok());
+            }
+        }
+    }
+    swept
+}
+
+/// The keys whose tgid is not live.
+fn strays(keys: impl Iterator<Item = u32>, live: &HashSet<u32>) -> Vec<u32> {
+    keys.filter(|t| !live.contains(t)).collect()
+}
+
 /// What becomes of a `SITE_BUDGET` entry the kernel gave a forked child.
 #[derive(Debug, PartialEq, Eq)]
 enum Fate {
@@ -169,6 +217,13 @@ pub fn watched_by(filter: &ProcessFilter, model: &Model) -> BTreeSet<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strays_are_the_keys_without_a_budget() {
+        let live: HashSet<u32> = [1, 2].into_iter().collect();
+        assert_eq!(strays([1, 3, 2, 4].into_iter(), &live), vec![3, 4]);
+        assert!(strays([1, 2].into_iter(), &live).is_empty());
+    }
 
     #[test]
     fn a_forked_child_is_adopted_when_wanted_kept_until_judged_and_deleted_otherwise() {

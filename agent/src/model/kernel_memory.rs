@@ -257,7 +257,7 @@ pub fn agent_maps(
             max_entries: site_ring_bytes,
         },
         shape::<u32, SiteBudget>(map::SITE_BUDGET, Hash, sizes.site_watch),
-        shape::<u32, u64>(map::SITE_PENDING, LruPerCpuHash, sizes.site_watch),
+        shape::<u32, u64>(map::SITE_PENDING, PerCpuHash, sizes.site_watch),
         shape::<u32, SiteSlot>(map::SITE_SAMPLER, PerCpuArray, 1),
         shape::<u32, u64>(map::PAGE_BASE, Array, PAGE_BASE_SLOTS),
         shape::<u64, u64>(map::PAGE_BASE_VOTES, Hash, 256),
@@ -274,7 +274,7 @@ pub fn agent_maps(
             value_size: 0,
             max_entries: cpu_ring_bytes,
         },
-        shape::<u32, CpuBudget>(map::CPU_BUDGET, LruHash, sizes.site_watch),
+        shape::<u32, CpuBudget>(map::CPU_BUDGET, Hash, sizes.site_watch),
     ]
 }
 

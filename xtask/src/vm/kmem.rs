@@ -25,7 +25,23 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     let km = kernel_memory(r);
     let cpus = km.and_then(|k| k.pointer("/machine/possible_cpus")).and_then(Value::as_f64);
     let measured = total(r).map(|b| b / MIB);
+    // The watch's per-process maps as the kernel made them at this CPU count: an LRU map's per-CPU
+    // free lists take entries 128 at a time, so at 64 CPUs one of the watch's size would evict
+    // live processes' entries long before it is full (issue 41).
+    let kind =
+        |name: &str| km?.pointer("/maps/maps")?.as_array()?.iter().find(|m| m["name"] == name)?.get("kind")?.as_str();
+    let watch_kinds = (kind("CPU_BUDGET"), kind("SITE_PENDING"));
     vec![
+        Figure {
+            name: format!(
+                "the watch's maps at these CPUs: CPU_BUDGET {:?}, SITE_PENDING {:?}",
+                watch_kinds.0, watch_kinds.1
+            ),
+            kernel: None,
+            agent: None,
+            ok: watch_kinds == (Some("hash"), Some("per_cpu_hash")),
+            rule: "plain hashes, never LRU".into(),
+        },
         Figure::close("check's possible CPUs", r.truth("possible_cpus"), cpus, 0.0, 0.0),
         // The log line rounds to 0.1 MiB.
         Figure::close(
