@@ -89,7 +89,8 @@ pub struct SessionOptions {
     /// CPU samples of one process a second that may copy their user stack (0: none; `None`:
     /// [`crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC`]).
     pub cpu_stack_copies_per_sec: Option<u32>,
-    /// The scheduling class of the background threads (`None`: idle, `collect/work_class.rs`).
+    /// The scheduling class of the background threads (`None`: normal; `run`'s default is idle,
+    /// `collect/work_class.rs`).
     pub work_class: Option<super::work_class::WorkClass>,
 }
 
@@ -232,7 +233,7 @@ impl Session {
         let py_procs = probes.ebpf.take_map(map::PY_PROCS).and_then(|m| aya::maps::HashMap::try_from(m).ok());
         let cpu_ring = probes.cpu_period_ns.and_then(|_| probes.ebpf.take_map(map::CPU_SAMPLES));
         let cpu_ring = cpu_ring.and_then(|m| aya::maps::RingBuf::try_from(m).ok());
-        super::work_class::set(opts.work_class.unwrap_or_default());
+        super::work_class::set(opts.work_class.unwrap_or(super::work_class::WorkClass::Normal));
         let site_reader = sites::spawn(site_ring, cpu_ring, py_procs).context("starting the site-sample reader")?;
         ringbuf::spawn_kernel_log(&mut probes.ebpf);
         let pin_watch = PinWatch::start(&mut probes.ebpf, procfs::page_size());

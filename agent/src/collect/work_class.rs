@@ -4,7 +4,8 @@
 //! taking a time slice from a rank's thread (a rank's CPU phases wait for their slowest thread,
 //! so one preempted thread slows the whole step). The cost: on such a node those threads fall
 //! behind, and what they could not take in time is counted (the sample rings' `*_ring_full`),
-//! never taken from the job. `[collect] work_class = "normal"` keeps them in the normal class.
+//! never taken from the job. `[collect] work_class = "normal"` keeps them in the normal class, as
+//! `snapshot`, `record` and `top` do by default (`model/work_class.rs` says why).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use crate::model::work_class::WorkClass;

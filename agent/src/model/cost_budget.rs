@@ -70,7 +70,7 @@ pub fn features(inputs: &CostInputs) -> Vec<FeatureCost> {
             off: "--site-sample-every 0",
         },
         FeatureCost {
-            feature: "background work class",
+            feature: "run's background class",
             on: idle,
             setting: if idle { "SCHED_IDLE".into() } else { "normal".into() },
             cost: "unwinding and naming wait for an idle CPU (what falls behind is counted), never take a rank's",

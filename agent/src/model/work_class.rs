@@ -1,10 +1,14 @@
 //! The scheduling class of the agent's background threads (`[collect] work_class`,
 //! `--work-class`); `collect/work_class.rs` applies it. Pure.
 
-/// The scheduling class of the agent's background threads.
+/// The scheduling class of the agent's background threads. `run` (the agent that watches a node
+/// for hours) defaults to idle; `snapshot`, `record` and `top` to normal: a window that ends must
+/// have its samples read by then, and an idle thread on a node whose every core is busy may not
+/// run at all before it ends (seen: a 10-s `record` of a busy loop on a loaded 2-core host read
+/// none of its 30 delivered samples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WorkClass {
-    /// `SCHED_IDLE`: runs only where no normal thread wants the CPU (the default).
+    /// `SCHED_IDLE`: runs only where no normal thread wants the CPU (`run`'s default).
     #[default]
     Idle,
     /// The normal class, as the rest of the agent.
