@@ -55,8 +55,8 @@ fn check_profile(python_lines: &Value, what: &str) -> (u64, u64) {
     (hot, warm)
 }
 
-/// The scheduling policy (field 41 of `stat`) of each of `pid`'s threads, by thread name.
-fn thread_policies(pid: u32) -> Vec<(String, u32, u32)> {
+/// The nice value (field 19 of `stat`) of each of `pid`'s threads, by thread name.
+fn thread_nices(pid: u32) -> Vec<(String, u32, i32)> {
     let mut out = vec![];
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the agent's threads").flatten() {
         let tid: u32 = t.file_name().to_string_lossy().parse().expect("a tid");
@@ -66,28 +66,28 @@ fn thread_policies(pid: u32) -> Vec<(String, u32, u32)> {
             continue;
         };
         let after = stat.rsplit_once(')').expect("stat").1;
-        let policy = after.split_whitespace().nth(38).expect("policy").parse().expect("a number");
-        out.push((comm.trim().to_string(), tid, policy));
+        let nice = after.split_whitespace().nth(16).expect("nice").parse().expect("a number");
+        out.push((comm.trim().to_string(), tid, nice));
     }
     out
 }
 
-/// The policies of the threads named `name`.
-fn class_of(policies: &[(String, u32, u32)], name: &str) -> Vec<u32> {
+/// The nice values of the threads named `name`.
+fn class_of(policies: &[(String, u32, i32)], name: &str) -> Vec<i32> {
     policies.iter().filter(|(n, _, _)| n == name).map(|&(_, _, p)| p).collect()
 }
 
 /// `run`, the agent that watches a node for hours, never lets its unwinding and naming take a CPU
-/// a rank's thread wants (issue 40): those threads in SCHED_IDLE (5), the main thread normal (0);
-/// `[collect] work_class = "normal"` keeps them normal.
+/// a rank's thread wants if it can help it (issue 40): those threads at nice 19, the main thread at
+/// its own (0); `[collect] work_class = "normal"` keeps them at 0.
 #[test]
 #[ignore = "requires root"]
-fn run_puts_its_unwinding_and_naming_threads_in_the_idle_class() {
+fn run_lowers_its_unwinding_and_naming_threads_to_nice_19() {
     require_root_and_agent!();
     let dir = tierscope_tests::scratch_dir("cpu_profile", "work_class");
     let normal = dir.join("normal.toml");
     std::fs::write(&normal, "[collect]\nwork_class = \"normal\"\n").expect("config");
-    for (config, want) in [(None, 5), (Some(&normal), 0)] {
+    for (config, want) in [(None, 19), (Some(&normal), 0)] {
         let mut args = vec!["run", "--match", "no-such-process-name"];
         if let Some(c) = config {
             args.extend(["--config", c.to_str().expect("path")]);
@@ -101,13 +101,13 @@ fn run_puts_its_unwinding_and_naming_threads_in_the_idle_class() {
         let pid = agent.id();
         // Started once its reader and namer exist; each sets its own class first thing.
         let settled =
-            |p: &[(String, u32, u32)]| ["site-reader", "site-namer"].iter().all(|n| class_of(p, n) == vec![want]);
+            |p: &[(String, u32, i32)]| ["site-reader", "site-namer"].iter().all(|n| class_of(p, n) == vec![want]);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-        let mut policies = thread_policies(pid);
+        let mut policies = thread_nices(pid);
         while !settled(&policies) && std::time::Instant::now() < deadline {
             assert!(agent.try_wait().expect("wait").is_none(), "run exited before it started");
             std::thread::sleep(std::time::Duration::from_millis(100));
-            policies = thread_policies(pid);
+            policies = thread_nices(pid);
         }
         let _ = agent.kill();
         let _ = agent.wait();
@@ -128,7 +128,7 @@ fn the_cpu_profile_of_a_python_process_puts_its_hot_function_first_at_the_sample
     tierscope_tests::wait_blocked_on_pipe(pid);
     let agent = Agent::snapshot(&["--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string()]);
     // A window that ends reads its samples by then: snapshot's readers in the normal class.
-    let policies = thread_policies(agent.pid());
+    let policies = thread_nices(agent.pid());
     eprintln!("the agent's threads (name, tid, policy): {policies:?}");
     assert_eq!(class_of(&policies, "site-reader"), vec![0], "{policies:?}");
     let done = w.go();

@@ -210,7 +210,7 @@ fn check_lists_the_default_features_and_their_measured_costs() {
     assert_eq!(cpu["on"], true, "{cpu}");
     assert!(cpu["setting"].as_str().is_some_and(|s| s.contains("49 Hz") && s.contains("2 stack copies")), "{cpu}");
     assert_eq!(of("CXL allocation sites")["on"], false);
-    assert_eq!(of("run's background class")["setting"], "SCHED_IDLE");
+    assert_eq!(of("run's background class")["setting"], "nice 19");
     let text = std::process::Command::new(&bin).arg("check").output().expect("check");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("costs ") && text.contains("CPU sampler"), "the text says it too: {text}");

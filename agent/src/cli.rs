@@ -136,10 +136,9 @@ pub struct TierFlags {
     /// built without frame pointers); 0: never. Default 2 (`record`: 200, every sample's).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=200))]
     pub cpu_stack_copies_per_sec: Option<u32>,
-    /// The scheduling class of the agent's stack unwinding and naming: `normal` (the default here:
-    /// a window's samples are all read by its end) or `idle` (SCHED_IDLE, `run`'s default: runs
-    /// only where the job leaves a CPU idle; on a saturated node samples may be read late or, when
-    /// the ring fills, dropped and counted).
+    /// The priority of the agent's stack unwinding and naming: `normal` (the default here: a
+    /// window's samples are all read by its end) or `low` (nice 19, `run`'s default: mostly waits
+    /// for a CPU the job leaves idle; on a saturated node samples are read later).
     #[arg(long, value_name = "CLASS")]
     pub work_class: Option<crate::model::work_class::WorkClass>,
     /// Size of the kernel's event ring buffer in KiB (a power of two, 4 to 262144); a burst

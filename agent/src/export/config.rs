@@ -116,7 +116,7 @@ pub struct FileCollect {
     pub cpu_samples_hz: Option<u32>,
     /// CPU samples of one process a second that may copy their user stack (0: none; default 2).
     pub cpu_stack_copies_per_sec: Option<u32>,
-    /// The scheduling class of the stack unwinding and naming threads: "idle" (default) or "normal".
+    /// The priority of the stack unwinding and naming threads: "low" (nice 19, default) or "normal".
     pub work_class: Option<String>,
     /// The kernel's event ring buffer in KiB (a power of two, 4 to 262144; default 1024).
     pub event_ring_kib: Option<u32>,

@@ -31,7 +31,7 @@ pub struct FeatureCost {
 /// The features of `run`, `top`, `snapshot` and `record` with `inputs`, in the order of their cost.
 pub fn features(inputs: &CostInputs) -> Vec<FeatureCost> {
     let sampled = inputs.page_path == PagePathMode::Sampled;
-    let idle = inputs.work_class == super::work_class::WorkClass::Idle;
+    let low = inputs.work_class == super::work_class::WorkClass::Low;
     vec![
         FeatureCost {
             feature: "page path",
@@ -71,9 +71,9 @@ pub fn features(inputs: &CostInputs) -> Vec<FeatureCost> {
         },
         FeatureCost {
             feature: "run's background class",
-            on: idle,
-            setting: if idle { "SCHED_IDLE".into() } else { "normal".into() },
-            cost: "unwinding and naming wait for an idle CPU (what falls behind is counted), never take a rank's",
+            on: low,
+            setting: if low { "nice 19".into() } else { "normal".into() },
+            cost: "unwinding and naming mostly wait for an idle CPU: ~1.5% of a CPU a rank's thread keeps busy",
             off: "[collect] work_class = \"normal\" (or --work-class normal)",
         },
     ]
@@ -90,7 +90,7 @@ mod tests {
             page_path: mode,
             cpu_samples_hz: hz,
             cpu_stack_copies_per_sec: 2,
-            work_class: WorkClass::Idle,
+            work_class: WorkClass::Low,
         }
     }
 
@@ -100,7 +100,7 @@ mod tests {
         assert!(f[0].setting.starts_with("sampled") && f[0].cost.contains("0.09%"), "{:?}", f[0]);
         assert!(f[1].on && f[1].setting.contains("49 Hz") && f[1].setting.contains("2 stack copies"), "{:?}", f[1]);
         assert!(f[2].on, "sites on a CXL tier");
-        assert!(f[3].on && f[3].setting == "SCHED_IDLE");
+        assert!(f[3].on && f[3].setting == "nice 19");
     }
 
     #[test]
