@@ -96,13 +96,13 @@ pub mod global {
     pub const PAGE_STRUCT_SHIFT: &str = "PAGE_STRUCT_SHIFT";
     /// `u64`: nanoseconds between a process's CPU samples (1e9 / `cpu_samples_per_sec`; 0: no
     /// budget).
+    pub const CPU_INTERVAL_NS: &str = "CPU_INTERVAL_NS";
     /// `u32`: pages of user stack a CPU sample may copy for unwinding in user space, taken only
     /// when the frame-pointer walk came back short (0: never; frame pointers and Python frames only).
     pub const CPU_STACK_PAGES: &str = "CPU_STACK_PAGES";
     /// `u64`: nanoseconds between a process's CPU samples that copy their stack (1e9 /
     /// `cpu_stack_copies_per_sec`; 0: no budget, every short walk copies).
     pub const CPU_COPY_INTERVAL_NS: &str = "CPU_COPY_INTERVAL_NS";
-    pub const CPU_INTERVAL_NS: &str = "CPU_INTERVAL_NS";
     /// `u64`: how far ahead of now a process's CPU-sample budget may run (ns).
     pub const CPU_BURST_NS: &str = "CPU_BURST_NS";
 }

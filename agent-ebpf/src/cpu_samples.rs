@@ -7,7 +7,7 @@
 //! The stack is walked here: frame pointers (`bpf_get_stack`) and the Python frames. Copying
 //! pages of the user stack for unwinding in user space (what code without frame pointers needs)
 //! costs the agent about a third of a millisecond a sample; it is taken only when the walk came
-//! back short, and at most `CPU_COPY_INTERVAL_NS` apart per process (`cpu_stack_copy`,
+//! back short, and at most `CPU_COPY_INTERVAL_NS` apart per process (`cpu_stack_copied`,
 //! `cpu_copy_over_budget` count both ways).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -116,8 +116,8 @@ fn sample(ctx: &PerfEventContext, tgid: u32, pid: u32) {
 const WALK_WHOLE_FRAMES: u64 = 8;
 
 /// Pages of stack this sample copies: none when the walk was whole or copying is off, else
-/// `CPU_STACK_PAGES` when the process's copy budget (a GCRA clock, a second's worth at once)
-/// allows.
+/// `CPU_STACK_PAGES` when the process's copy budget allows (a GCRA clock like the sample budget's,
+/// running at most `CPU_BURST_NS` ahead).
 #[inline(always)]
 fn copy_pages(b: &mut CpuBudget, walked: u64, now: u64) -> u32 {
     let pages = global(&CPU_STACK_PAGES);

@@ -89,7 +89,7 @@ pub struct SessionOptions {
     /// CPU samples of one process a second that may copy their user stack (0: none; `None`:
     /// [`crate::model::cpu_profile::DEFAULT_CPU_STACK_COPIES_PER_SEC`]).
     pub cpu_stack_copies_per_sec: Option<u32>,
-    /// The scheduling class of the background threads (`None`: normal; `run`'s default is idle,
+    /// The priority of the background threads (`None`: normal; `run`'s default is low, nice 19,
     /// `collect/work_class.rs`).
     pub work_class: Option<super::work_class::WorkClass>,
 }
