@@ -20,10 +20,10 @@ pub const DEFAULT_CPU_SAMPLES_PER_SEC: u32 = 200;
 /// Samples of one process a second that may copy their user stack for unwinding in user space
 /// (`[collect] cpu_stack_copies_per_sec`, `--cpu-stack-copies-per-sec`; 0: none) in `run`, `top`
 /// and `snapshot`; only samples whose frame-pointer walk came back short ask. Unwinding a copy
-/// took ~0.33 ms of the agent's CPU on the GPU machine, and at every sample (49 Hz on the main
-/// thread, up to 200 a second more) the agent added ~4% to a rank's step time: the walk in the
-/// kernel and the Python frames are what the profile and the steps are made of; the copies fill
-/// in native callers of code without frame pointers, at a bounded cost.
+/// took ~0.33 ms of the agent's CPU on the GPU machine (issue 40's snapshot); the walk in the
+/// kernel and the Python frames are what the profile and the steps are made of, and the copies
+/// fill in native callers of code without frame pointers at a bounded cost. Measured there, the
+/// copies at every sample were a small part of the sampler's cost (docs/cost.md).
 pub const DEFAULT_CPU_STACK_COPIES_PER_SEC: u32 = 2;
 
 /// `record`'s stack copies a second per process: a CPU profile is what was asked for, so every
