@@ -67,9 +67,9 @@ impl Shape {
 
     fn args(self) -> Vec<String> {
         let machine = match self {
-            Shape::Hmat => "q35,accel=tcg,hmat=on",
-            Shape::Cxl => "q35,accel=tcg,hmat=on,cxl=on",
-            Shape::TwoSockets | Shape::Bare => "q35,accel=tcg",
+            Shape::Hmat => "q35,hmat=on",
+            Shape::Cxl => "q35,hmat=on,cxl=on",
+            Shape::TwoSockets | Shape::Bare => "q35",
             Shape::Cpus2 | Shape::Cpus64 => "q35",
         };
         if matches!(self, Shape::Cpus2 | Shape::Cpus64) {
@@ -95,6 +95,11 @@ impl Shape {
         let mut a: Vec<String> = [
             "-machine",
             machine,
+            // One TCG thread for both vCPUs, in every shape: with a thread per vCPU, a BPF
+            // program attaching (text patched while the other vCPU runs it) can leave a stale
+            // int3 behind, and the guest panics (insights-cxl did, in CI, after 36 s).
+            "-accel",
+            "tcg,thread=single",
             // hypervisor=off: the CXL driver refuses to create a region on a CPU that says it is
             // virtualized ("Failed to synchronize CPU cache state").
             "-cpu",
