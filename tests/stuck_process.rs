@@ -47,9 +47,16 @@ struct Stuck {
 
 impl Stuck {
     fn start(bin: &Path, mount_dir: &Path) -> Stuck {
+        Stuck::start_as(bin, mount_dir, &[], &[])
+    }
+
+    /// With more arguments (`lib`) and environment.
+    fn start_as(bin: &Path, mount_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Stuck {
         std::fs::create_dir_all(mount_dir).expect("mount point");
         let mut child = Command::new(bin)
             .arg(mount_dir)
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
@@ -85,6 +92,72 @@ impl Drop for Stuck {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `tierscope snapshot --json` of `pid` and the processes named `stuck-fuse`, until interrupted,
+/// once it says it is watching.
+fn start_snapshot(bin: &Path, pid: u32) -> Child {
+    let mut agent = Command::new(bin)
+        .args(["snapshot", "--json", "--duration", UNTIL_INTERRUPTED, "--pid", &pid.to_string()])
+        .args(["--match", "^stuck-fuse$"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the agent");
+    let (tx, rx) = mpsc::channel();
+    let err = BufReader::new(agent.stderr.take().expect("stderr"));
+    std::thread::spawn(move || {
+        for l in err.lines().map_while(Result::ok) {
+            eprintln!("agent: {l}");
+            if l.contains("watching for") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(AGENT_DEADLINE).is_err() {
+        let _ = agent.kill();
+        let _ = agent.wait();
+        panic!("the agent did not start watching within {AGENT_DEADLINE:?}");
+    }
+    agent
+}
+
+/// The JSON document `child` writes to its stdout, once it is whole (within `deadline`), and the
+/// child, not waited for.
+fn json_within(mut child: Child, deadline: Duration) -> (Option<serde_json::Value>, Child) {
+    let mut out = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let end = std::time::Instant::now() + deadline;
+    let mut text = Vec::new();
+    while let Some(left) = end.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(chunk) => {
+                text.extend(chunk);
+                if let Ok(v) = serde_json::from_slice(&text) {
+                    return (Some(v), child);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    (None, child)
+}
+
+/// The name of a thread of process `pid` that waits on a FUSE server, if one does.
+fn waits_on_fuse(pid: u32) -> Option<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.filter_map(Result::ok).find_map(|t| {
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+        read("wchan").contains("request_wait_answer").then(|| read("comm").trim().to_string())
+    })
 }
 
 /// A `tierscope` command's output, or `None` when it did not end within `deadline` (then it is
@@ -123,34 +196,9 @@ fn a_stuck_process_does_not_stop_the_readings_of_the_others() {
     let before = Stuck::start(&helper, &dir.join("mnt-before"));
     before.assert_blocks_readers();
     let mut w = Workload::start(WORKLOAD, &["touch", "64"]);
-    let wpid = w.pid.to_string();
 
     let bin = tierscope_bin().expect("TIERSCOPE_BIN");
-    let mut agent = Command::new(&bin)
-        .args(["snapshot", "--json", "--duration", UNTIL_INTERRUPTED, "--pid", &wpid, "--match", "^stuck-fuse$"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the agent");
-    // Its "watching" line, within the deadline.
-    let (tx, rx) = mpsc::channel();
-    let err = BufReader::new(agent.stderr.take().expect("stderr"));
-    std::thread::spawn(move || {
-        for l in err.lines().map_while(Result::ok) {
-            eprintln!("agent: {l}");
-            if l.contains("watching for") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    if rx.recv_timeout(AGENT_DEADLINE).is_err() {
-        let _ = agent.kill();
-        let _ = agent.wait();
-        panic!(
-            "the agent did not start watching within {AGENT_DEADLINE:?} with pid {} stuck on the node: its reads of that process stop it",
-            before.pid
-        );
-    }
+    let agent = start_snapshot(Path::new(&bin), w.pid);
     // Another one stuck while it watches (named by a reading, or at the last residency scan at
     // the latest: the snapshot scans the processes it selects).
     let during = Stuck::start(&helper, &dir.join("mnt-during"));
@@ -203,5 +251,76 @@ fn a_stuck_process_does_not_stop_the_readings_of_the_others() {
     }
     w.finish();
     drop((before, during));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs root and TIERSCOPE_BIN (cargo xtask test runs it)"]
+fn a_driver_library_that_never_answers_a_read_holds_a_lookup_not_the_readings() {
+    require_root_and_agent!();
+    let dir = scratch_dir("stuck", "lib");
+    let helper = build_helper(&dir);
+    // A training rank (RANK=0) that maps a `libcuda.so.1` on a FUSE mount whose server never
+    // answers a read: the process answers, its library does not.
+    let rank = Stuck::start_as(&helper, &dir.join("mnt"), &["lib"], &[("RANK", "0"), ("WORLD_SIZE", "1")]);
+    let mut w = Workload::start(WORKLOAD, &["touch", "64"]);
+    let bin = tierscope_bin().expect("TIERSCOPE_BIN");
+    let agent = start_snapshot(Path::new(&bin), w.pid);
+    // Readings go on while the driver's lookup waits: the workload's faults and residency are
+    // the kernel's, and the snapshot comes when asked.
+    let done = w.go();
+    // Until a thread of the agent waits on the server (before issue 41: its collection thread).
+    let deadline = std::time::Instant::now() + AGENT_DEADLINE;
+    let waiting = loop {
+        if let Some(name) = waits_on_fuse(agent.id()) {
+            break name;
+        }
+        assert!(std::time::Instant::now() < deadline, "no thread of the agent reads the library");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(waiting, "driver-lookup", "the thread that waits on the library");
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
+    assert_eq!(unsafe { libc::kill(agent.id() as i32, libc::SIGINT) }, 0, "SIGINT to the snapshot");
+    // The snapshot is written whole; the process itself cannot end while its lookup thread waits
+    // in the file system (a FUSE read the server took is waited out, even by a killed task), so
+    // its output does not close until the server goes: the JSON is read as it comes.
+    let (snap, mut agent) = json_within(agent, AGENT_DEADLINE);
+    let snap = snap.unwrap_or_else(|| {
+        panic!("no snapshot within {AGENT_DEADLINE:?} of SIGINT: reading pid {}'s libcuda.so.1 stopped it", rank.pid)
+    });
+    let p = process(&snap, w.pid);
+    let kernel = done["faults_done"].parse::<u64>().unwrap() - done["faults_go"].parse::<u64>().unwrap();
+    let faults = p["faults"].as_u64().expect("faults");
+    eprintln!("workload: agent {faults} faults, kernel {kernel}");
+    assert!(faults * 100 >= kernel * 99, "the workload's faults: agent {faults}, kernel {kernel}");
+    // The rank was looked at, and its library's lookup is named as waiting (not probed, not
+    // failed: it may yet answer).
+    let pinning = &snap["agent"]["pinning"];
+    eprintln!("agent.pinning: {pinning}");
+    let pending = pinning["lookups_pending"].as_array().cloned().unwrap_or_default();
+    assert!(
+        pending
+            .iter()
+            .any(|l| l["pid"] == rank.pid && l["path"].as_str().is_some_and(|p| p.ends_with("/libcuda.so.1"))),
+        "the library's lookup is not named as waiting: {pinning}"
+    );
+    let probed = pinning["libraries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|l| l["path"].as_str().is_some_and(|p| p.ends_with("/mnt/libcuda.so.1")));
+    assert!(!probed, "a library that was never read is listed as looked up: {pinning}");
+    // Once the server is gone the read fails, and the agent ends.
+    drop(rank);
+    let deadline = std::time::Instant::now() + AGENT_DEADLINE;
+    let status = loop {
+        if let Some(st) = agent.try_wait().expect("try_wait") {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "the agent did not end once the FUSE server was gone");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "snapshot failed: {status}");
+    w.finish();
     let _ = std::fs::remove_dir_all(&dir);
 }

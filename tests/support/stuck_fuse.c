@@ -9,6 +9,11 @@
 // death signal); the kernel then aborts the connection and the readers get an error.
 // A userfaultfd does not do this on 6.x kernels: a remote read that cannot retry gets SIGBUS
 // (an empty read) rather than waiting.
+//
+// `stuck-fuse DIR lib` serves the file as `libcuda.so.1` instead and only maps it executable
+// (never touching it) before it prints `ready PID`: the process itself answers every read, and
+// whoever opens and reads the library (the agent, looking up the CUDA driver's entry points)
+// waits on the server.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +31,9 @@
 #include <unistd.h>
 
 #define FILE_BYTES (64 * 1024)
+
+// The one file served: `f`, or `libcuda.so.1` in `lib` mode.
+static const char *file_name = "f";
 
 static void die(const char *what) {
   fprintf(stderr, "stuck-fuse: %s: %s\n", what, strerror(errno));
@@ -77,7 +85,7 @@ static void serve(int fd) {
       break;
     }
     case FUSE_LOOKUP:
-      if (strcmp((char *)arg, "f") != 0) {
+      if (strcmp((char *)arg, file_name) != 0) {
         reply(fd, in->unique, -ENOENT, NULL, 0);
       } else {
         struct fuse_entry_out e = {.nodeid = 2, .entry_valid = 3600, .attr_valid = 3600};
@@ -162,11 +170,13 @@ static void wait_blocked(volatile pid_t *tid, const char *what) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: stuck-fuse DIR\n");
+  int lib = argc == 3 && strcmp(argv[2], "lib") == 0;
+  if (argc != 2 && !lib) {
+    fprintf(stderr, "usage: stuck-fuse DIR [lib]\n");
     return 2;
   }
   const char *dir = argv[1];
+  if (lib) file_name = "libcuda.so.1";
   if (unshare(CLONE_NEWNS)) die("unshare(CLONE_NEWNS)");
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("making / private");
   int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -184,9 +194,16 @@ int main(int argc, char **argv) {
   }
   close(fd);
   char path[4096];
-  snprintf(path, sizeof path, "%s/f", dir);
+  snprintf(path, sizeof path, "%s/%s", dir, file_name);
   int f = open(path, O_RDONLY | O_CLOEXEC);
   if (f < 0) die(path);
+  if (lib) {
+    // Code as /proc/PID/maps shows a loaded library's (r-xp), never read.
+    if (mmap(NULL, FILE_BYTES, PROT_READ | PROT_EXEC, MAP_PRIVATE, f, 0) == MAP_FAILED) die("mmap");
+    printf("ready %d\n", getpid());
+    fflush(stdout);
+    for (;;) pause();
+  }
   char *m = mmap(NULL, FILE_BYTES, PROT_READ, MAP_SHARED, f, 0);
   if (m == MAP_FAILED) die("mmap");
   mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);

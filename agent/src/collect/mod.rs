@@ -7,6 +7,7 @@ pub mod container;
 pub mod counters;
 pub mod cpu_sampler;
 pub mod damon;
+pub mod driver_lookup;
 pub mod events;
 pub mod gpu_use;
 pub mod kernel_memory;

@@ -7,9 +7,10 @@
 //! (`agent-ebpf/src/pinning.rs`) keep `(tgid, kind, address) -> bytes` in `PINNED`. The probes are
 //! attached by inode, through a descriptor of the file itself: the host's library at start
 //! (the paths distributions and the NVIDIA container toolkit use), and any other one a watched
-//! process maps, opened in that process's root (`process_file`). Each new range is placed on its
-//! nodes page by page with `move_pages` (no target nodes: a report); pinned pages cannot
-//! migrate, so that placement stands until the range is released. mlocked memory (`VmLck`) is
+//! process maps, opened through that process and looked up on a thread of its own
+//! (`driver_lookup`: a file that never answers a read holds that thread, not the collection).
+//! Each new range is placed on its nodes page by page with `move_pages` (no target nodes: a
+//! report); pinned pages cannot migrate, so that placement stands until the range is released. mlocked memory (`VmLck`) is
 //! placed through the mappings `smaps` flags locked; `VmPin` has no list of pages (node unknown).
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -32,8 +33,10 @@ use tierscope_common::{
 };
 
 use super::{
+    driver_lookup::{self, DriverFile, DriverLookups},
     module_file::{Elf, ModuleFile},
-    process_file, process_memory,
+    proc_reads::ProcReads,
+    process_memory,
 };
 use crate::model::{
     agent::Attach,
@@ -50,6 +53,18 @@ const ENTRY_POINTS: &[(&str, &str, bool)] = &[
     ("cuMemFreeHost", program::CU_HOST_RELEASE, false),
     ("cuMemHostUnregister", program::CU_HOST_RELEASE, false),
 ];
+
+/// `ENTRY_POINTS`' symbols, in order (what a lookup asks for).
+const SYMBOLS: [&str; 7] = {
+    let mut names = [""; 7];
+    let mut i = 0;
+    while i < ENTRY_POINTS.len() {
+        names[i] = ENTRY_POINTS[i].0;
+        i += 1;
+    }
+    names
+};
+const _: () = assert!(SYMBOLS.len() == ENTRY_POINTS.len());
 
 /// The uprobe programs of the object.
 const PROGRAMS: [&str; 4] =
@@ -112,6 +127,8 @@ pub struct PinWatch {
     looked: HashMap<u32, (u64, u64, bool)>,
     /// A range's (key, bytes) -> its pages by node and its pages with none.
     placed: HashMap<(PinKey, u64), (BTreeMap<u32, u64>, u64)>,
+    /// Libraries found in watched processes, opened and looked up off the collection thread.
+    lookups: DriverLookups,
     pub status: PinningStatus,
     page_size: u64,
 }
@@ -136,6 +153,7 @@ impl PinWatch {
             users: HashMap::new(),
             looked: HashMap::new(),
             placed: HashMap::new(),
+            lookups: DriverLookups::new(&SYMBOLS),
             status: PinningStatus::default(),
             page_size,
         };
@@ -158,9 +176,11 @@ impl PinWatch {
     }
 
     /// Looks for the driver in the mappings of the watched processes `tgids` (with their fault
-    /// counts) not looked at lately, and probes any library not probed yet. A process that took
-    /// no fault since its last look mapped nothing new (loading a library faults): not read again.
-    pub fn look_at(&mut self, ebpf: &mut Ebpf, tgids: &[(u32, u64)], now_ns: u64) {
+    /// counts) not looked at lately, starts looking up any library not probed yet, and probes
+    /// those whose lookup ended. A process that took no fault since its last look mapped nothing
+    /// new (loading a library faults): not read again. Its `maps` is read through `reads` (a
+    /// deadline; a stuck process is quarantined there), the library on a lookup thread.
+    pub fn look_at(&mut self, ebpf: &mut Ebpf, reads: &mut ProcReads, tgids: &[(u32, u64)], now_ns: u64) {
         let wanted: HashSet<u32> = tgids.iter().map(|&(t, _)| t).collect();
         self.looked.retain(|t, _| wanted.contains(t));
         for &(tgid, faults) in tgids {
@@ -169,7 +189,8 @@ impl PinWatch {
                     continue;
                 }
             }
-            let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else { continue };
+            let read = reads.read(tgid, "maps", move |_| std::fs::read_to_string(format!("/proc/{tgid}/maps")).ok());
+            let Some(text) = read.flatten() else { continue };
             self.status.processes_checked += 1;
             let driver = process_memory::parse_maps(&text).into_iter().find(|m| pinned::is_cuda_driver(&m.path));
             self.looked.insert(tgid, (now_ns, faults, driver.is_some()));
@@ -178,21 +199,22 @@ impl PinWatch {
             if self.libraries.contains_key(&m.file) {
                 continue;
             }
-            match process_file::open_mapped(tgid, &m) {
-                Ok(mapped) => {
-                    let elf = mapped.elf;
-                    self.attach_elf(ebpf, m.file, &elf);
-                }
-                Err(e) => {
-                    self.libraries.insert(
-                        m.file,
-                        CudaLibrary {
-                            path: m.path.display().to_string(),
-                            status: Attach::Failed,
-                            reason: Some(format!("opening it for process {tgid}: {e}")),
-                            probes: 0,
-                        },
-                    );
+            if !self.lookups.start(tgid, &m) {
+                // Every lookup thread is taken: this process is looked at again next time.
+                self.looked.remove(&tgid);
+            }
+        }
+        for done in self.lookups.finished() {
+            // Its processes left while it was looked up: nothing to probe.
+            if !self.users.contains_key(&done.id) {
+                continue;
+            }
+            match done.outcome {
+                Ok(file) => self.attach_found(ebpf, done.id, file),
+                Err(reason) => {
+                    tracing::warn!("CUDA driver {} not probed: {reason}", done.path);
+                    let lib = CudaLibrary { path: done.path, status: Attach::Failed, reason: Some(reason), probes: 0 };
+                    self.libraries.insert(done.id, lib);
                 }
             }
         }
@@ -212,6 +234,10 @@ impl PinWatch {
             }
         }
         for id in unmapped {
+            if self.lookups.is_pending(id) {
+                // Released when its lookup ends (its result is dropped then).
+                continue;
+            }
             self.users.remove(&id);
             for (name, link) in self.links.remove(&id).unwrap_or_default() {
                 let detached = ebpf
@@ -232,18 +258,19 @@ impl PinWatch {
 
     fn attach_file(&mut self, ebpf: &mut Ebpf, id: (u64, u64), file: ModuleFile) {
         let path = file.path().display().to_string();
-        match Elf::from_file(file) {
-            Ok(elf) => self.attach_elf(ebpf, id, &elf),
-            Err(e) => {
+        match Elf::from_file(file).map_err(|e| e.to_string()).and_then(|elf| driver_lookup::resolve(elf, &SYMBOLS)) {
+            Ok(found) => self.attach_found(ebpf, id, found),
+            Err(reason) => {
+                tracing::warn!("CUDA driver {path} not probed: {reason}");
                 self.libraries
-                    .insert(id, CudaLibrary { path, status: Attach::Failed, reason: Some(e.to_string()), probes: 0 });
+                    .insert(id, CudaLibrary { path, status: Attach::Failed, reason: Some(reason), probes: 0 });
             }
         }
     }
 
-    /// Attaches every entry point `elf` exports, through its open descriptor.
-    fn attach_elf(&mut self, ebpf: &mut Ebpf, id: (u64, u64), elf: &Elf) {
-        let path = elf.path().display().to_string();
+    /// Attaches every entry point a lookup found, through the library's open descriptor.
+    fn attach_found(&mut self, ebpf: &mut Ebpf, id: (u64, u64), found: DriverFile) {
+        let path = found.elf.path().display().to_string();
         let mut lib = CudaLibrary { path: path.clone(), status: Attach::Attached, reason: None, probes: 0 };
         if let Err(e) = &self.loaded {
             lib.status = Attach::Unsupported;
@@ -251,25 +278,11 @@ impl PinWatch {
             self.libraries.insert(id, lib);
             return;
         }
-        let target = PathBuf::from(format!("/proc/self/fd/{}", elf.module_file().file().as_raw_fd()));
-        // Every entry point in one pass over the tables, read a chunk at a time (a table over
-        // the bound of what is read is a failure of the library, counted, not memory).
-        let names: Vec<&str> = ENTRY_POINTS.iter().map(|&(symbol, _, _)| symbol).collect();
-        let addresses = match elf.symbol_addresses(&names) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("CUDA driver {path} not probed: {e}");
-                lib.status = Attach::Failed;
-                lib.reason = Some(e.to_string());
-                self.libraries.insert(id, lib);
-                return;
-            }
-        };
+        let target = PathBuf::from(format!("/proc/self/fd/{}", found.elf.module_file().file().as_raw_fd()));
         let mut missing = Vec::new();
         let mut failure = None;
         let mut links = Vec::new();
-        for (&(symbol, prog, with_return), addr) in ENTRY_POINTS.iter().zip(addresses) {
-            let offset = addr.and_then(|a| elf.offset_of_address(a));
+        for (&(symbol, prog, with_return), offset) in ENTRY_POINTS.iter().zip(found.offsets) {
             let Some(offset) = offset else {
                 missing.push(symbol);
                 continue;
@@ -309,10 +322,15 @@ impl PinWatch {
 
     fn update_status(&mut self) {
         self.status.libraries = self.libraries.values().cloned().collect();
+        self.status.lookups_pending = self.lookups.pending();
         self.status.processes_without_cuda = self.looked.values().filter(|(_, _, found)| !found).count() as u64;
         self.status.cuda = match (&self.loaded, self.libraries.values().find(|l| l.status == Attach::Attached)) {
             (Err(e), _) => format!("unsupported: {e}"),
             (Ok(()), Some(_)) => "watching".into(),
+            (Ok(()), None) if !self.status.lookups_pending.is_empty() => {
+                let l = &self.status.lookups_pending[0];
+                format!("looking up {} for {} s (its file has not answered)", l.path, l.waiting_s)
+            }
             (Ok(()), None) => match self.libraries.values().next() {
                 Some(l) => format!("failed: {}", l.reason.clone().unwrap_or_default()),
                 None => "no CUDA library mapped".into(),
@@ -320,8 +338,9 @@ impl PinWatch {
         };
     }
 
-    /// Reads the driver's pinned ranges of every process and places new ones on their nodes.
-    pub fn read(&mut self, ebpf: &Ebpf) -> BTreeMap<u32, DriverPinned> {
+    /// Reads the driver's pinned ranges of every process and places new ones on their nodes
+    /// (`move_pages` takes the process's mmap lock: through `reads`, with its deadline).
+    pub fn read(&mut self, ebpf: &Ebpf, reads: &mut ProcReads) -> BTreeMap<u32, DriverPinned> {
         let mut out: BTreeMap<u32, DriverPinned> = BTreeMap::new();
         let Some(m) = ebpf.map(map::PINNED) else { return out };
         let Ok(table) = aya::maps::HashMap::<_, PinKey, u64>::try_from(m) else { return out };
@@ -340,14 +359,18 @@ impl PinWatch {
             let range = key.addr..key.addr.saturating_add(bytes);
             d.ranges.push(range.clone());
             if !self.placed.contains_key(&(key, bytes)) {
-                match place(key.tgid, &[range], self.page_size) {
-                    Ok(p) => {
+                let (tgid, page_size) = (key.tgid, self.page_size);
+                let placed = reads.read(tgid, "move_pages", move |_| place(tgid, &[range], page_size));
+                match placed {
+                    Some(Ok(p)) => {
                         self.placed.insert((key, bytes), p);
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         self.status.placement_failures += 1;
                         tracing::debug!("{e}");
                     }
+                    // Quarantined or given up on: counted there, unplaced here.
+                    None => self.status.placement_failures += 1,
                 }
             }
             match self.placed.get(&(key, bytes)) {
@@ -364,8 +387,9 @@ impl PinWatch {
     }
 
     /// The kernel's pinned and locked bytes of `tgid`, its locked mappings placed on their nodes
-    /// (less the driver's ranges `driver`, counted there). `None`: no such process.
-    pub fn read_kernel(&mut self, tgid: u32, driver: &[Range<u64>]) -> Option<KernelPinned> {
+    /// (less the driver's ranges `driver`, counted there). `None`: no such process. Its `smaps`
+    /// and `move_pages` (its mmap lock) go through `reads`, with its deadline.
+    pub fn read_kernel(&mut self, reads: &mut ProcReads, tgid: u32, driver: &[Range<u64>]) -> Option<KernelPinned> {
         let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok()?;
         let (vm_pin, vm_lck) = super::procfs::parse_kernel_pinned(&status)?;
         let mut k = KernelPinned { vm_pin, vm_lck, ..Default::default() };
@@ -373,17 +397,20 @@ impl PinWatch {
             return Some(k);
         }
         // Only a process that holds locked memory has its smaps read (a walk of every mapping).
-        let Ok(smaps) = std::fs::read_to_string(format!("/proc/{tgid}/smaps")) else {
+        let (driver, page_size) = (driver.to_vec(), self.page_size);
+        let Some(read) = reads.read(tgid, "smaps", move |_| locked_placed(tgid, &driver, page_size)) else {
             self.status.locked_read_failures += 1;
             k.unplaced_bytes = vm_lck;
             return Some(k);
         };
-        let locked = pinned::locked_ranges(&smaps);
-        let ranges = pinned::subtract(&locked, driver);
+        let Some((locked_span, placed)) = read else {
+            self.status.locked_read_failures += 1;
+            k.unplaced_bytes = vm_lck;
+            return Some(k);
+        };
         // A locked mapping the driver also pinned counts with the driver's bytes, once.
-        let span = |rs: &[Range<u64>]| rs.iter().map(|r| r.end - r.start).sum::<u64>();
-        k.vm_lck = vm_lck.saturating_sub(span(&locked) - span(&ranges));
-        match place(tgid, &ranges, self.page_size) {
+        k.vm_lck = vm_lck.saturating_sub(locked_span);
+        match placed {
             Ok((nodes, absent)) => {
                 k.locked_by_node = nodes.into_iter().map(|(n, p)| (n, p * self.page_size)).collect();
                 k.unplaced_bytes = absent * self.page_size;
@@ -407,6 +434,26 @@ impl PinWatch {
     }
 }
 
+impl Drop for PinWatch {
+    /// A lookup still waiting on its file holds this process after the rest of it ended: said,
+    /// with what lets it go.
+    fn drop(&mut self) {
+        for (l, dev) in self.lookups.pending_with_device() {
+            // A FUSE connection is named by its device's minor number (anonymous: major 0).
+            let connection = format!("/sys/fs/fuse/connections/{}", dev & 0xffff_ffff);
+            let fuse = (dev >> 32 == 0 && Path::new(&connection).is_dir())
+                .then(|| format!(" (a FUSE mount: echo 1 > {connection}/abort)"));
+            tracing::warn!(
+                "the lookup of {} (process {}) has waited {} s on its file system: this process ends once that file system answers or its connection is aborted{}",
+                l.path,
+                l.pid,
+                l.waiting_s,
+                fuse.unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// The process's pinned memory from the driver's ranges and the kernel's counts. Pure.
 pub fn combine(driver: Option<&DriverPinned>, kernel: Option<&KernelPinned>) -> PinnedMemory {
     let mut p = PinnedMemory::default();
@@ -426,6 +473,21 @@ pub fn combine(driver: Option<&DriverPinned>, kernel: Option<&KernelPinned>) -> 
         p.unplaced_bytes += k.unplaced_bytes;
     }
     p
+}
+
+/// Process `tgid`'s locked mappings (`smaps`) less the driver's ranges `driver`: the bytes the
+/// two share, and the rest placed on their nodes. `None`: its smaps could not be read.
+#[allow(clippy::type_complexity)]
+fn locked_placed(
+    tgid: u32,
+    driver: &[Range<u64>],
+    page_size: u64,
+) -> Option<(u64, Result<(BTreeMap<u32, u64>, u64), String>)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{tgid}/smaps")).ok()?;
+    let locked = pinned::locked_ranges(&smaps);
+    let ranges = pinned::subtract(&locked, driver);
+    let span = |rs: &[Range<u64>]| rs.iter().map(|r| r.end - r.start).sum::<u64>();
+    Some((span(&locked) - span(&ranges), place(tgid, &ranges, page_size)))
 }
 
 /// (device as `/proc/PID/maps` writes it, inode) of an open file.

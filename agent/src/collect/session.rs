@@ -495,8 +495,8 @@ impl Session {
             .filter(|p| p.exited_at_ns.is_none() && p.role.is_some())
             .map(|p| (p.tgid, p.faults))
             .collect();
-        self.pin_watch.look_at(&mut self.probes.ebpf, &watched, now_ns);
-        let driver = self.pin_watch.read(&self.probes.ebpf);
+        self.pin_watch.look_at(&mut self.probes.ebpf, &mut self.proc_reads, &watched, now_ns);
+        let driver = self.pin_watch.read(&self.probes.ebpf, &mut self.proc_reads);
         let reads = &self.insight_reads;
         let due: Vec<(u32, u64)> = self
             .model
@@ -518,7 +518,7 @@ impl Session {
                 .copied()
                 .or_else(|| procfs::read_stat(tgid).map(|s| (s.rss_pages, s.last_cpu)));
             let driver_ranges = driver.get(&tgid).map(|d| d.ranges.clone()).unwrap_or_default();
-            match self.pin_watch.read_kernel(tgid, &driver_ranges) {
+            match self.pin_watch.read_kernel(&mut self.proc_reads, tgid, &driver_ranges) {
                 Some(k) => self.kernel_pinned.insert(tgid, k),
                 None => self.kernel_pinned.remove(&tgid),
             };

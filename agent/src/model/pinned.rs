@@ -151,6 +151,19 @@ pub struct PinningStatus {
     /// Libraries found in watched processes whose probes were removed (and file let go of)
     /// once no watched process mapped them any more.
     pub libraries_released: u64,
+    /// Libraries whose lookup (opening the file, finding its entry points) has not ended: a
+    /// file system that does not answer, or a file slow to read. Not probed until it ends.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lookups_pending: Vec<PendingLookup>,
+}
+
+/// A driver library's lookup not finished yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PendingLookup {
+    pub path: String,
+    /// The process whose mapping it is opened through.
+    pub pid: u32,
+    pub waiting_s: u64,
 }
 
 /// One CUDA driver library.
