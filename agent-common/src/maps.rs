@@ -61,10 +61,14 @@ const _: () = assert!(core::mem::size_of::<SiteSlot>() == 24);
 /// `PAGE_BASE`'s slots: the vmemmap base the start-up calibration found (0 leaves the tp_btf page
 /// programs idle), and the weight each page event counts with: 1 (every event counted) unless
 /// the sampled page path attaches the programs 1/w of the time, when it is w (0 reads as 1). One
-/// array, so the weight shares the base's cache line in the programs that read both.
+/// array, so the weight shares the base's cache line in the programs that read both. The third:
+/// where `struct page`'s flags word keeps the node (`NODES_PGSHIFT`, from the kernel's config;
+/// 0: not known, or turned off after a check disagreed), read for a page whose memory block is
+/// not in `BLOCK_NODE` yet (memory onlined since the agent last read the blocks).
 pub const PAGE_BASE_INDEX: u32 = 0;
 pub const PAGE_WEIGHT_INDEX: u32 = 1;
-pub const PAGE_BASE_SLOTS: u32 = 2;
+pub const PAGE_NODE_SHIFT_INDEX: u32 = 2;
+pub const PAGE_BASE_SLOTS: u32 = 3;
 
 /// One start-up calibration slot per CPU (`PAGE_BASE_SLOT`): the `struct page` pointer the
 /// tp_btf hook saw and the pfn the classic hook saw, whichever ran first on the current event.

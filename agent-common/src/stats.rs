@@ -11,7 +11,8 @@ pub enum Stat {
     MapFull = 1,
     /// A read of a tracepoint field or user memory failed.
     ReadFailed = 2,
-    /// A page's pfn lies in no memory block the agent knows (hot-added memory?).
+    /// A page's pfn lies in no memory block the agent knows (memory onlined since it read the
+    /// blocks) and its node could not be read from the page's flags: counted on node unknown.
     PfnUnmapped = 3,
     /// A per-CPU slot lookup failed (should not happen).
     SlotMissing = 4,
@@ -83,6 +84,15 @@ pub enum Stat {
     /// CPU samples whose frame-pointer walk came back short but whose process was over its copy
     /// budget: delivered with the walk's frames (and Python frames) only. Not an outcome.
     CpuCopyOverBudget = 32,
+    /// Page events whose memory block was not in the table (memory onlined since the agent last
+    /// read the blocks) and whose node was read from the page's flags instead. Not a loss (not
+    /// in `pfn_unmapped`).
+    NodeFromFlags = 33,
+    /// Checks of the flags' node against the table's, on about one page event in 1,024 whose
+    /// block is in the table (tp_btf path): agreed, and disagreed (then the agent stops
+    /// reading the flags: `PAGE_NODE_SHIFT_INDEX` set to 0).
+    NodeFlagsAgree = 34,
+    NodeFlagsDisagree = 35,
 }
 
 /// Number of slots in the `STATS` map.
@@ -90,7 +100,7 @@ pub const STAT_SLOTS: u32 = 40;
 
 impl Stat {
     /// Every stat, in index order, with the name the agent exports.
-    pub const ALL: [(Stat, &'static str); 31] = [
+    pub const ALL: [(Stat, &'static str); 34] = [
         (Stat::RingbufFull, "ringbuf_full"),
         (Stat::MapFull, "map_full"),
         (Stat::ReadFailed, "read_failed"),
@@ -122,6 +132,9 @@ impl Stat {
         (Stat::AllocCacheFlushes, "alloc_cache_flushes"),
         (Stat::CpuStackCopied, "cpu_stack_copied"),
         (Stat::CpuCopyOverBudget, "cpu_copy_over_budget"),
+        (Stat::NodeFromFlags, "node_from_flags"),
+        (Stat::NodeFlagsAgree, "node_flags_agree"),
+        (Stat::NodeFlagsDisagree, "node_flags_disagree"),
     ];
 
     /// The CPU-sampling outcomes that end an attempt (every tick ends in exactly one).

@@ -15,7 +15,9 @@ use aya_ebpf::{
 use tierscope_common::{
     event::{EventKind, SiteSampleEvent},
     layout::PageLayout,
-    maps::{PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN, PAGE_BASE_INDEX, PAGE_WEIGHT_INDEX},
+    maps::{
+        PageBaseSlot, TgidNode, BLOCK_NODE_CXL, NODE_UNKNOWN, PAGE_BASE_INDEX, PAGE_NODE_SHIFT_INDEX, PAGE_WEIGHT_INDEX,
+    },
     stats::Stat,
 };
 
@@ -33,7 +35,7 @@ pub fn mm_page_alloc_btf(ctx: BtfTracePointContext) -> i32 {
     let page: u64 = ctx.arg(0);
     let order: u32 = ctx.arg(1);
     if let Some(pfn) = pfn_of_page(page) {
-        on_alloc(&ctx, pfn, 1u64 << (order & 31));
+        on_alloc(&ctx, pfn, page, 1u64 << (order & 31));
     }
     0
 }
@@ -43,7 +45,7 @@ pub fn mm_page_free_btf(ctx: BtfTracePointContext) -> i32 {
     let page: u64 = ctx.arg(0);
     let order: u32 = ctx.arg(1);
     if let Some(pfn) = pfn_of_page(page) {
-        on_free(pfn, 1u64 << (order & 31));
+        on_free(pfn, page, 1u64 << (order & 31));
     }
     0
 }
@@ -51,7 +53,7 @@ pub fn mm_page_free_btf(ctx: BtfTracePointContext) -> i32 {
 #[tracepoint(category = "kmem", name = "mm_page_alloc")]
 pub fn mm_page_alloc(ctx: TracePointContext) -> i32 {
     if let Some((pfn, pages)) = read_page(&ctx, &global(&PAGE_ALLOC_LAYOUT)) {
-        on_alloc(&ctx, pfn, pages);
+        on_alloc(&ctx, pfn, 0, pages);
     }
     0
 }
@@ -59,7 +61,7 @@ pub fn mm_page_alloc(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kmem", name = "mm_page_free")]
 pub fn mm_page_free(ctx: TracePointContext) -> i32 {
     if let Some((pfn, pages)) = read_page(&ctx, &global(&PAGE_FREE_LAYOUT)) {
-        on_free(pfn, pages);
+        on_free(pfn, 0, pages);
     }
     0
 }
@@ -154,10 +156,11 @@ pub fn page_weight() -> u64 {
     }
 }
 
+/// `page`: the `struct page` pointer (tp_btf), 0 on the classic path (its records carry no pointer).
 #[inline(always)]
-fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, pages: u64) {
+fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, page: u64, pages: u64) {
     let Some((tgid, pid)) = current_unless_agent() else { return };
-    let (node, cxl) = node_of(pfn);
+    let (node, cxl) = node_of(pfn, page);
     if cxl {
         // Site samples carry the pages seen (their shares split the process's estimate).
         sample_site(ctx, tgid, pid, node, pages);
@@ -185,8 +188,8 @@ fn on_alloc<C: EbpfContext>(ctx: &C, pfn: u64, pages: u64) {
 /// Frees are counted per node for every task, the agent included: the freeing context is
 /// rarely the owner, and node totals must balance the allocations.
 #[inline(always)]
-fn on_free(pfn: u64, pages: u64) {
-    if let Some(v) = FREES.get_ptr_mut(node_of(pfn).0) {
+fn on_free(pfn: u64, page: u64, pages: u64) {
+    if let Some(v) = FREES.get_ptr_mut(node_of(pfn, page).0) {
         // SAFETY: this CPU's slot.
         unsafe { *v += pages * page_weight() };
     }
@@ -229,19 +232,57 @@ fn read_page(ctx: &TracePointContext, layout: &PageLayout) -> Option<(u64, u64)>
     Some((pfn, 1u64 << (order & 31)))
 }
 
-/// (node, on the CXL tier) of a pfn.
+/// (node, on the CXL tier) of a pfn, from the agent's memory-block table. A block not in it
+/// (memory onlined since the agent last read the blocks) takes its node from the page's flags
+/// where the agent knows where they keep it (tp_btf path, `page` non-zero); its tier is not
+/// known here (not CXL: no site sample) until the agent rewrites the table.
 #[inline(always)]
-fn node_of(pfn: u64) -> (u32, bool) {
+fn node_of(pfn: u64, page: u64) -> (u32, bool) {
     let block = pfn >> (global(&BLOCK_PAGES_SHIFT) & 63);
     match BLOCK_NODE.get(block as u32) {
         Some(&v) if v & !BLOCK_NODE_CXL != 0 && block <= u32::MAX as u64 => {
-            ((v & !BLOCK_NODE_CXL) - 1, v & BLOCK_NODE_CXL != 0)
+            let node = (v & !BLOCK_NODE_CXL) - 1;
+            // A check of the flags against the table, on about one event in 1,024.
+            if pfn & 1023 == 0 {
+                match node_in_flags(page) {
+                    Some(n) if n == node => count(Stat::NodeFlagsAgree),
+                    Some(_) => count(Stat::NodeFlagsDisagree),
+                    None => {}
+                }
+            }
+            (node, v & BLOCK_NODE_CXL != 0)
         }
-        _ => {
-            count(Stat::PfnUnmapped);
-            (NODE_UNKNOWN, false)
-        }
+        _ => match node_in_flags(page) {
+            Some(n) => {
+                count(Stat::NodeFromFlags);
+                (n, false)
+            }
+            None => {
+                count(Stat::PfnUnmapped);
+                (NODE_UNKNOWN, false)
+            }
+        },
     }
+}
+
+/// The node `struct page`'s flags word (its first member) keeps, at the shift the agent wrote
+/// (`None`: no page pointer, no shift, an unreadable page, or a node past the maps' range).
+#[inline(always)]
+fn node_in_flags(page: u64) -> Option<u32> {
+    if page == 0 {
+        return None;
+    }
+    let shift = match PAGE_BASE.get(PAGE_NODE_SHIFT_INDEX) {
+        Some(&s) if s > 0 && s < 64 => s,
+        _ => return None,
+    };
+    // SAFETY: a bounds-checked kernel read of the page's first word.
+    let flags = unsafe { bpf_probe_read_kernel(page as *const u64) }.ok()?;
+    let node = flags >> shift;
+    if node >= NODE_UNKNOWN as u64 {
+        return None;
+    }
+    Some(node as u32)
 }
 
 /// Whether the current task has no user address space (kswapd demoting, kworkers): nothing to

@@ -10,6 +10,7 @@ pub mod damon;
 pub mod driver_lookup;
 pub mod events;
 pub mod gpu_use;
+pub mod kernel_config;
 pub mod kernel_memory;
 pub mod map_batch;
 pub mod module_budget;

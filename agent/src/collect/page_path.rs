@@ -14,7 +14,7 @@ use aya::{
     Btf, Ebpf,
 };
 use tierscope_common::{
-    maps::PAGE_BASE_INDEX,
+    maps::{PAGE_BASE_INDEX, PAGE_NODE_SHIFT_INDEX},
     names::{map, program},
 };
 
@@ -219,6 +219,14 @@ fn write_base(ebpf: &mut Ebpf, base: u64) -> Result<(), String> {
     let m = ebpf.map_mut(map::PAGE_BASE).ok_or("PAGE_BASE missing (build bug)")?;
     let mut arr = Array::<_, u64>::try_from(m).map_err(|e| format!("{e}"))?;
     arr.set(PAGE_BASE_INDEX, base, 0).map_err(|e| format!("writing the vmemmap base: {e}"))
+}
+
+/// Writes where `struct page`'s flags keep the node (0: not read), for pages whose memory block
+/// the table does not hold yet (`kernel_config.rs`).
+pub fn write_node_shift(ebpf: &mut Ebpf, shift: u32) -> Result<(), String> {
+    let m = ebpf.map_mut(map::PAGE_BASE).ok_or("PAGE_BASE missing (build bug)")?;
+    let mut arr = Array::<_, u64>::try_from(m).map_err(|e| format!("{e}"))?;
+    arr.set(PAGE_NODE_SHIFT_INDEX, u64::from(shift), 0).map_err(|e| format!("writing the flags' node shift: {e}"))
 }
 
 /// A descriptor of the map holding the page events' weight slot, for the sampling thread.

@@ -50,6 +50,10 @@ pub struct Probes {
     /// asked for but is not running.
     pub page_cycle: Option<PageCycle>,
     pub page_path_note: Option<String>,
+    /// Whether the page programs read a page's node from its flags when its memory block is not
+    /// in the table yet (memory onlined since the blocks were read): the shift written and where
+    /// it came from, or why not.
+    pub node_flags: Result<(u32, String), String>,
     /// The CPU time one sampler tick stands for; `None` when the sampler is off or refused
     /// (its program status says why).
     pub cpu_period_ns: Option<u64>,
@@ -257,6 +261,8 @@ impl Probes {
         let (mut programs, mut cycled) =
             page_path::attach_page_path(&mut ebpf, btf.as_ref(), tracefs_path.as_ref(), &struct_shift, sampled);
         let page_events_cycled = cycled.len() == 2;
+        let node_flags = super::kernel_config::node_shift()
+            .and_then(|(shift, from)| page_path::write_node_shift(&mut ebpf, shift).map(|()| (shift, from)));
         for spec in PROGRAMS {
             // Without the counters' offsets the exit program would read nothing: not attached.
             if let (program::TASK_EXIT_FAULTS, Err(e)) = (spec.name, &task_layout) {
@@ -298,6 +304,7 @@ impl Probes {
             sizing: (shape, sizes),
             page_cycle,
             page_path_note,
+            node_flags,
             cpu_period_ns,
         })
     }

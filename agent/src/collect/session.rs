@@ -120,6 +120,13 @@ pub struct Session {
     pub block_slots_rewritten: u64,
     next_block_check_ns: u64,
     beyond_warned: bool,
+    /// Page events whose block was not in the table, as of the last reading: more, and the
+    /// blocks are read again at once (memory was onlined).
+    pfn_unmapped_seen: u64,
+    unmapped_found_nothing: bool,
+    /// Whether the page programs read an unknown block's node from the page's flags (turned off
+    /// at the first check that disagrees).
+    node_flags_on: bool,
     pub site_samples_per_sec: u32,
     pub site_reader: sites::SiteReader,
     /// The processes whose CXL allocation sites the kernel samples ([`Session::watch_sites`]).
@@ -267,6 +274,9 @@ impl Session {
             block_slots_rewritten: 0,
             next_block_check_ns: 0,
             beyond_warned: false,
+            pfn_unmapped_seen: 0,
+            unmapped_found_nothing: false,
+            node_flags_on: false,
             site_samples_per_sec,
             site_reader,
             site_watch: site_watch::SiteWatch::with_capacity(site_watch_capacity),
@@ -291,6 +301,12 @@ impl Session {
         let cycle = session.probes.page_cycle.as_ref().map(|c| (c.duty, c.figures()));
         session.model.page_path =
             PagePathView::at_start(cycle, session.probes.page_path_note.clone(), page_path_chosen);
+        session.model.page_path.onlined_memory =
+            crate::model::page_path::onlined_memory_text(&session.probes.node_flags);
+        session.node_flags_on = session.probes.node_flags.is_ok();
+        if let Err(e) = &session.probes.node_flags {
+            tracing::info!("pages of memory onlined after start: their node is not read from the page ({e})");
+        }
         // Know every process from the start: an idle launcher (torchrun waits on its workers)
         // never shows up in the counters, yet its workers' job is named after it.
         session.discover(|_, _, _| true);
@@ -401,10 +417,18 @@ impl Session {
         self.model.apply_sites(sites);
         self.measure_dead_before();
         self.health_poller.poll(&mut self.model.health);
-        if r.at_ns >= self.next_block_check_ns {
+        // Pages of a block not in the table: memory was onlined since it was read.
+        let stat = |k: &str| r.kernel_stats.get(k).copied().unwrap_or(0);
+        let unmapped = stat("pfn_unmapped") + stat("node_from_flags");
+        let onlined = unmapped > std::mem::replace(&mut self.pfn_unmapped_seen, unmapped);
+        // Unless the last look it caused found nothing new (pages outside any block: the
+        // blocks are read at their own pace then).
+        if (onlined && !self.unmapped_found_nothing) || r.at_ns >= self.next_block_check_ns {
             self.next_block_check_ns = r.at_ns + BLOCK_CHECK_EVERY_NS;
-            self.refresh_memory_blocks();
+            let written = self.refresh_memory_blocks();
+            self.unmapped_found_nothing = onlined && written == 0;
         }
+        self.check_node_flags(&r.kernel_stats);
         self.model.tiering.apply(node_reads::read_tiering_vmstat(&self.topology));
         // Exited processes' entries are freed at the first reading that holds their final
         // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
@@ -549,9 +573,32 @@ impl Session {
         self.model.update_insights(&nodes, self.page_size);
     }
 
+    /// Stops the page programs reading a node from a page's flags once a check against the
+    /// block table disagreed (a kernel that lays the flags out otherwise than its config says).
+    fn check_node_flags(&mut self, stats: &std::collections::BTreeMap<&'static str, u64>) {
+        let disagreed = stats.get("node_flags_disagree").copied().unwrap_or(0);
+        if !self.node_flags_on || disagreed == 0 {
+            return;
+        }
+        let agreed = stats.get("node_flags_agree").copied().unwrap_or(0);
+        match super::page_path::write_node_shift(&mut self.probes.ebpf, 0) {
+            Ok(()) => {
+                self.node_flags_on = false;
+                self.model.page_path.onlined_memory =
+                    crate::model::page_path::onlined_memory_off_text(agreed, disagreed);
+                tracing::warn!(
+                    "a page's flags named another node than the memory-block table ({disagreed} of {} checks): no longer read",
+                    agreed + disagreed
+                );
+            }
+            Err(e) => tracing::warn!("turning off the node read from page flags: {e}"),
+        }
+    }
+
     /// Rewrites the kernel's page -> node table where memory was onlined or removed since the
     /// last look (a hot-added DIMM, a CXL region created while the agent runs).
-    fn refresh_memory_blocks(&mut self) {
+    /// The slots rewritten.
+    fn refresh_memory_blocks(&mut self) -> usize {
         self.block_checks += 1;
         match self.probes.refresh_block_table(Path::new("/sys")) {
             Ok((written, beyond)) => {
@@ -562,8 +609,12 @@ impl Session {
                 if beyond > 0 && !std::mem::replace(&mut self.beyond_warned, true) {
                     tracing::warn!("{beyond} memory blocks lie beyond the page -> node table: their pages count as node unknown until the agent restarts");
                 }
+                written
             }
-            Err(e) => tracing::debug!("memory blocks: {e}"),
+            Err(e) => {
+                tracing::debug!("memory blocks: {e}");
+                0
+            }
         }
     }
 

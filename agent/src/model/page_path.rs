@@ -162,6 +162,45 @@ pub struct PagePathView {
     /// the page path's contended part. A cost figure, not a loss.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alloc_cache_flushes: Option<u64>,
+    /// Page events whose node was read from the page's flags (its block not in the table yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_from_flags: Option<u64>,
+    /// Checks of the flags' node against the block table: agreed, disagreed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_flags_checks: Option<NodeFlagsChecks>,
+    /// How the node of a page whose memory block the agent has not read yet (memory onlined
+    /// since) is found: from the page's flags, or not (then it counts on node unknown until the
+    /// blocks are read again).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub onlined_memory: String,
+}
+
+/// Checks of the node a page's flags keep against the block table's (about one page event in
+/// 1,024 whose block the table holds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NodeFlagsChecks {
+    pub agreed: u64,
+    pub disagreed: u64,
+}
+
+/// What `onlined_memory` says: the flags' shift and its source, or why the flags are not read. Pure.
+pub fn onlined_memory_text(node_flags: &Result<(u32, String), String>) -> String {
+    match node_flags {
+        Ok((shift, from)) => format!(
+            "node read from each page's flags (bits {shift}..63, as {from} lays them out) until the memory blocks are read again"
+        ),
+        Err(why) => format!(
+            "counted on node unknown until the memory blocks are read again (at the next reading): the page's flags are not read ({why})"
+        ),
+    }
+}
+
+/// What `onlined_memory` says once the flags disagreed with the block table. Pure.
+pub fn onlined_memory_off_text(agreed: u64, disagreed: u64) -> String {
+    format!(
+        "counted on node unknown until the memory blocks are read again: reading the page's flags was turned off ({disagreed} of {} checks against the block table disagreed)",
+        agreed + disagreed
+    )
 }
 
 /// Figures that the mode leaves exact or makes estimates (snapshot field names).
@@ -215,7 +254,12 @@ impl PagePathView {
     /// The sampled view again with the clock's latest figures; why the mode was chosen stays.
     pub fn tick(&mut self, duty: Sampling, clock: ClockFigures) {
         let chosen = std::mem::take(&mut self.chosen);
-        *self = PagePathView { chosen, ..PagePathView::of(PagePathMode::Sampled, Some((duty, clock)), None) };
+        let onlined_memory = std::mem::take(&mut self.onlined_memory);
+        *self = PagePathView {
+            chosen,
+            onlined_memory,
+            ..PagePathView::of(PagePathMode::Sampled, Some((duty, clock)), None)
+        };
     }
 }
 
@@ -310,6 +354,19 @@ mod tests {
         let fell_back = PagePathView::of(PagePathMode::Sampled, None, Some("classic tracepoints".into()));
         assert_eq!(fell_back.mode, PagePathMode::Exact);
         assert!(fell_back.estimated.is_empty());
+    }
+
+    #[test]
+    fn how_onlined_memory_is_placed_is_said_and_kept_across_ticks() {
+        let on = onlined_memory_text(&Ok((54, "/boot/config-6.12".into())));
+        assert!(on.contains("bits 54..63") && on.contains("/boot/config-6.12"), "{on}");
+        let off = onlined_memory_text(&Err("no kernel config found".into()));
+        assert!(off.starts_with("counted on node unknown") && off.contains("no kernel config found"), "{off}");
+        assert!(onlined_memory_off_text(30, 2).contains("2 of 32 checks"));
+        let mut v = PagePathView::at_start(None, None, "asked for".into());
+        v.onlined_memory = on.clone();
+        v.tick(Sampling::DEFAULT, ClockFigures::default());
+        assert_eq!((v.onlined_memory.as_str(), v.chosen.as_str()), (on.as_str(), "asked for"));
     }
 
     #[test]

@@ -513,6 +513,9 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
                         | "alloc_cache_flushes"
                         | "cpu_stack_copied"
                         | "cpu_copy_over_budget"
+                        | "node_from_flags"
+                        | "node_flags_agree"
+                        | "node_flags_disagree"
                 )
         })
         .map(|(k, v)| (format!("kernel.{k}"), *v))
@@ -542,6 +545,11 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             programs: ctx.programs,
             page_path: super::page_path::PagePathView {
                 alloc_cache_flushes: model.kernel_stats.get("alloc_cache_flushes").copied(),
+                node_from_flags: model.kernel_stats.get("node_from_flags").copied(),
+                node_flags_checks: Some(super::page_path::NodeFlagsChecks {
+                    agreed: model.kernel_stats.get("node_flags_agree").copied().unwrap_or(0),
+                    disagreed: model.kernel_stats.get("node_flags_disagree").copied().unwrap_or(0),
+                }),
                 ..model.page_path.clone()
             },
             drops: Drops { counts: drops, recursion_misses: model.program_counters.recursion_misses() },

@@ -43,6 +43,10 @@ pub fn build(f: &Fetched, cache: &Path, extra: &Extra) -> Result<PathBuf> {
 
     modules(f, &stage)?;
     trixie_tools(f, &stage)?;
+    // The kernel's build config, where distributions keep it: the agent reads from it where a
+    // page's flags keep its node (memory onlined after it started).
+    let config = format!("boot/config-{}", f.kernel_release);
+    copy_file(&f.bpo_root.join(&config), &stage.join(&config))?;
 
     let mut bins: Vec<(PathBuf, &str)> = vec![
         (PathBuf::from("/usr/bin/numactl"), "usr/bin/numactl"),

@@ -201,8 +201,9 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     let zero = Stat::ALL.iter().filter(|(_, n)| !m.kernel_stats.contains_key(n)).map(|&(_, n)| (n, 0));
     for (name, v) in m.kernel_stats.iter().map(|(&n, &v)| (n, v)).chain(zero) {
         match name {
-            // Not a loss: the kernel programs skip the agent's own tgid on purpose.
-            "agent_filtered" => {}
+            // Not a loss: the kernel programs skip the agent's own tgid on purpose; nor the
+            // nodes read from page flags and the checks of them (the snapshot's page path).
+            "agent_filtered" | "node_from_flags" | "node_flags_agree" | "node_flags_disagree" => {}
             // The site sampler's tally: attempts and how each ended (losses among them).
             "site_attempts" => push(out, &SITE_SAMPLES, vec![KeyValue::new(SITE_OUTCOME, "attempt")], Value::U64(v)),
             site if site.starts_with("site_") => {
