@@ -309,6 +309,12 @@ impl Probes {
         })
     }
 
+    /// The nodes whose blocks carry the CXL flag (sites are sampled there) from now on: the
+    /// table is rewritten at the next `refresh_block_table`.
+    pub fn set_cxl_nodes(&mut self, nodes: Vec<u32>) {
+        self.cxl_nodes = nodes;
+    }
+
     /// Re-reads the memory blocks under `sysfs` and rewrites the `BLOCK_NODE` slots that changed
     /// (memory onlined or removed since the last look), so pages of hot-added memory count on
     /// their node. Returns the slots rewritten and the blocks beyond the table.

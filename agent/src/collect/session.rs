@@ -106,6 +106,8 @@ pub struct Session {
     pub policy_reader: Arc<ringbuf::ReaderStats>,
     policy_flush: ringbuf::Flusher,
     pub topology: Topology,
+    /// The tiers the config declares (kept for the topology read again when memory is onlined).
+    tier_overrides: TierOverrides,
     pub page_size: u64,
     pub started_ns: u64,
     pub site_sample_every: u32,
@@ -265,6 +267,7 @@ impl Session {
             policy_reader,
             policy_flush,
             topology,
+            tier_overrides: opts.tiers.clone(),
             page_size: procfs::page_size(),
             started_ns: counters::monotonic_ns(),
             site_sample_every,

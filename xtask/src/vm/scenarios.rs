@@ -410,6 +410,15 @@ fn hotplug(r: &Report) -> Vec<Figure> {
             ok: check("agreed").unwrap_or(0.0) > 0.0 && check("disagreed") == Some(0.0),
             rule: format!("agreed > 0, disagreed 0 (disagreed {:?})", check("disagreed")),
         },
+        // The node onlined after start gets its tier when the agent reads the blocks again.
+        Figure::equals("node2 tier", "cxl", r.node(2).and_then(|n| n.get("tier")).and_then(Value::as_str)),
+        Figure::close(
+            "resident bytes on tier cxl",
+            r.truth("numa_maps.N2").map(|pages| pages * 4096.0),
+            num(p.and_then(|p| p.get("resident_bytes_by_tier")).and_then(|m| m.get("cxl"))),
+            0.01,
+            0.0,
+        ),
         // Where the counted pages went, not how many were counted: at the sampled default the
         // count is an estimate (its error is issue 42's other work), the node of each page is not.
         {

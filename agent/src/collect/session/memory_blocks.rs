@@ -4,6 +4,7 @@
 use std::{collections::BTreeMap, path::Path};
 
 use super::{Session, BLOCK_CHECK_EVERY_NS};
+use crate::topology::{Tier, Topology};
 
 impl Session {
     /// At each reading (`stats`: the kernel's counts): the blocks are read every
@@ -19,8 +20,31 @@ impl Session {
             self.next_block_check_ns = at_ns + BLOCK_CHECK_EVERY_NS;
             let written = self.refresh_memory_blocks();
             self.unmapped_found_nothing = onlined && written == 0;
+            if written > 0 {
+                self.read_topology_again();
+            }
         }
         self.check_node_flags(stats);
+    }
+
+    /// The nodes' tiers read again after memory blocks changed: a node onlined since start (a
+    /// CXL region created while the agent runs) gets its tier, and a new CXL node's blocks the
+    /// CXL flag (its allocations' sites sampled). The page path's mode stays as chosen at start.
+    fn read_topology_again(&mut self) {
+        let topology = Topology::read_with_overrides(Path::new("/sys"), &self.tier_overrides);
+        let (before, after) = (self.topology.nodes_in(Tier::Cxl), topology.nodes_in(Tier::Cxl));
+        for n in &topology.nodes {
+            let was = self.topology.nodes.iter().find(|o| o.id == n.id).map(|o| o.tier);
+            if was != Some(n.tier) {
+                tracing::info!("node {}: tier {} now ({})", n.id, n.tier.as_str(), n.tier_evidence);
+            }
+        }
+        crate::health::set_inventory(&mut self.model.health, &topology);
+        self.topology = topology;
+        if before != after {
+            self.probes.set_cxl_nodes(after);
+            self.refresh_memory_blocks();
+        }
     }
 
     /// Stops the page programs reading a node from a page's flags once a check against the
