@@ -406,11 +406,9 @@ fn peak_rss_of(bin: &str, args: &[&str]) -> u64 {
 }
 
 #[test]
+#[ignore = "needs TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_long_recording_reports_and_exports_in_the_memory_of_a_short_one() {
-    let Some(bin) = tierscope_bin() else {
-        eprintln!("skipped: TIERSCOPE_BIN is not set to the built agent");
-        return;
-    };
+    let bin = tierscope_bin().expect("cannot run: TIERSCOPE_BIN is not set to the built agent");
     let d = dir("long");
     let (short, long) = (d.join("short.tscope"), d.join("long.tscope"));
     // 100 processes a frame: about 20 kB of records each; 2,000 frames are about 40 MB.
@@ -531,10 +529,7 @@ fn replay_peak_rss(bin: &str, file: &Path, frames: usize) -> u64 {
 #[test]
 #[ignore = "needs tmux and TIERSCOPE_BIN (cargo xtask test runs it)"]
 fn a_long_recording_replays_in_the_memory_of_a_short_one() {
-    let Some(bin) = tierscope_bin() else {
-        eprintln!("skipped: TIERSCOPE_BIN is not set to the built agent");
-        return;
-    };
+    let bin = tierscope_bin().expect("cannot run: TIERSCOPE_BIN is not set to the built agent");
     let d = dir("long-replay");
     // Both longer than the history the UI keeps (600 frames), so both rebuild a whole one at End.
     let (short, long) = (d.join("short.tscope"), d.join("long.tscope"));
