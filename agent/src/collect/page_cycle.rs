@@ -161,20 +161,29 @@ fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<C
     let mut offsets = WindowOffsets::seeded(period_ns ^ u64::from(std::process::id()).rotate_left(32));
     loop {
         // Attached throughout (w = 1): look at the rate again after `check`. Otherwise one
-        // window of period / w at a random place in the period: every instant of it equally
-        // likely to be watched (1/w), whenever a burst starts, so the weighted counts stay
-        // unbiased (a window opened where the rate was found high would over-count bursts).
+        // window of period / w at a random place on the period taken as a circle (a window
+        // past its end goes on at its start): every instant of it equally likely to be watched
+        // (1/w), its edges as much as its middle, whenever a burst starts, so the weighted
+        // counts stay unbiased (a window opened where the rate was found high would over-count
+        // bursts; one kept inside the period would watch its middle more than its edges).
         let running = if weight == 1 {
             sleep_until(stopped, monotonic_ns() + duty.check_ns)
         } else {
             let on = duty.on_ns(weight);
-            let start = period_ns + offsets.next(duty.period_ns.saturating_sub(on));
-            let mut running = sleep_until(stopped, start);
-            if running {
+            let start = offsets.next(duty.period_ns.saturating_sub(1));
+            let mut running = true;
+            for (from, to) in window_parts(start, on, duty.period_ns) {
+                running = sleep_until(stopped, period_ns + from);
+                if !running {
+                    break;
+                }
                 attach(&fds, &mut open, clock);
-                running = sleep_until(stopped, start + on);
+                running = sleep_until(stopped, period_ns + to);
                 detach(&mut first, &mut open, clock);
                 attached = false;
+                if !running {
+                    break;
+                }
             }
             running && sleep_until(stopped, period_ns + duty.period_ns)
         };
@@ -219,6 +228,19 @@ fn run(programs: Vec<Cycled>, weights: &OwnedFd, duty: Sampling, clock: &Mutex<C
             attach(&fds, &mut open, clock);
             attached = true;
         }
+    }
+}
+
+/// The parts of a period that a window of `on` opening at `start` covers, in order, as
+/// (from, to) from the period's start: one part, or two when it runs past the period's end and
+/// goes on at its start. Pure.
+fn window_parts(start: u64, on: u64, period: u64) -> Vec<(u64, u64)> {
+    let on = on.min(period);
+    let start = if period == 0 { 0 } else { start % period };
+    if start + on <= period {
+        vec![(start, start + on)]
+    } else {
+        vec![(0, start + on - period), (start, period)]
     }
 }
 
@@ -361,6 +383,31 @@ mod tests {
         }
         assert!(quarters.iter().all(|&q| (9_000..11_000).contains(&q)), "{quarters:?}");
         assert_eq!(o.next(0), 0);
+    }
+
+    /// Every instant of a period is watched by the same share of the window starts: a start
+    /// uniform over the period, windows wrapped at its end (issue 42: windows kept inside the
+    /// period watched its middle `w - 1` times as often as its first instant).
+    #[test]
+    fn windows_cover_every_instant_of_the_period_equally() {
+        let period = 256;
+        for on in [1, 32, 64, 128, 200, 256] {
+            let mut covered = vec![0u64; period as usize];
+            for start in 0..period {
+                let parts = window_parts(start, on, period);
+                assert!(parts.len() <= 2);
+                assert_eq!(parts.iter().map(|(a, b)| b - a).sum::<u64>(), on, "start {start} on {on}");
+                for (a, b) in parts {
+                    assert!(a < b && b <= period);
+                    for t in a..b {
+                        covered[t as usize] += 1;
+                    }
+                }
+            }
+            assert!(covered.iter().all(|&c| c == on), "on {on}: {covered:?}");
+        }
+        assert_eq!(window_parts(250, 32, 256), vec![(0, 26), (250, 256)]);
+        assert_eq!(window_parts(0, 300, 256), vec![(0, 256)]);
     }
 
     #[test]
