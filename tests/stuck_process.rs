@@ -289,7 +289,8 @@ fn a_driver_library_that_never_answers_a_read_holds_a_lookup_not_the_readings() 
         panic!("no snapshot within {AGENT_DEADLINE:?} of SIGINT: reading pid {}'s libcuda.so.1 stopped it", rank.pid)
     });
     let p = process(&snap, w.pid);
-    let kernel = done["faults_done"].parse::<u64>().unwrap() - done["faults_go"].parse::<u64>().unwrap();
+    let count = |k: &str| done[k].parse::<u64>().expect("the workload's fault count");
+    let kernel = count("faults_done") - count("faults_go");
     let faults = p["faults"].as_u64().expect("faults");
     eprintln!("workload: agent {faults} faults, kernel {kernel}");
     assert!(faults * 100 >= kernel * 99, "the workload's faults: agent {faults}, kernel {kernel}");
