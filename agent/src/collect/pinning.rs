@@ -10,8 +10,9 @@
 //! process maps, opened through that process and looked up on a thread of its own
 //! (`driver_lookup`: a file that never answers a read holds that thread, not the collection).
 //! Each new range is placed on its nodes page by page with `move_pages` (no target nodes: a
-//! report); pinned pages cannot migrate, so that placement stands until the range is released. mlocked memory (`VmLck`) is
-//! placed through the mappings `smaps` flags locked; `VmPin` has no list of pages (node unknown).
+//! report); pinned pages cannot migrate, so that placement stands until the range is released.
+//! mlocked memory (`VmLck`) is placed through the mappings `smaps` flags locked; `VmPin` has no
+//! list of pages (node unknown).
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     fs::File,
