@@ -326,7 +326,7 @@ impl Session {
     pub async fn flush_events(&mut self) {
         // Listed first: every exit record of a process gone now is in the ring and comes out
         // with the flush, so a process this look misses and no event reported has exited.
-        self.look_before_flush = look_at_proc(true);
+        self.look_before_flush = look_at_proc(true, &self.model);
         let limit = std::time::Duration::from_secs(1);
         let (events, policy) = tokio::join!(self.reader_flush.flush(limit), self.policy_flush.flush(limit));
         if !(events && policy) {
@@ -372,7 +372,7 @@ impl Session {
         let window_end = self.look_before_flush.is_some();
         // /proc is listed before the events are drained: an exit reported by then is applied
         // before the look is judged.
-        let mut look = self.look_before_flush.take().or_else(|| look_at_proc(false));
+        let mut look = self.look_before_flush.take().or_else(|| look_at_proc(false, &self.model));
         self.drain_events();
         let model = &self.model;
         self.zombies.retain(|t| model.processes.get(t).is_some_and(|p| p.exited_at_ns.is_none()));
@@ -760,12 +760,14 @@ impl Session {
     }
 }
 
-/// The pids /proc lists now (`None` when it cannot be listed: nothing is judged on that).
-fn look_at_proc(confirmed: bool) -> Option<liveness::ProcLook> {
+/// The pids /proc lists now (`None` when it cannot be listed: nothing is judged on that), to
+/// judge the processes `model` holds alive before the listing.
+fn look_at_proc(confirmed: bool, model: &Model) -> Option<liveness::ProcLook> {
+    let known = model.processes.values().filter(|p| p.exited_at_ns.is_none()).map(|p| p.tgid).collect();
     let at_ns = counters::monotonic_ns();
     let pids: std::collections::HashSet<u32> = procfs::list_pids(Path::new("/proc")).into_iter().collect();
     // Never empty while the agent runs: an empty list is a /proc that could not be read.
-    (!pids.is_empty()).then_some(liveness::ProcLook { at_ns, pids, confirmed })
+    (!pids.is_empty()).then_some(liveness::ProcLook { at_ns, pids, confirmed, known: Some(known) })
 }
 
 /// A process's own memory work and the host's pages moved between nodes: with its resident size,

@@ -18,6 +18,10 @@ pub struct ProcLook {
     /// Taken before the event ring was drained to its end: every exit record of a process gone at
     /// this look has reached the model already, so a miss is final.
     pub confirmed: bool,
+    /// The processes the model held alive when /proc was listed: only those are judged on this
+    /// look. One the model learnt of afterwards (an exec drained from the ring after the listing)
+    /// may have started after it: not listed, yet not missing. `None`: all of them.
+    pub known: Option<HashSet<u32>>,
 }
 
 /// An exit found by a look: the process's pid, when it was first found gone, and whether its pid
@@ -43,6 +47,9 @@ impl Liveness {
         self.missing_since.retain(|t, _| alive.contains(t));
         let mut found = Vec::new();
         for &tgid in alive {
+            if look.known.as_ref().is_some_and(|k| !k.contains(&tgid)) {
+                continue;
+            }
             let listed = look.pids.contains(&tgid);
             match self.missing_since.get(&tgid).copied() {
                 // Missed before and listed now: another process took the pid.
@@ -84,7 +91,7 @@ mod tests {
     use super::*;
 
     fn look(at_ns: u64, pids: &[u32], confirmed: bool) -> ProcLook {
-        ProcLook { at_ns, pids: pids.iter().copied().collect(), confirmed }
+        ProcLook { at_ns, pids: pids.iter().copied().collect(), confirmed, known: None }
     }
 
     fn set(t: &[u32]) -> HashSet<u32> {
@@ -117,6 +124,25 @@ mod tests {
         assert_eq!(l.suspects(), 0);
         // The pid is used again later by a process the model learns of: not the old one's exit.
         assert!(l.judge(&set(&[6]), &look(40, &[6], false)).is_empty());
+    }
+
+    /// A process started between the listing and the drain of the ring (its exec came out of
+    /// the ring after /proc was listed) is not missing from that look: judged as a reused pid
+    /// at the next one before, it was taken out of the model alive (the insights guest, CI).
+    #[test]
+    fn a_process_the_model_learnt_of_after_the_listing_is_not_judged_on_it() {
+        let mut l = Liveness::default();
+        let mut first = look(10, &[5], true);
+        first.known = Some(set(&[5]));
+        assert!(l.judge(&set(&[5, 9]), &first).is_empty(), "9 came in after the listing");
+        assert_eq!(l.suspects(), 0);
+        let mut next = look(20, &[5, 9], false);
+        next.known = Some(set(&[5, 9]));
+        assert!(l.judge(&set(&[5, 9]), &next).is_empty(), "listed: alive, not another process");
+        // Known at the next look and missing from it: judged as before.
+        let mut gone = look(30, &[5], true);
+        gone.known = Some(set(&[5, 9]));
+        assert_eq!(l.judge(&set(&[5, 9]), &gone), vec![LateExit { tgid: 9, gone_at_ns: 30, pid_reused: false }]);
     }
 
     #[test]

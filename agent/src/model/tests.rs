@@ -270,7 +270,7 @@ fn events_update_identity_and_history() {
 }
 
 fn look(at_ns: u64, pids: &[u32], confirmed: bool) -> liveness::ProcLook {
-    liveness::ProcLook { at_ns, pids: pids.iter().copied().collect(), confirmed }
+    liveness::ProcLook { at_ns, pids: pids.iter().copied().collect(), confirmed, known: None }
 }
 
 #[test]
