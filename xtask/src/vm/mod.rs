@@ -111,11 +111,13 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         ran.lock().unwrap_or_else(|e| e.into_inner()).push((s.name, r));
     }
     let mut failed = Vec::new();
+    let mut failures = Vec::new();
     // The kernel-memory guests, judged together once both ran.
     let mut kmem_reports: std::collections::BTreeMap<&str, Report> = Default::default();
     for (name, r) in ran.into_inner().unwrap_or_else(|e| e.into_inner()) {
         if !r.passed {
             failed.push(name);
+            failures.extend(r.failures.iter().map(|f| format!("{name}: {f}")));
         }
         if let Some(report) = r.report {
             kmem_reports.insert(name, report);
@@ -133,6 +135,9 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         }
     }
     println!("vm: {} scenario(s) in {:.0} s", selected.len(), total.elapsed().as_secs_f64());
+    for f in &failures {
+        println!("vm: failed: {f}");
+    }
     if !failed.is_empty() {
         bail!(
             "vm-test: {} failed: {} (consoles under {})",
@@ -158,6 +163,9 @@ struct Ctx<'a> {
 struct Ran {
     text: String,
     passed: bool,
+    /// What failed, a line each (the failing figures in full, the problems): repeated at the
+    /// end of the run, where a log's tail shows it.
+    failures: Vec<String>,
     report: Option<Report>,
 }
 
@@ -187,6 +195,7 @@ fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
             return Ran {
                 text: format!("vm: FAIL {} ({}): {e:#}\n", s.name, s.shape.name()),
                 passed: false,
+                failures: vec![format!("{e:#}")],
                 report: None,
             };
         }
@@ -245,6 +254,12 @@ fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
             )
         })
         .collect();
+    let mut failures: Vec<String> = figures
+        .iter()
+        .filter(|f| !f.ok && !(ctx.args.kernel_only && f.agent.is_none()))
+        .map(|f| format!("{}: agent={} kernel={} ({})", f.name, show(f.agent), show(f.kernel), f.rule))
+        .collect();
+    failures.extend(problems.iter().filter(|p| !p.ends_with(" off")).cloned());
     let checks = report.checks.iter().filter(|(ok, _)| *ok).count();
     let verdict = match (problems.is_empty(), figures.iter().all(|f| f.ok)) {
         (true, true) => "PASS",
@@ -265,7 +280,7 @@ fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
     for p in &problems {
         text.push_str(&format!("      {p}\n"));
     }
-    Ran { text, passed: problems.is_empty(), report: s.name.starts_with("kmem-").then_some(report) }
+    Ran { text, passed: problems.is_empty(), failures, report: s.name.starts_with("kmem-").then_some(report) }
 }
 
 /// Serializes vm-test runs in one checkout: they share `.vm-cache` (the initramfs, the run

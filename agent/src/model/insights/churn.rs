@@ -13,7 +13,10 @@ pub fn findings(i: &Inputs<'_>) -> Vec<Finding> {
             let d = i.window.process(p.tgid)?;
             // The window must cover the hold time's worth of readings to judge flatness.
             let change = d.resident_change?;
-            let pages_per_s = d.alloc_pages as f64 / d.dt_s;
+            if d.alloc_dt_s <= 0.0 {
+                return None;
+            }
+            let pages_per_s = d.alloc_pages as f64 / d.alloc_dt_s;
             let growth_pct = if d.alloc_pages > 0 { change.unsigned_abs() as f64 * 100.0 / d.alloc_pages as f64 } else { 100.0 };
             let level = Level::of(pages_per_s, cfg.churn_min_pages_per_s, cfg.hold_ratio)
                 .min(Level::below(growth_pct, cfg.churn_max_growth_pct, cfg.hold_ratio));

@@ -26,7 +26,13 @@ pub struct Sample {
 pub struct ProcessDelta {
     pub dt_s: f64,
     pub faults: u64,
+    /// Pages allocated from the window's second reading of the process to its last, over
+    /// `alloc_dt_s`: a reading takes the allocation counts before the resident size, so the
+    /// first reading's resident size can already hold pages its counts do not (a process that
+    /// allocated right then, e.g. one just born); counted from the next reading on, the
+    /// allocations compared with the resident change are never ones it already held.
     pub alloc_pages: u64,
+    pub alloc_dt_s: f64,
     pub on_behalf: u64,
     /// Change of its resident pages between the first and the last scan in the window.
     pub resident_change: Option<i64>,
@@ -83,12 +89,16 @@ impl Window {
     pub fn process(&self, pid: u32) -> Option<ProcessDelta> {
         let last = self.samples.back()?;
         let b = last.processes.get(&pid)?;
-        let first = self.samples.iter().find(|s| s.processes.contains_key(&pid))?;
+        let mut having = self.samples.iter().filter(|s| s.processes.contains_key(&pid));
+        let first = having.next()?;
         let a = first.processes.get(&pid)?;
         let dt_s = last.at_ns.saturating_sub(first.at_ns) as f64 / 1e9;
         if dt_s <= 0.0 {
             return None;
         }
+        let second = having.next().unwrap_or(last);
+        let a_alloc = second.processes.get(&pid).map_or(b.alloc_pages, |s| s.alloc_pages);
+        let alloc_dt_s = last.at_ns.saturating_sub(second.at_ns) as f64 / 1e9;
         let resident_change = match (a.resident, b.resident) {
             (Some((ra, ta)), Some((rb, tb))) if tb > ta => Some(rb as i64 - ra as i64),
             _ => None,
@@ -96,7 +106,8 @@ impl Window {
         Some(ProcessDelta {
             dt_s,
             faults: b.faults.saturating_sub(a.faults),
-            alloc_pages: b.alloc_pages.saturating_sub(a.alloc_pages),
+            alloc_pages: b.alloc_pages.saturating_sub(a_alloc),
+            alloc_dt_s,
             on_behalf: b.on_behalf.saturating_sub(a.on_behalf),
             resident_change,
         })
