@@ -60,9 +60,11 @@ pub struct FaultSplit {
     pub kernel_counted: bool,
 }
 
-/// Per-path counts that never go back, for exported counters: each the largest seen so far (a
-/// reading races the process by the microseconds between the map read and its /proc read, so
-/// the on-behalf share can dip by a few faults; a counter must not).
+/// Per-path counts that never go back, for exported counters, and never add up to more than the
+/// total (a reading races the process by the microseconds between the map read and its /proc
+/// read, so the on-behalf share can dip by a few faults; in the sampled page path the two traced
+/// paths are estimates that rise in steps of the weight, so on-behalf, the rest, dips by as much:
+/// a counter must not go back, and the three paths must still add up to the total).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathTotals {
     pub cpu_user: u64,
@@ -72,17 +74,37 @@ pub struct PathTotals {
 }
 
 impl PathTotals {
-    fn of(s: &FaultSplit) -> PathTotals {
-        PathTotals { cpu_user: s.cpu_user, cpu_kernel: s.cpu_kernel, on_behalf: s.on_behalf, major: s.major }
+    /// The held paths moved towards the split `s`: none goes back, and what they gain together
+    /// is at most what `s`'s total has over their sum, shared out in proportion to how far each
+    /// is behind `s` (so their sum follows the total exactly whenever it rises).
+    fn advance(self, s: &FaultSplit) -> PathTotals {
+        let held = [self.cpu_user, self.cpu_kernel, self.on_behalf];
+        let now = [s.cpu_user, s.cpu_kernel, s.on_behalf];
+        let behind: [u64; 3] = std::array::from_fn(|i| now[i].saturating_sub(held[i]));
+        let room = s.total.saturating_sub(held.iter().fold(0u64, |a, &h| a.saturating_add(h)));
+        let wanted = behind.iter().fold(0u64, |a, &b| a.saturating_add(b));
+        let mut gain = behind;
+        if wanted > room {
+            gain = std::array::from_fn(|i| (u128::from(behind[i]) * u128::from(room) / u128::from(wanted)) as u64);
+            let mut left = room - gain.iter().sum::<u64>();
+            for i in 0..3 {
+                if left > 0 && gain[i] < behind[i] {
+                    gain[i] += 1;
+                    left -= 1;
+                }
+            }
+        }
+        PathTotals {
+            cpu_user: held[0] + gain[0],
+            cpu_kernel: held[1] + gain[1],
+            on_behalf: held[2] + gain[2],
+            major: self.major.max(s.major),
+        }
     }
 
-    fn max(self, o: PathTotals) -> PathTotals {
-        PathTotals {
-            cpu_user: self.cpu_user.max(o.cpu_user),
-            cpu_kernel: self.cpu_kernel.max(o.cpu_kernel),
-            on_behalf: self.on_behalf.max(o.on_behalf),
-            major: self.major.max(o.major),
-        }
+    /// The three paths' sum.
+    pub fn total(&self) -> u64 {
+        self.cpu_user.saturating_add(self.cpu_kernel).saturating_add(self.on_behalf)
     }
 
     pub fn add(&mut self, o: &PathTotals) {
@@ -223,7 +245,7 @@ impl FaultAccount {
                 self.traced_over_kernel += 1;
             }
         }
-        self.held = self.held.max(PathTotals::of(&self.split()));
+        self.held = self.held.advance(&self.split());
     }
 
     /// What the tracepoints saw since the window started.
@@ -346,7 +368,33 @@ mod tests {
         // The tracepoints caught up with faults the /proc read had already seen.
         a.traced = TracedFaults { cpu_user: 104, cpu_kernel: 0 };
         a.settle();
-        assert_eq!((a.split().on_behalf, a.held.on_behalf, a.held.cpu_user), (896, 900, 104));
+        assert_eq!((a.split().on_behalf, a.held.on_behalf, a.held.cpu_user), (896, 900, 100), "the total did not rise");
+        a.observe_live(k(1_010, 0), 2, 0);
+        a.settle();
+        assert_eq!((a.held.cpu_user, a.held.on_behalf, a.held.total()), (104, 906, 1_010));
+    }
+
+    #[test]
+    fn sampled_paths_that_jump_still_add_up_to_the_total() {
+        // The traced paths are estimates in the sampled page path: a window that caught a burst
+        // at weight 32 raises cpu_user by 32 x what it saw, and on-behalf (the rest) falls.
+        let mut a = FaultAccount::default();
+        a.observe_live(k(1_000, 10), 1, 0);
+        a.traced = TracedFaults { cpu_user: 320, cpu_kernel: 0 };
+        a.settle();
+        assert_eq!((a.held.cpu_user, a.held.on_behalf, a.held.total()), (320, 690, 1_010));
+        a.observe_live(k(1_100, 10), 2, 0);
+        a.traced = TracedFaults { cpu_user: 960, cpu_kernel: 32 };
+        a.settle();
+        let h = a.held;
+        assert!(h.cpu_user >= 320 && h.on_behalf >= 690, "none goes back: {h:?}");
+        assert_eq!(h.total(), 1_110, "the paths add up to the kernel's total: {h:?}");
+        assert_eq!((h.cpu_user, h.cpu_kernel, h.on_behalf), (416, 4, 690), "the 100 shared by how far each lagged");
+        // A total that overtakes the estimates again: each path catches up to the split.
+        a.observe_live(k(5_000, 10), 3, 0);
+        a.settle();
+        assert_eq!((a.held.cpu_user, a.held.cpu_kernel, a.held.total()), (960, 32, 5_010));
+        assert_eq!(a.held.on_behalf, a.split().on_behalf);
     }
 
     #[test]
