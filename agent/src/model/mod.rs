@@ -19,6 +19,7 @@ pub mod kernel_memory;
 pub mod live_steps;
 pub mod liveness;
 pub mod migration;
+pub mod node_id;
 pub mod page_path;
 pub mod pid_namespace;
 pub mod pinned;

@@ -35,6 +35,14 @@ pub struct NodeSnapshot {
     pub freed_pages: u64,
 }
 
+/// Pages the programs could not place on a node (their memory block unknown to the agent's
+/// table and their flags' node unreadable): counted, named as no node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UnknownNodePages {
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct MigrationSnapshot {
     #[serde(flatten)]
@@ -304,6 +312,8 @@ pub struct Snapshot {
     pub kernel: String,
     pub duration_s: f64,
     pub nodes: Vec<NodeSnapshot>,
+    /// Pages of the window whose node was not known (0 when the table and the flags placed all).
+    pub unknown_node_pages: UnknownNodePages,
     /// The machine's GPUs: PCI address, vendor, node, model and memory node where shown.
     pub gpus: Vec<crate::topology::Gpu>,
     pub migrations: BTreeMap<String, MigrationSnapshot>,
@@ -381,8 +391,9 @@ pub struct SnapshotContext<'a> {
     pub site_stacks: super::site::StackFigures,
 }
 
+/// A by-node map keyed by the node's label ("unknown" for pages whose node was not known).
 fn keyed<V: Copy>(m: &BTreeMap<u32, V>) -> BTreeMap<String, V> {
-    m.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    m.iter().map(|(k, v)| (super::node_id::label(*k), *v)).collect()
 }
 
 pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) -> Snapshot {
@@ -485,6 +496,11 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
             freed_pages: model.freed_pages_by_node.get(&n.id).copied().unwrap_or(0),
         })
         .collect();
+    let unknown = tierscope_common::maps::NODE_UNKNOWN;
+    let unknown_node_pages = UnknownNodePages {
+        alloc_pages: model.alloc_pages_by_node.get(&unknown).copied().unwrap_or(0),
+        freed_pages: model.freed_pages_by_node.get(&unknown).copied().unwrap_or(0),
+    };
     let migrations = model
         .migrations
         .iter()
@@ -532,6 +548,7 @@ pub fn build(model: &Model, filter: &ProcessFilter, ctx: SnapshotContext<'_>) ->
         kernel: ctx.kernel,
         duration_s: ctx.duration_s,
         nodes,
+        unknown_node_pages,
         gpus: model.gpus.clone(),
         migrations,
         numa_moves: model.numa_moves.clone(),
@@ -686,6 +703,28 @@ pub(crate) mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["schema"], SCHEMA);
         assert_eq!(json["nodes"][1]["tier"], "cxl");
+    }
+
+    #[test]
+    fn pages_of_an_unknown_node_are_named_unknown_never_by_the_slots_number() {
+        use tierscope_common::maps::NODE_UNKNOWN;
+        let nodes = vec![NodeInfo { id: 0, tier: "dram".into(), ..Default::default() }];
+        let mut m = Model::default();
+        m.apply_reading(&CounterReading {
+            at_ns: 1,
+            faults: [(10, 5)].into(),
+            allocs: [((10, 0), 64), ((10, NODE_UNKNOWN), 32)].into(),
+            frees_by_node: [(NODE_UNKNOWN, 8)].into(),
+            ..Default::default()
+        });
+        let s = build(&m, &ProcessFilter { pids: vec![10], pattern: None }, ctx(&nodes));
+        assert_eq!(s.unknown_node_pages, UnknownNodePages { alloc_pages: 32, freed_pages: 8 });
+        let json = serde_json::to_value(&s).unwrap();
+        let by_node = &json["processes"][0]["alloc_pages_by_node"];
+        assert_eq!((by_node["0"].as_u64(), by_node["unknown"].as_u64()), (Some(64), Some(32)), "{by_node}");
+        assert!(!json.to_string().contains(&format!("\"{NODE_UNKNOWN}\"")), "the slot's number is never a key");
+        assert_eq!(json["unknown_node_pages"]["alloc_pages"], 32);
+        assert_eq!(json["nodes"].as_array().map(Vec::len), Some(1), "no node is made up for it");
     }
 
     #[test]

@@ -131,7 +131,8 @@ pub fn render(a: &Analysis, title: &str) -> String {
                 .iter()
                 .map(|(n, b)| format!("pinned on node {n} {}", human(*b as f64, "bytes"))),
         );
-        let nodes: Vec<String> = p.alloc_pages_by_node.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+        let nodes: Vec<String> =
+            p.alloc_pages_by_node.iter().map(|(n, v)| format!("{}: {v}", crate::model::node_id::label(*n))).collect();
         let _ = write!(
             s,
             r#"<tr><td class="n">{}</td><td title="{}">{}</td><td>{}</td><td class="n">{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,

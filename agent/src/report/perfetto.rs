@@ -403,7 +403,7 @@ struct Resident {
 fn node_name(rec: &Recording, id: u32) -> String {
     match rec.topology.iter().flat_map(|t| &t.nodes).find(|n| n.id == id) {
         Some(n) => format!("node {id} ({})", n.tier),
-        None => format!("node {id}"),
+        None => crate::model::node_id::text(id),
     }
 }
 

@@ -86,7 +86,7 @@ pub fn step_counters(
     for node in nodes {
         if let Some(p) = delta(&|f| f.alloc_pages_by_node.get(&node).copied().unwrap_or(0)) {
             c.pages_by_node.insert(node, p);
-            let tier = tier_of.get(&node).cloned().unwrap_or_else(|| format!("node {node}"));
+            let tier = tier_of.get(&node).cloned().unwrap_or_else(|| crate::model::node_id::text(node));
             *c.pages_by_tier.entry(tier).or_default() += p;
         }
     }

@@ -234,7 +234,9 @@ fn lines(scene: &Scene<'_>, app: &App, width: usize) -> Vec<Line<'static>> {
         let parts: Vec<String> = h
             .alloc_rate_by_node
             .iter()
-            .map(|(n, r)| format!("node {n} ({}) {}", scene.tier_of(*n), format::rate(Some(*r))))
+            .map(|(n, r)| {
+                format!("{} ({}) {}", crate::model::node_id::text(*n), scene.tier_of(*n), format::rate(Some(*r)))
+            })
             .collect();
         out.push(Line::from(format!("Pages allocated per second: {}", parts.join(", "))));
         out.push(Line::from(""));

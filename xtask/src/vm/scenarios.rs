@@ -389,13 +389,14 @@ fn cxl(r: &Report) -> Vec<Figure> {
 }
 
 /// Memory onlined after the agent started (issue 42): the workload's pages bound to the new node
-/// count there, at the node's default page path, and no page anywhere on an unknown node (the
-/// maps' last node, 1023).
+/// count there, at the node's default page path, and no page anywhere on an unknown node (shown
+/// as "unknown", never as the maps' last slot 1023).
 fn hotplug(r: &Report) -> Vec<Figure> {
     let p = r.process();
     let by_node = p.and_then(|p| p.get("alloc_pages_by_node"));
     let unknown = |v: Option<&Value>| num(v.and_then(|m| m.get(NODE_UNKNOWN)));
-    let nodes_unknown = r.node(1023).and_then(|n| n.get("alloc_pages")).and_then(Value::as_f64);
+    let nodes_unknown =
+        r.agent.as_ref().and_then(|a| a.pointer("/unknown_node_pages/alloc_pages")).and_then(Value::as_f64);
     let page_path = r.agent.as_ref().and_then(|a| a.get("agent")).and_then(|a| a.get("page_path"));
     let mode = page_path.and_then(|p| p.get("mode")).and_then(Value::as_str).unwrap_or("<absent>");
     let onlined = page_path.and_then(|p| p.get("onlined_memory")).and_then(Value::as_str).unwrap_or("<absent>");
@@ -437,7 +438,7 @@ fn hotplug(r: &Report) -> Vec<Figure> {
             name: "no page of the workload on an unknown node".into(),
             kernel: Some(0.0),
             agent: unknown(by_node),
-            ok: unknown(by_node).unwrap_or(0.0) == 0.0 && nodes_unknown.unwrap_or(0.0) == 0.0,
+            ok: unknown(by_node).unwrap_or(0.0) == 0.0 && nodes_unknown == Some(0.0),
             rule: format!(
                 "none (process {:?}, nodes {:?}); page path {mode}; onlined memory: {onlined}",
                 unknown(by_node),
@@ -447,8 +448,8 @@ fn hotplug(r: &Report) -> Vec<Figure> {
     ]
 }
 
-/// The maps' last node, where a page whose node is unknown is counted.
-const NODE_UNKNOWN: &str = "1023";
+/// The key of pages whose node is unknown (the maps' last slot, 1023, never shown as a number).
+const NODE_UNKNOWN: &str = "unknown";
 
 /// Health: each event injected over QMP shows in the agent's snapshot (`health.events`) with the
 /// injected values decoded into words; poison shows in the device's list although only the agent

@@ -274,8 +274,14 @@ fn with(mut base: Vec<KeyValue>, more: impl IntoIterator<Item = KeyValue>) -> Ve
     base
 }
 
+/// A node's attributes: its number, or "unknown" for pages whose node was not known.
 fn node_attrs(node: u32, tier: &str) -> [KeyValue; 2] {
-    [KeyValue::new(NODE, node as i64), KeyValue::new(TIER, tier.to_string())]
+    let id = if crate::model::node_id::is_unknown(node) {
+        KeyValue::new(NODE, "unknown")
+    } else {
+        KeyValue::new(NODE, node as i64)
+    };
+    [id, KeyValue::new(TIER, tier.to_string())]
 }
 
 fn push(points: &mut Points, def: &MetricDef, attributes: Vec<KeyValue>, value: Value) {
