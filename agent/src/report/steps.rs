@@ -327,7 +327,12 @@ fn phases(s: &StepUse) -> String {
 fn pages(s: &StepUse) -> String {
     s.pages_by_node_estimate.as_ref().map_or_else(
         || "-".into(),
-        |m| m.iter().map(|(n, p)| format!("node {n}: ~{p:.0}")).collect::<Vec<_>>().join(", "),
+        |m| {
+            m.iter()
+                .map(|(n, p)| format!("{}: ~{p:.0}", crate::model::node_id::text(*n)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
     )
 }
 
