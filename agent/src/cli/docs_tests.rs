@@ -321,3 +321,28 @@ fn cli_docs_anchors_as_github_makes_them() {
     assert_eq!(anchor(" Hotness (DAMON)"), "hotness-damon");
     assert_eq!(anchors("# A\n```\n# not a heading\n```\n## B c"), ["a", "b-c"]);
 }
+
+#[test]
+fn cli_docs_the_readme_is_one_a_newcomer_finishes() {
+    let files = doc_files();
+    let readme = &files[0].2;
+    // Words as a reader meets them: fenced blocks (commands, the screen) are looked at, not read.
+    let mut fenced = false;
+    let mut words = 0;
+    for line in readme.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            words += line.split_whitespace().count();
+        }
+    }
+    assert!(words > 200, "only {words} words: the README was not found whole");
+    assert!(words < 900, "the README has {words} words outside code blocks: keep it under 900 (move detail to docs/)");
+    let what = readme.find("eBPF observability agent").expect("it says what the tool is");
+    let commands = readme.find("cargo xtask run").expect("it gives the main command");
+    assert!(what < commands, "it says what the tool is before the commands");
+    assert!(readme.contains("target/release/tierscope"), "it says where the binary lands");
+    assert!(readme.contains("](BENCHMARKS.md)"), "it links the benchmarks");
+}
