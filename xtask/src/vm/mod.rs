@@ -32,7 +32,7 @@ use scenarios::{Kind, Report};
 
 #[derive(clap::Args, Default, Clone, Debug)]
 pub struct VmTestArgs {
-    /// Run only the scenarios whose name contains this.
+    /// Run only the scenario of this name, or where none has it, those whose name contains it.
     #[arg(long)]
     pub only: Option<String>,
     /// Also run the fixture captures and replace agent/fixtures/{sysfs/guest-*,tracefs/guest-*}.
@@ -63,7 +63,12 @@ pub fn run(args: VmTestArgs) -> Result<usize> {
         .iter()
         // Captures rewrite committed fixtures: only on request.
         .filter(|s| s.kind == Kind::Test || args.update_fixtures)
-        .filter(|s| args.only.as_ref().is_none_or(|o| s.name.contains(o.as_str())))
+        .filter(|s| {
+            args.only.as_ref().is_none_or(|o| match scenarios::ALL.iter().any(|x| x.name == o.as_str()) {
+                true => s.name == o.as_str(),
+                false => s.name.contains(o.as_str()),
+            })
+        })
         .collect();
     if selected.is_empty() {
         let names: Vec<&str> = scenarios::ALL.iter().map(|s| s.name).collect();
