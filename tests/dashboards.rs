@@ -236,7 +236,7 @@ fn main() {
     assert!(
         missing.is_empty(),
         "dashboards query metrics the first scrape does not have: {missing:?}\nagent stderr:\n{}\nscrape names:\n{}",
-        agent.stderr.lock().unwrap(),
+        agent.stderr.lock().expect("the agent's stderr"),
         names()
     );
     // The labels a query groups by are on the series it reads (a tracked process's own labels
