@@ -292,6 +292,23 @@ fn the_html_report_renders_its_charts_in_headless_chromium() {
     let html = d.join("report.html");
     let o = tierscope(&["report", file.to_str().expect("p"), "-o", html.to_str().expect("p")]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The form without --format: Markdown on standard output (here a pipe, as on a terminal),
+    // a file's by its extension.
+    let f = file.to_str().expect("p");
+    let o = tierscope(&["report", f]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.starts_with("# tierscope report: run.tscope"), "{}{text}", stderr(&o));
+    assert!(!text.contains("<html") && !text.contains("<svg"), "HTML on standard output: {text}");
+    assert_eq!(tierscope(&["report", f, "-o", "-"]).stdout, o.stdout, "`-o -` is standard output");
+    let md = d.join("report.md");
+    assert!(tierscope(&["report", f, "-o", md.to_str().expect("p")]).status.success());
+    assert!(std::fs::read_to_string(&md).expect("report.md").starts_with("# tierscope report"));
+    let json = d.join("report.json");
+    assert!(tierscope(&["report", f, "-o", json.to_str().expect("p")]).status.success());
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report.json")).expect("JSON");
+    assert!(a["summary"].is_object(), "{a}");
+    let page = std::fs::read_to_string(&html).expect("report.html");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{}", &page[..page.len().min(200)]);
     let url = format!("file://{}", html.display());
     let common = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars"];
     let dom = Command::new(chromium).args(common).args(["--dump-dom", &url]).output().expect("chromium --dump-dom");

@@ -56,7 +56,8 @@ pub enum Command {
     ProbeLatency(ProbeLatencyArgs),
     /// Record a profiling session to a file (with a command: start it, follow it to its exit).
     Record(RecordArgs),
-    /// A recorded session as one self-contained HTML page (or Markdown, or JSON).
+    /// A recorded session: Markdown on the terminal, one self-contained HTML page with
+    /// `-o FILE.html`, or JSON for scripts.
     Report(ReportArgs),
     /// What changed between two recorded sessions: tiers, migrations, latency, faults, sites,
     /// training steps.
@@ -368,11 +369,13 @@ pub struct RecordArgs {
 }
 
 /// What `report` writes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
-    #[default]
+    /// One self-contained page with SVG charts.
     Html,
+    /// Markdown: text to read in a terminal, or to paste.
     Md,
+    /// The analysis for scripts (schema tierscope.report/v1).
     Json,
 }
 
@@ -384,10 +387,13 @@ pub struct ReportArgs {
     /// (docs/steps.md).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value_t = ReportFormat::Html)]
-    pub format: ReportFormat,
-    /// Write here instead of standard output.
-    #[arg(short = 'o', long = "output")]
+    /// The form of the report. Without it: Markdown on standard output (a terminal, a pipe,
+    /// a redirect alike); with -o FILE, by its extension: .md Markdown, .json JSON, anything
+    /// else HTML.
+    #[arg(long, value_enum)]
+    pub format: Option<ReportFormat>,
+    /// Write here instead of standard output (`-` is standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Find each rank's training steps where this Python function starts again on the main
     /// thread: FILE.py:FUNCTION or FUNCTION (`train.py:train_step`, `Optimizer.step`); without
@@ -414,8 +420,8 @@ pub struct DiffArgs {
     pub b: PathBuf,
     #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
     pub format: DiffFormat,
-    /// Write here instead of standard output.
-    #[arg(short = 'o', long = "output")]
+    /// Write here instead of standard output (`-` is standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Find both runs' training steps where this Python function starts again (as `report
     /// --step-marker`); without it, from each rank's rhythm.

@@ -1,6 +1,7 @@
 //! `tierscope report FILE [--format html|md|json] [-o OUT] [--step-marker SPEC]`: a recorded session as a
-//! self-contained HTML page, Markdown, or JSON for scripts; with several files, the job's report
-//! (each node's ranks, their steps lined up, the stragglers); `tierscope diff A B`: what changed.
+//! self-contained HTML page, Markdown, or JSON for scripts ([`report_format`]: Markdown on standard
+//! output, a file's form by its extension); with several files, the job's report (each node's
+//! ranks, their steps lined up, the stragglers); `tierscope diff A B`: what changed.
 use anyhow::{Context as _, Result};
 
 use crate::{
@@ -43,6 +44,27 @@ pub fn mask_secrets(rec: &mut recording::Recording) {
     }
 }
 
+/// The file `-o` names, or `None` for standard output (no `-o`, or `-o -`).
+pub fn output_target(output: Option<&std::path::Path>) -> Option<&std::path::Path> {
+    output.filter(|p| p.as_os_str() != "-")
+}
+
+/// The form of a report: the one asked for; else by the output file's extension (`.md`
+/// Markdown, `.json` JSON, anything else the HTML page); else, on standard output, Markdown,
+/// wherever it goes: text a terminal shows and a pipe or redirect gets the same (an HTML page
+/// poured onto a terminal is unreadable; `-o FILE.html` or `--format html` writes one).
+pub fn report_format(asked: Option<ReportFormat>, file: Option<&std::path::Path>) -> ReportFormat {
+    if let Some(f) = asked {
+        return f;
+    }
+    let Some(file) = file else { return ReportFormat::Md };
+    match file.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).as_deref() {
+        Some("md" | "markdown") => ReportFormat::Md,
+        Some("json") => ReportFormat::Json,
+        _ => ReportFormat::Html,
+    }
+}
+
 /// Writes `text` to `out` ([`crate::output_file`]: a new file or the user's own, never through
 /// a link), or standard output.
 pub fn emit(text: &str, out: Option<&std::path::Path>) -> Result<()> {
@@ -64,13 +86,19 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     let rec = open(file)?;
     let a = analysis::analyze_with(&rec, args.step_marker.as_ref())?;
     let title = format!("tierscope report: {}", name(file));
-    let text = match args.format {
+    let out = output_target(args.output.as_deref());
+    let text = match report_format(args.format, out) {
         ReportFormat::Html => html::render(&a, &title),
         ReportFormat::Md => markdown::render(&a, &title),
         ReportFormat::Json => serde_json::to_string_pretty(&a)? + "\n",
     };
-    emit(&text, args.output.as_deref())?;
-    if let Some(p) = &args.output {
+    write_report(&text, out)
+}
+
+/// Writes a report to its file (and says so) or standard output.
+fn write_report(text: &str, out: Option<&std::path::Path>) -> Result<i32> {
+    emit(text, out)?;
+    if let Some(p) = out {
         eprintln!("tierscope: wrote {}", p.display());
     }
     Ok(0)
@@ -93,16 +121,13 @@ fn job(args: &ReportArgs) -> Result<i32> {
     let j = stragglers::analyze(sessions);
     let names: Vec<String> = args.files.iter().map(|f| name(f)).collect();
     let title = format!("tierscope job report: {}", names.join(", "));
-    let text = match args.format {
+    let out = output_target(args.output.as_deref());
+    let text = match report_format(args.format, out) {
         ReportFormat::Html => job_report::html(&j, &title),
         ReportFormat::Md => job_report::markdown(&j, &title, markdown::cell),
         ReportFormat::Json => serde_json::to_string_pretty(&j)? + "\n",
     };
-    emit(&text, args.output.as_deref())?;
-    if let Some(p) = &args.output {
-        eprintln!("tierscope: wrote {}", p.display());
-    }
-    Ok(0)
+    write_report(&text, out)
 }
 
 fn name(p: &std::path::Path) -> String {
@@ -118,6 +143,41 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
         DiffFormat::Html => compare::html(&d, &a, &b),
         DiffFormat::Json => serde_json::to_string_pretty(&d)? + "\n",
     };
-    emit(&text, args.output.as_deref())?;
+    emit(&text, output_target(args.output.as_deref()))?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Standard output gets Markdown unless a form is asked for; a file gets its extension's
+    /// form, HTML by default; what is asked for wins.
+    #[test]
+    fn the_report_form_follows_the_flag_then_the_file_then_standard_output() {
+        use ReportFormat::*;
+        let cases: &[(Option<ReportFormat>, Option<&str>, ReportFormat)] = &[
+            (None, None, Md),
+            (None, Some("-"), Md),
+            (None, Some("run.html"), Html),
+            (None, Some("run.HTM"), Html),
+            (None, Some("out/run"), Html),
+            (None, Some("run.tscope.md"), Md),
+            (None, Some("notes.markdown"), Md),
+            (None, Some("run.JSON"), Json),
+            (Some(Html), None, Html),
+            (Some(Html), Some("-"), Html),
+            (Some(Json), None, Json),
+            (Some(Md), Some("run.html"), Md),
+            (Some(Html), Some("run.json"), Html),
+        ];
+        for &(asked, output, want) in cases {
+            let out = output_target(output.map(Path::new));
+            assert_eq!(report_format(asked, out), want, "--format {asked:?} -o {output:?}");
+        }
+        assert_eq!(output_target(Some(Path::new("-"))), None, "`-o -` is standard output");
+        assert_eq!(output_target(Some(Path::new("./-"))), Some(Path::new("./-")), "a file named - is given as ./-");
+    }
 }

@@ -6,6 +6,8 @@
 pub mod admission;
 pub mod cardinality;
 pub mod config;
+#[cfg(test)]
+mod dashboard_tests;
 pub mod fleet;
 pub mod insight_logs;
 pub mod instruments;

@@ -301,7 +301,7 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     if let Some(p) = input.probe {
         probe::points(p, &mut out);
     }
-    migrations::points(input.model, &mut out);
+    migrations::points(input, &mut out);
     hotness::points(input, &mut out);
     insights::points(&input.model.insights, &mut out);
     agent::points(input, &mut out);

@@ -154,11 +154,23 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     push(out, &PROCESS_FAULTS, other.clone(), Value::U64(o.faults));
     push_paths(out, &other, &o.fault_paths);
     push(out, &PROCESS_NUMA_MOVES, other.clone(), Value::U64(o.numa_moves));
-    for (&n, &c) in &o.allocs_by_node {
+    // `other` has every node the topology knows and every reason the kernel names from the
+    // first export, at 0 until it counts something there: the series exist on a quiet node.
+    let mut allocs = o.allocs_by_node.clone();
+    for n in input.nodes {
+        allocs.entry(n.id).or_default();
+    }
+    for (n, c) in allocs {
         push(out, &PROCESS_ALLOCATIONS, with(other.clone(), node_attrs(n, tier_of(n))), Value::U64(c));
     }
-    for ((reason, result), &v) in &o.migrations {
-        let attrs = with(other.clone(), [KeyValue::new(REASON, reason.clone()), KeyValue::new(RESULT, *result)]);
+    let mut migrations = o.migrations.clone();
+    for reason in m.names.reasons.values() {
+        for result in ["succeeded", "failed"] {
+            migrations.entry((reason.clone(), result)).or_default();
+        }
+    }
+    for ((reason, result), v) in migrations {
+        let attrs = with(other.clone(), [KeyValue::new(REASON, reason), KeyValue::new(RESULT, result)]);
         push(out, &PROCESS_MIGRATIONS, attrs, Value::U64(v));
     }
     push(out, &TRACKED, vec![], Value::U64(tracked_seen));

@@ -426,6 +426,75 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
     assert_eq!(one(&p, "tierscope.health.events", &[(HEALTH_KIND, "mc_event")]), Value::U64(0));
     // Every node the topology knows, with its tier.
     assert_eq!(one(&p, "tierscope.node.page.allocations", &[(NODE, "2"), (TIER, "cxl")]), Value::U64(0));
+    // No process tracked: `other` still has the per-process counters the dashboards query, by
+    // every node and every reason.
+    for node in ["0", "2"] {
+        let at = [(EXE, OTHER), (NODE, node)];
+        assert_eq!(one(&p, "tierscope.process.page.allocations", &at), Value::U64(0), "node {node}");
+    }
+    for reason in m.names.reasons.values() {
+        for result in ["succeeded", "failed"] {
+            let at = [(EXE, OTHER), (REASON, reason.as_str()), (RESULT, result)];
+            assert_eq!(one(&p, "tierscope.process.migrations", &at), Value::U64(0), "{reason} {result}");
+        }
+    }
+    assert!(find(&p, "tierscope.process.migrations", &[]).iter().all(|pt| pt.attributes.len() == 3));
+    // Migration durations: unknown (no series) while the programs that time them are not attached.
+    assert!(
+        !p.contains_key("tierscope.memory.migration.duration"),
+        "{:?}",
+        p.get("tierscope.memory.migration.duration")
+    );
+}
+
+#[test]
+fn migration_durations_are_zero_for_untimed_reasons_while_the_programs_are_attached() {
+    use tierscope_common::names::program;
+    let m = model();
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    let attached = |name: &'static str, status| ProgramStatus {
+        name,
+        hook: "tracepoint migrate".into(),
+        feature: "migrations",
+        status,
+        reason: None,
+    };
+    let export = |programs: Vec<ProgramStatus>| {
+        let h = AgentHealth { programs, ..Default::default() };
+        points(&ExportInput {
+            model: &m,
+            nodes: &nodes(),
+            tracked: &BTreeMap::new(),
+            other: &other,
+            page_size: 4096,
+            health: &h,
+            system_vmstat: &BTreeMap::new(),
+            probe: None,
+            resident_shares: false,
+        })
+    };
+    let p = export(vec![
+        attached(program::MM_MIGRATE_PAGES_START, Attach::Attached),
+        attached(program::MM_MIGRATE_PAGES, Attach::Attached),
+    ]);
+    // Reason 8 was timed (the model's histogram); every other reason the kernel names is at 0.
+    let timed = m.names.reason(8);
+    let max = one(&p, "tierscope.memory.migration.duration", &[(REASON, timed.as_str()), (QUANTILE, "1")]);
+    assert!(matches!(max, Value::F64(s) if s > 1e-3), "{timed}: {max:?}");
+    let untimed: Vec<&String> = m.names.reasons.values().filter(|r| **r != timed).collect();
+    assert!(untimed.len() >= 5, "{untimed:?}");
+    for reason in untimed {
+        for q in ["0.5", "0.99", "1"] {
+            let at = [(REASON, reason.as_str()), (QUANTILE, q)];
+            assert_eq!(one(&p, "tierscope.memory.migration.duration", &at), Value::F64(0.0), "{reason} q{q}");
+        }
+    }
+    // One end unattached: what was timed, and no made-up zeros.
+    let p = export(vec![
+        attached(program::MM_MIGRATE_PAGES_START, Attach::Attached),
+        attached(program::MM_MIGRATE_PAGES, Attach::Failed),
+    ]);
+    assert_eq!(p["tierscope.memory.migration.duration"].len(), 3, "only reason {timed}'s quantiles");
 }
 
 #[test]
