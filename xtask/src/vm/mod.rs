@@ -261,7 +261,7 @@ fn run_one(s: &scenarios::Scenario, ctx: &Ctx) -> Ran {
         .collect();
     let mut failures: Vec<String> = figures
         .iter()
-        .filter(|f| !f.ok && !(ctx.args.kernel_only && f.agent.is_none()))
+        .filter(|f| !(f.ok || ctx.args.kernel_only && f.agent.is_none()))
         .map(|f| format!("{}: agent={} kernel={} ({})", f.name, show(f.agent), show(f.kernel), f.rule))
         .collect();
     failures.extend(problems.iter().filter(|p| !p.ends_with(" off")).cloned());
