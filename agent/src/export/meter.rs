@@ -411,8 +411,9 @@ mod tests {
         p.insert(PAGE_PATH_WEIGHT.name, vec![Point { attributes: vec![], value: Value::U64(32) }]);
         latest.publish(p);
         let stats = Arc::new(ExportStats::default());
-        let t = build(Resource::builder_empty().build(), false, true, latest, stats, &test_limits()).unwrap();
-        let text = prometheus_text(t.prometheus.as_ref().unwrap()).unwrap();
+        let t = build(Resource::builder_empty().build(), false, true, latest, stats, &test_limits()).expect("the SDK");
+        let registry = t.prometheus.as_ref().expect("a Prometheus registry");
+        let text = prometheus_text(registry).expect("the text");
         assert!(text.contains("# TYPE tierscope_agent_page_path_info gauge"), "{text}");
         assert!(
             text.lines().any(|l| l.starts_with("tierscope_agent_page_path_info{")

@@ -458,7 +458,11 @@ mod tests {
             PagePathReason::DefaultNoCxlTier,
             PagePathReason::SampledUnavailable,
         ] {
-            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.name()), "the serde word is the name");
+            assert_eq!(
+                serde_json::to_string(&r).expect("JSON"),
+                format!("\"{}\"", r.name()),
+                "the serde word is the name"
+            );
             assert!(r.name().chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{}", r.name());
         }
     }

@@ -391,22 +391,22 @@ fn the_page_path_rides_in_meta_and_frames_and_files_without_it_still_read() {
     // Written and read back by the real writer and reader.
     let d = tmp("page-path");
     let path = d.join("pp.tscope");
-    let mut w = SessionWriter::create(&path).unwrap();
+    let mut w = SessionWriter::create(&path).expect("a new file");
     let with = Meta { page_path: Some(m.clone()), ..meta() };
-    w.push(&Record::Meta(with.clone())).unwrap();
+    w.push(&Record::Meta(with.clone())).expect("written");
     let fr = Frame { page_path: Some(f.clone()), ..frame(1000) };
-    w.push(&Record::Frame(fr.clone())).unwrap();
-    w.push(&Record::Frame(frame(2000))).unwrap();
-    w.finish().unwrap();
-    let r = parse(&std::fs::read(&path).unwrap(), &path).unwrap();
+    w.push(&Record::Frame(fr.clone())).expect("written");
+    w.push(&Record::Frame(frame(2000))).expect("written");
+    w.finish().expect("finished");
+    let r = parse(&std::fs::read(&path).expect("read"), &path).expect("reads back");
     assert_eq!(r.meta, with);
     assert_eq!(r.frames[0], fr);
     assert_eq!(r.frames[1].page_path, None);
-    std::fs::remove_dir_all(d).unwrap();
+    std::fs::remove_dir_all(d).expect("cleanup");
 
     // An exact frame writes no key (files stay as small as before); older records read.
-    assert!(!serde_json::to_string(&frame(0)).unwrap().contains("page_path"));
-    assert!(!serde_json::to_string(&meta()).unwrap().contains("page_path"));
+    assert!(!serde_json::to_string(&frame(0)).expect("JSON").contains("page_path"));
+    assert!(!serde_json::to_string(&meta()).expect("JSON").contains("page_path"));
     let old_meta = r#"{"schema":"tierscope.session/v1","tool_version":"0.1.0","host":"h","kernel":"6.18","started_unix_ms":1,"interval_ms":1000,"page_size":4096,"site_sample_every":1,"selection":"x"}"#;
     assert_eq!(serde_json::from_str::<Meta>(old_meta).expect("a meta of an older file").page_path, None);
     let old_frame = r#"{"t_ms":0,"nodes":[],"migrations":{},"processes":[]}"#;

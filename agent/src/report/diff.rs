@@ -349,9 +349,9 @@ mod tests {
         let h = html(&d, &sampled, &exact);
         let (warn, table) = (h.find("class=\"warn\"").expect("warned"), h.find("<table>").expect("a table"));
         assert!(warn < table, "before the table");
-        let j = serde_json::to_value(&d).unwrap();
+        let j = serde_json::to_value(&d).expect("JSON");
         assert_eq!(j["page_path"], serde_json::json!(["sampled", "exact"]));
-        assert!(j["warnings"][0].as_str().unwrap().contains("not comparable one to one"));
+        assert!(j["warnings"][0].as_str().expect("a warning").contains("not comparable one to one"));
         // The same mode: no warning.
         let same = compare(&sampled, &run(PagePathMode::Sampled), "a", "b");
         assert!(same.warnings.is_empty() && !text(&same).contains("warning"));

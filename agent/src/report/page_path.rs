@@ -204,7 +204,7 @@ mod tests {
         assert!(!u.sampled() && u.estimated.is_empty() && u.weights.is_empty());
         assert_eq!(words(&u), "exact, every page event counted (asked for (--page-path))");
         let mut fell_back = meta(PagePathMode::Exact, PagePathReason::SampledUnavailable, "x");
-        fell_back.page_path.as_mut().unwrap().note = Some("classic tracepoints".into());
+        fell_back.page_path.as_mut().expect("recorded").note = Some("classic tracepoints".into());
         assert!(words(&analyze(&fell_back, None)).contains("not possible: classic tracepoints"));
         let old = analyze(&Meta::default(), Some(&PagePathFrame::default()));
         assert_eq!((old.mode, old.word()), (None, "not recorded"));

@@ -318,8 +318,8 @@ fn a_sampled_recording_says_which_figures_are_estimates_and_an_exact_one_says_ex
         recording::records::{PagePathFrame, PagePathRec},
     };
     let d = tmp("page-path");
-    let mut rec = parse(&moving_session(&d, false), Path::new("s")).unwrap();
-    std::fs::remove_dir_all(d).unwrap();
+    let mut rec = parse(&moving_session(&d, false), Path::new("s")).expect("reads");
+    std::fs::remove_dir_all(d).expect("cleanup");
     rec.meta.page_path = Some(PagePathRec {
         mode: PagePathMode::Sampled,
         reason: Some(PagePathReason::DefaultCxlTier),
@@ -328,7 +328,7 @@ fn a_sampled_recording_says_which_figures_are_estimates_and_an_exact_one_says_ex
     });
     let last = rec.frames.last_mut().expect("frames");
     last.page_path = Some(PagePathFrame { weight: 16, ms_by_weight: [(1, 2_000), (16, 8_000)].into() });
-    let a = analyze(&rec).unwrap();
+    let a = analyze(&rec).expect("analyzed");
     assert_eq!((a.page_path.mode, a.page_path.weight_at_end), (Some(PagePathMode::Sampled), Some(16)));
     let md = markdown::render(&a, "r");
     let line = md.lines().find(|l| l.starts_with("> **Page path:** sampled: estimates")).expect(&md);
@@ -351,7 +351,7 @@ fn a_sampled_recording_says_which_figures_are_estimates_and_an_exact_one_says_ex
         note: None,
     });
     rec.frames.last_mut().expect("frames").page_path = None;
-    let a = analyze(&rec).unwrap();
+    let a = analyze(&rec).expect("analyzed");
     let md = markdown::render(&a, "r");
     assert!(
         md.contains("\n**Page path:** exact, every page event counted (the default: no CXL tier on this node).\n"),
