@@ -69,6 +69,41 @@ fn a_recorded_command_and_its_children_report_their_memory_and_the_exit_code_pas
     std::fs::remove_dir_all(d).expect("cleanup");
 }
 
+/// Sessions recorded with each page path say which (and why) in the report, the sampled one
+/// with the weights it used; `diff` of the two warns first that their allocations are not
+/// comparable one to one, and of one with itself does not.
+#[test]
+#[ignore = "requires root"]
+fn sessions_say_their_page_path_and_diff_warns_when_two_differ() {
+    require_root_and_agent!();
+    let d = dir("page-path");
+    let mut files = vec![];
+    for mode in ["exact", "sampled"] {
+        let file = d.join(format!("{mode}.tscope"));
+        let f = file.to_str().expect("path");
+        let script = format!("(printf 'go\\n'; sleep 1) | {WORKLOAD} touch 32 >/dev/null");
+        let o = tierscope(&["record", "-o", f, "--interval-ms", "200", "--page-path", mode, "--", "sh", "-c", &script]);
+        assert!(o.status.success(), "record --page-path {mode}: {}", stderr(&o));
+        let pp = report_json(&file)["page_path"].clone();
+        assert_eq!((pp["mode"].as_str(), pp["reason"].as_str()), (Some(mode), Some("asked")), "{pp}");
+        if mode == "sampled" {
+            let weights = pp["weights"].as_array().expect("the sampled frames' weights");
+            assert!(!weights.is_empty() && pp["weight_at_end"].as_u64().is_some_and(|w| w >= 1), "{pp}");
+            let o = tierscope(&["report", f, "--format", "md"]);
+            let md = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(md.contains("> **Page path:** sampled: estimates"), "{md}");
+        }
+        files.push(f.to_string());
+    }
+    let o = tierscope(&["diff", &files[0], &files[1]]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.starts_with("warning: the runs' page paths differ"), "{text}");
+    let o = tierscope(&["diff", &files[1], &files[1]]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("warning"), "the same mode: no warning");
+    std::fs::remove_dir_all(d).expect("cleanup");
+}
+
 /// Offsets where each chunk starts, and the file length (reads the framing of
 /// docs/session-format.md itself).
 fn chunk_starts(b: &[u8]) -> Vec<usize> {

@@ -191,6 +191,7 @@ impl Session {
         let site_samples_per_sec = opts.site_samples_per_sec.unwrap_or(crate::model::site::DEFAULT_SAMPLES_PER_SEC);
         let cxl_nodes = topology.nodes_in(Tier::Cxl);
         let (page_path, page_path_chosen) = crate::model::page_path::mode_for(opts.page_path, &cxl_nodes);
+        let page_path_reason = crate::model::page_path::reason_for(opts.page_path, &cxl_nodes);
         let load = LoadOptions {
             cxl_nodes,
             site_sample_every,
@@ -304,7 +305,7 @@ impl Session {
         };
         let cycle = session.probes.page_cycle.as_ref().map(|c| (c.duty, c.figures()));
         session.model.page_path =
-            PagePathView::at_start(cycle, session.probes.page_path_note.clone(), page_path_chosen);
+            PagePathView::at_start(cycle, session.probes.page_path_note.clone(), page_path_chosen, page_path_reason);
         session.model.page_path.onlined_memory =
             crate::model::page_path::onlined_memory_text(&session.probes.node_flags);
         session.node_flags_on = session.probes.node_flags.is_ok();

@@ -207,6 +207,7 @@ async fn record(args: RecordArgs, filter: ProcessFilter, redaction: Redaction) -
         selection: redaction.redact(&selection_words(&filter, &args.command)).into_owned(),
         insights_open_after_s: Some(s.model.insights.cfg.open_after_s),
         insights_close_after_s: Some(s.model.insights.cfg.close_after_s),
+        page_path: Some(crate::recording::capture::page_path_meta(&s.model.page_path)),
     };
     out.push(&Record::Meta(meta)).context("encoding the session header")?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));

@@ -54,6 +54,9 @@ fn fan_out(a: &str, attrs: &[&str], shape: Shape) -> Option<usize> {
         PROGRAM => 64,
         PROGRAM_STATUS => 8,
         CLOSE_REASON => 4,
+        // exact, sampled; the reason's four words.
+        PAGE_PATH_MODE => 2,
+        PAGE_PATH_REASON => 4,
         // Memory devices and EDAC DIMMs; a device's name follows its id.
         HW_ID => 256,
         HW_NAME if attrs.contains(&HW_ID) => 1,

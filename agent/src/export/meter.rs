@@ -396,6 +396,39 @@ mod tests {
         }
     }
 
+    /// The page path's info series and weight keep the Prometheus names users query them by:
+    /// `_info` and `_weight`, no unit suffix, gauges.
+    #[test]
+    fn the_page_path_series_have_these_prometheus_names() {
+        use instruments::{
+            agent::{PAGE_PATH_INFO, PAGE_PATH_WEIGHT},
+            PAGE_PATH_MODE, PAGE_PATH_REASON,
+        };
+        let latest = Arc::new(Latest::default());
+        let mut p = Points::new();
+        let attrs = vec![KeyValue::new(PAGE_PATH_MODE, "sampled"), KeyValue::new(PAGE_PATH_REASON, "default_cxl_tier")];
+        p.insert(PAGE_PATH_INFO.name, vec![Point { attributes: attrs, value: Value::U64(1) }]);
+        p.insert(PAGE_PATH_WEIGHT.name, vec![Point { attributes: vec![], value: Value::U64(32) }]);
+        latest.publish(p);
+        let stats = Arc::new(ExportStats::default());
+        let t = build(Resource::builder_empty().build(), false, true, latest, stats, &test_limits()).expect("the SDK");
+        let registry = t.prometheus.as_ref().expect("a Prometheus registry");
+        let text = prometheus_text(registry).expect("the text");
+        assert!(text.contains("# TYPE tierscope_agent_page_path_info gauge"), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("tierscope_agent_page_path_info{")
+                && l.contains("tierscope_page_path_mode=\"sampled\"")
+                && l.contains("tierscope_page_path_reason=\"default_cxl_tier\"")
+                && l.ends_with(" 1")),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE tierscope_agent_page_path_weight gauge"), "{text}");
+        assert!(
+            text.lines().any(|l| l.starts_with("tierscope_agent_page_path_weight") && l.ends_with(" 32")),
+            "{text}"
+        );
+    }
+
     /// The Prometheus names of the series that exist only with CXL or EDAC hardware (absent on a
     /// machine without it, so tests/dashboards.rs allow-lists exactly these names).
     #[test]

@@ -9,10 +9,10 @@
 //! (their pages are the process's estimated CXL-tier pages shared by what the samples carried).
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How the page path counts: every event, or a weighted sample of them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PagePathMode {
     /// Every allocation, free and fault runs its program: per-event exact counts.
@@ -66,6 +66,44 @@ pub fn mode_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> (PagePathMode
                 ),
             )
         }
+    }
+}
+
+/// Why the page path runs in its mode, as one word of a fixed set: the exported
+/// `tierscope.agent.page_path.info`'s `reason` and a session's `meta` (the words, with the
+/// node numbers, are `chosen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PagePathReason {
+    /// `--page-path` or `[collect] page_path` asked for it.
+    Asked,
+    /// Sampled: the default on a node with a CXL tier.
+    DefaultCxlTier,
+    /// Exact: the default on a node without one.
+    DefaultNoCxlTier,
+    /// Sampled was asked for or the default, but the page programs could not be attached part of
+    /// the time (they run on classic tracepoints): every event is counted.
+    SampledUnavailable,
+}
+
+impl PagePathReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            PagePathReason::Asked => "asked",
+            PagePathReason::DefaultCxlTier => "default_cxl_tier",
+            PagePathReason::DefaultNoCxlTier => "default_no_cxl_tier",
+            PagePathReason::SampledUnavailable => "sampled_unavailable",
+        }
+    }
+}
+
+/// The reason word of [`mode_for`]'s choice (before the programs are attached: see
+/// [`PagePathView::at_start`] for sampled that could not run).
+pub fn reason_for(asked: Option<PagePathMode>, cxl_nodes: &[u32]) -> PagePathReason {
+    match (asked, cxl_nodes) {
+        (Some(_), _) => PagePathReason::Asked,
+        (None, []) => PagePathReason::DefaultNoCxlTier,
+        (None, _) => PagePathReason::DefaultCxlTier,
     }
 }
 
@@ -153,6 +191,10 @@ pub struct PagePathView {
     /// Why this mode: asked for, or the default for this node (see [`mode_for`]).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub chosen: String,
+    /// The same as one word of a fixed set (absent where no page path was started: a replay,
+    /// the demo).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<PagePathReason>,
     /// Why the mode asked for is not the one running (e.g. sampled asked for, the page
     /// programs on classic tracepoints).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -242,13 +284,31 @@ impl PagePathView {
 
 impl PagePathView {
     /// The view when the probes are attached: sampled with the duty cycle's clock, else exact
-    /// (with the note of why sampled was not possible, if it was asked for); `chosen` says why.
-    pub fn at_start(cycle: Option<(Sampling, ClockFigures)>, note: Option<String>, chosen: String) -> PagePathView {
-        let view = match cycle {
-            Some(c) => PagePathView::of(PagePathMode::Sampled, Some(c), None),
-            None => PagePathView::of(PagePathMode::Exact, None, note),
+    /// (with the note of why sampled was not possible, if it was wanted); `chosen` and
+    /// `reason` say why (`reason` becomes `sampled_unavailable` where sampled could not run).
+    pub fn at_start(
+        cycle: Option<(Sampling, ClockFigures)>,
+        note: Option<String>,
+        chosen: String,
+        reason: PagePathReason,
+    ) -> PagePathView {
+        let (view, reason) = match cycle {
+            Some(c) => (PagePathView::of(PagePathMode::Sampled, Some(c), None), reason),
+            None if note.is_some() => {
+                (PagePathView::of(PagePathMode::Exact, None, note), PagePathReason::SampledUnavailable)
+            }
+            None => (PagePathView::of(PagePathMode::Exact, None, None), reason),
         };
-        PagePathView { chosen, ..view }
+        PagePathView { chosen, reason: Some(reason), ..view }
+    }
+
+    /// The weight each event seen counts for now: the sampling's in sampled mode, 1 in exact
+    /// mode (every event counted once).
+    pub fn weight_now(&self) -> u64 {
+        match self.mode {
+            PagePathMode::Sampled => self.weight.unwrap_or(1).max(1),
+            PagePathMode::Exact => 1,
+        }
     }
 
     /// The sampled view again with the clock's latest figures; why the mode was chosen stays.
@@ -257,6 +317,7 @@ impl PagePathView {
         let onlined_memory = std::mem::take(&mut self.onlined_memory);
         *self = PagePathView {
             chosen,
+            reason: self.reason,
             onlined_memory,
             ..PagePathView::of(PagePathMode::Sampled, Some((duty, clock)), None)
         };
@@ -363,10 +424,47 @@ mod tests {
         let off = onlined_memory_text(&Err("no kernel config found".into()));
         assert!(off.starts_with("counted on node unknown") && off.contains("no kernel config found"), "{off}");
         assert!(onlined_memory_off_text(30, 2).contains("2 of 32 checks"));
-        let mut v = PagePathView::at_start(None, None, "asked for".into());
+        let mut v = PagePathView::at_start(None, None, "asked for".into(), PagePathReason::Asked);
         v.onlined_memory = on.clone();
         v.tick(Sampling::DEFAULT, ClockFigures::default());
         assert_eq!((v.onlined_memory.as_str(), v.chosen.as_str()), (on.as_str(), "asked for"));
+        assert_eq!(v.reason, Some(PagePathReason::Asked), "the reason is kept across ticks");
+    }
+
+    #[test]
+    fn the_reason_is_a_word_of_a_fixed_set_and_says_when_sampled_could_not_run() {
+        assert_eq!(reason_for(None, &[]), PagePathReason::DefaultNoCxlTier);
+        assert_eq!(reason_for(None, &[2]), PagePathReason::DefaultCxlTier);
+        assert_eq!(reason_for(Some(PagePathMode::Exact), &[2]), PagePathReason::Asked);
+        let c = ClockFigures { weight: 4, ..ClockFigures::default() };
+        let sampled =
+            PagePathView::at_start(Some((Sampling::DEFAULT, c)), None, "x".into(), PagePathReason::DefaultCxlTier);
+        assert_eq!(
+            (sampled.mode, sampled.reason, sampled.weight_now()),
+            (PagePathMode::Sampled, Some(PagePathReason::DefaultCxlTier), 4)
+        );
+        // Sampled wanted, the programs on classic tracepoints: exact, and the reason says so.
+        let fell_back = PagePathView::at_start(
+            None,
+            Some("classic tracepoints".into()),
+            "x".into(),
+            PagePathReason::DefaultCxlTier,
+        );
+        assert_eq!((fell_back.mode, fell_back.reason), (PagePathMode::Exact, Some(PagePathReason::SampledUnavailable)));
+        assert_eq!(fell_back.weight_now(), 1);
+        for r in [
+            PagePathReason::Asked,
+            PagePathReason::DefaultCxlTier,
+            PagePathReason::DefaultNoCxlTier,
+            PagePathReason::SampledUnavailable,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&r).expect("JSON"),
+                format!("\"{}\"", r.name()),
+                "the serde word is the name"
+            );
+            assert!(r.name().chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{}", r.name());
+        }
     }
 
     #[test]

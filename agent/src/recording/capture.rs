@@ -4,10 +4,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::records::{
-    EventKind, EventRec, Frame, InsightRec, Migrations, NodeFrame, NodeRec, ProcessFrame, ProcessInfo, Record, SiteRec,
-    SitesRec, TopologyRec,
+    EventKind, EventRec, Frame, InsightRec, Migrations, NodeFrame, NodeRec, PagePathFrame, PagePathRec, ProcessFrame,
+    ProcessInfo, Record, SiteRec, SitesRec, TopologyRec,
 };
-use crate::model::{insights::view::InsightView, migration::MigrationTotals, snapshot::Snapshot, Model};
+use crate::model::{
+    insights::view::InsightView,
+    migration::MigrationTotals,
+    page_path::{PagePathMode, PagePathView},
+    snapshot::Snapshot,
+    Model,
+};
+
+/// The `meta` record's page path: the mode that runs and why.
+pub fn page_path_meta(v: &PagePathView) -> PagePathRec {
+    PagePathRec { mode: v.mode, reason: v.reason, chosen: v.chosen.clone(), note: v.note.clone() }
+}
+
+/// A frame's page path: the weight and the time at each weight, in sampled mode only.
+pub fn page_path_frame(v: &PagePathView) -> Option<PagePathFrame> {
+    (v.mode == PagePathMode::Sampled)
+        .then(|| PagePathFrame { weight: v.weight_now(), ms_by_weight: v.ms_by_weight.clone() })
+}
 
 /// The topology record from the snapshot's nodes.
 pub fn topology(snap: &Snapshot) -> Record {
@@ -241,5 +258,6 @@ pub fn frame(snap: &Snapshot, model: &Model, t_ms: u64) -> Frame {
             })
             .collect(),
         insights: snap.insights.open.iter().map(insight_rec).collect(),
+        page_path: page_path_frame(&snap.agent.page_path),
     }
 }

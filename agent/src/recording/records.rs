@@ -55,6 +55,37 @@ pub struct Meta {
     pub insights_open_after_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insights_close_after_s: Option<f64>,
+    /// The page path's mode and why (absent in recordings made before it was recorded: their
+    /// reports say the mode was not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_path: Option<PagePathRec>,
+}
+
+/// How the page path counted during the recording (`model/page_path.rs`): in sampled mode the
+/// allocations and frees by node, the processes' allocations by node and the CXL sites' pages
+/// are estimates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePathRec {
+    pub mode: crate::model::page_path::PagePathMode,
+    /// Why, as one word (`asked`, `default_cxl_tier`, `default_no_cxl_tier`, `sampled_unavailable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<crate::model::page_path::PagePathReason>,
+    /// Why, in words (the snapshot's `agent.page_path.chosen`).
+    #[serde(default)]
+    pub chosen: String,
+    /// Why the mode wanted is not the one that ran (sampled on classic tracepoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The sampled page path's state at a frame: the weight in use (each event the programs saw
+/// counted this many times) and the milliseconds spent at each weight since the agent started
+/// (cumulative, like the counters it weighs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePathFrame {
+    pub weight: u64,
+    #[serde(default)]
+    pub ms_by_weight: BTreeMap<u64, u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -138,6 +169,9 @@ pub struct Frame {
     /// their closing time). Absent in older recordings.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub insights: Vec<InsightRec>,
+    /// The sampling's state (sampled page path only; absent in exact mode and older recordings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_path: Option<PagePathFrame>,
 }
 
 /// One insight as it stood at a frame (docs/session-format.md).

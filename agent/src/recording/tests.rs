@@ -366,3 +366,52 @@ fn a_later_record_without_a_name_keeps_the_earlier_name() {
     assert_eq!(records::with_known_identity(Some(&named), renamed.clone()), renamed, "a new name replaces the old");
     assert_eq!(records::with_known_identity(None, nameless.clone()), nameless, "nothing earlier to keep");
 }
+
+#[test]
+fn the_page_path_rides_in_meta_and_frames_and_files_without_it_still_read() {
+    use crate::model::page_path::{ClockFigures, PagePathMode, PagePathReason, PagePathView, Sampling};
+    // What the recorder takes from a sampled view, and from an exact one (no per-frame state).
+    let clock = ClockFigures { weight: 8, ms_by_weight: [(1, 250), (8, 750)].into(), ..ClockFigures::default() };
+    let sampled = PagePathView::at_start(
+        Some((Sampling::DEFAULT, clock)),
+        None,
+        "the default on a node with a CXL tier (node 2)".into(),
+        PagePathReason::DefaultCxlTier,
+    );
+    let m = capture::page_path_meta(&sampled);
+    assert_eq!(
+        (m.mode, m.reason, m.note.as_deref()),
+        (PagePathMode::Sampled, Some(PagePathReason::DefaultCxlTier), None)
+    );
+    let f = capture::page_path_frame(&sampled).expect("sampled: the weights per frame");
+    assert_eq!((f.weight, f.ms_by_weight.get(&8)), (8, Some(&750)));
+    let exact = PagePathView::at_start(None, None, "asked for".into(), PagePathReason::Asked);
+    assert_eq!(capture::page_path_frame(&exact), None, "exact: nothing per frame");
+
+    // Written and read back by the real writer and reader.
+    let d = tmp("page-path");
+    let path = d.join("pp.tscope");
+    let mut w = SessionWriter::create(&path).expect("a new file");
+    let with = Meta { page_path: Some(m.clone()), ..meta() };
+    w.push(&Record::Meta(with.clone())).expect("written");
+    let fr = Frame { page_path: Some(f.clone()), ..frame(1000) };
+    w.push(&Record::Frame(fr.clone())).expect("written");
+    w.push(&Record::Frame(frame(2000))).expect("written");
+    w.finish().expect("finished");
+    let r = parse(&std::fs::read(&path).expect("read"), &path).expect("reads back");
+    assert_eq!(r.meta, with);
+    assert_eq!(r.frames[0], fr);
+    assert_eq!(r.frames[1].page_path, None);
+    std::fs::remove_dir_all(d).expect("cleanup");
+
+    // An exact frame writes no key (files stay as small as before); older records read.
+    assert!(!serde_json::to_string(&frame(0)).expect("JSON").contains("page_path"));
+    assert!(!serde_json::to_string(&meta()).expect("JSON").contains("page_path"));
+    let old_meta = r#"{"schema":"tierscope.session/v1","tool_version":"0.1.0","host":"h","kernel":"6.18","started_unix_ms":1,"interval_ms":1000,"page_size":4096,"site_sample_every":1,"selection":"x"}"#;
+    assert_eq!(serde_json::from_str::<Meta>(old_meta).expect("a meta of an older file").page_path, None);
+    let old_frame = r#"{"t_ms":0,"nodes":[],"migrations":{},"processes":[]}"#;
+    assert_eq!(serde_json::from_str::<Frame>(old_frame).expect("a frame of an older file").page_path, None);
+    // A mode this reader does not know is refused, not read as another.
+    let future = r#"{"mode":"guessed","chosen":"x"}"#;
+    assert!(serde_json::from_str::<records::PagePathRec>(future).is_err());
+}

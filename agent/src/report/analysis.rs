@@ -167,6 +167,10 @@ pub struct Analysis {
     /// recorded).
     #[serde(default)]
     pub insights: Vec<super::insights::InsightUse>,
+    /// How the page path counted: which figures are estimates (mode absent in recordings made
+    /// before it was recorded).
+    #[serde(default)]
+    pub page_path: super::page_path::PagePathUse,
 }
 
 pub fn percentiles(buckets: &[u64]) -> Percentiles {
@@ -496,7 +500,12 @@ pub fn analyze_with(rec: &Recording, step_marker: Option<&StepMarker>) -> Result
         .collect();
     charts.push(Chart {
         id: "alloc-rate".into(),
-        title: "Page allocations per node (every process)".into(),
+        title: if rec.meta.page_path.as_ref().is_some_and(|p| p.mode == crate::model::page_path::PagePathMode::Sampled)
+        {
+            "Page allocations per node (every process; estimated: sampled page path)".into()
+        } else {
+            "Page allocations per node (every process)".into()
+        },
         unit: "pages/s".into(),
         series: node_series,
     });
@@ -658,5 +667,6 @@ pub fn analyze_with(rec: &Recording, step_marker: Option<&StepMarker>) -> Result
         events,
         charts,
         insights: insights.finish(),
+        page_path: super::page_path::analyze(&rec.meta, last.and_then(|f| f.page_path.as_ref())),
     })
 }

@@ -42,6 +42,10 @@ pub struct Diff {
     pub schema: &'static str,
     pub a: String,
     pub b: String,
+    /// What makes the two runs not comparable one to one (their page paths differ), shown first.
+    pub warnings: Vec<String>,
+    /// Each run's page path (`exact`, `sampled`, or absent: not recorded).
+    pub page_path: [Option<crate::model::page_path::PagePathMode>; 2],
     pub rows: Vec<Row>,
     pub sites: Vec<SiteChange>,
     /// Insights opened in one run and not the other, and in both.
@@ -130,7 +134,18 @@ pub fn compare(a: &Analysis, b: &Analysis, a_name: &str, b_name: &str) -> Diff {
     sites.sort_by_key(|s| std::cmp::Reverse(s.a_pages.abs_diff(s.b_pages)));
     let insights = super::insights::compare(&a.insights, &b.insights);
     let steps = super::steps_diff::compare(&a.steps, &b.steps);
-    Diff { schema: SCHEMA, a: a_name.into(), b: b_name.into(), rows, sites, insights, steps }
+    let warnings = super::page_path::diff_warning(&a.page_path, &b.page_path, a_name, b_name).into_iter().collect();
+    Diff {
+        schema: SCHEMA,
+        a: a_name.into(),
+        b: b_name.into(),
+        warnings,
+        page_path: [a.page_path.mode, b.page_path.mode],
+        rows,
+        sites,
+        insights,
+        steps,
+    }
 }
 
 fn value(v: f64, unit: &str) -> String {
@@ -175,6 +190,9 @@ pub fn text(d: &Diff) -> String {
     }
     let w: Vec<usize> = (0..5).map(|i| lines.iter().map(|l| l[i].chars().count()).max().unwrap_or(0)).collect();
     let mut s = String::new();
+    for x in &d.warnings {
+        let _ = writeln!(s, "warning: {x}.\n");
+    }
     for l in &lines {
         let _ = writeln!(
             s,
@@ -220,6 +238,9 @@ pub fn html(d: &Diff, a: &Analysis, b: &Analysis) -> String {
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>{STYLE}.up{{color:#b00}}.down{{color:#070}}</style></head><body><h1>{t}</h1>"#,
         t = escape(&title)
     );
+    for x in &d.warnings {
+        let _ = write!(s, r#"<p class="warn"><b>warning:</b> {}.</p>"#, escape(x));
+    }
     s.push_str("<table><tr><th>section</th><th>metric</th><th>A</th><th>B</th><th>B − A</th><th>B / A</th></tr>");
     for r in &d.rows {
         let class = if r.delta > 0.0 {
@@ -303,10 +324,37 @@ mod tests {
         let t = text(&diff);
         assert!(t.contains("tier cxl: time × bytes") && t.contains("×0.50"), "{t}");
         assert!(t.contains("migrations syscall_or_cpuset: pages") && t.contains("new"), "{t}");
+        assert!(diff.warnings.is_empty() && !t.contains("warning"), "neither records its page path: {t}");
         let h = html(&diff, &stayed, &moved);
         assert_eq!(h.matches("<svg class=\"chart\"").count(), 4);
         assert!(!h.contains("<script"));
         std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn runs_recorded_with_different_page_paths_are_warned_about_first_in_every_form() {
+        use crate::{model::page_path::PagePathMode, report::page_path::PagePathUse};
+        let run = |mode| Analysis {
+            page_path: PagePathUse { mode: Some(mode), ..Default::default() },
+            faults: 10,
+            ..Default::default()
+        };
+        let (sampled, exact) = (run(PagePathMode::Sampled), run(PagePathMode::Exact));
+        let d = compare(&sampled, &exact, "a.tscope", "b.tscope");
+        assert_eq!(d.warnings.len(), 1, "{:?}", d.warnings);
+        assert_eq!(d.page_path, [Some(PagePathMode::Sampled), Some(PagePathMode::Exact)]);
+        let t = text(&d);
+        assert!(t.starts_with("warning: the runs' page paths differ"), "at the top: {t}");
+        assert!(t.contains("--page-path exact"), "{t}");
+        let h = html(&d, &sampled, &exact);
+        let (warn, table) = (h.find("class=\"warn\"").expect("warned"), h.find("<table>").expect("a table"));
+        assert!(warn < table, "before the table");
+        let j = serde_json::to_value(&d).expect("JSON");
+        assert_eq!(j["page_path"], serde_json::json!(["sampled", "exact"]));
+        assert!(j["warnings"][0].as_str().expect("a warning").contains("not comparable one to one"));
+        // The same mode: no warning.
+        let same = compare(&sampled, &run(PagePathMode::Sampled), "a", "b");
+        assert!(same.warnings.is_empty() && !text(&same).contains("warning"));
     }
 
     #[test]

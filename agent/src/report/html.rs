@@ -87,6 +87,11 @@ pub fn render(a: &Analysis, title: &str) -> String {
         a.faults,
         human(a.faults_per_s, "faults/s")
     );
+    let pp = &a.page_path;
+    let class = if pp.sampled() || pp.mode.is_none() { r#" class="warn""# } else { "" };
+    let _ = write!(s, "<p{class}><b>Page path:</b> {}.</p>", escape(&super::page_path::words(pp)));
+    // Columns whose figures are estimates say so where they are read.
+    let est = if pp.sampled() { " (estimated)" } else { "" };
     s.push_str(r#"<h2>Over time</h2><div class="charts">"#);
     for c in &a.charts {
         s.push_str(&line_chart(c));
@@ -122,7 +127,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
     for (i, h) in a.histograms.iter().enumerate() {
         s.push_str(&histogram_chart(h, &i.to_string()));
     }
-    s.push_str("</div><h2>Processes</h2><table><tr><th>pid</th><th>command</th><th>job</th><th>rank</th><th>pod/container</th><th>faults</th><th>faults/s</th><th>peak per tier</th><th>pages allocated per node</th><th>exited</th></tr>");
+    let _ = write!(s, "</div><h2>Processes</h2><table><tr><th>pid</th><th>command</th><th>job</th><th>rank</th><th>pod/container</th><th>faults</th><th>faults/s</th><th>peak per tier</th><th>pages allocated per node{est}</th><th>exited</th></tr>");
     for p in &a.processes {
         let mut tiers: Vec<String> =
             p.peak_bytes_by_tier.iter().map(|(t, b)| format!("{t} {}", human(*b as f64, "bytes"))).collect();
@@ -153,7 +158,10 @@ pub fn render(a: &Analysis, title: &str) -> String {
     if a.sites.is_empty() {
         s.push_str("<p>No sampled allocations on CXL-tier nodes.</p>");
     } else {
-        s.push_str("<table><tr><th>pages</th><th>bytes</th><th>process</th><th>frames (innermost first)</th></tr>");
+        let _ = write!(
+            s,
+            "<table><tr><th>pages{est}</th><th>bytes</th><th>process</th><th>frames (innermost first)</th></tr>"
+        );
         for x in &a.sites {
             let frames: String = x.frames.iter().map(|f| format!("<li>{}</li>", escape(f))).collect();
             let _ = write!(
@@ -184,7 +192,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
     } else {
         table_happenings(&mut s, &a.events, 200);
     }
-    s.push_str("<h2>Nodes</h2><table><tr><th>node</th><th>tier</th><th>evidence</th><th>memory</th><th>pages allocated</th><th>pages freed</th></tr>");
+    let _ = write!(s, "<h2>Nodes</h2><table><tr><th>node</th><th>tier</th><th>evidence</th><th>memory</th><th>pages allocated{est}</th><th>pages freed{est}</th></tr>");
     for n in &a.nodes {
         let _ = write!(
             s,

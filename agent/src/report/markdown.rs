@@ -58,6 +58,9 @@ pub fn render(a: &Analysis, title: &str) -> String {
         a.faults,
         human(a.faults_per_s, "faults/s")
     );
+    let pp = &a.page_path;
+    let quote = if pp.sampled() || pp.mode.is_none() { "> " } else { "" };
+    let _ = writeln!(s, "{quote}**Page path:** {}.\n", cell(&super::page_path::words(pp)));
     s.push_str("## Migrations\n\n| reason | calls | pages | failed | p50 | p99 |\n|---|---:|---:|---:|---:|---:|\n");
     for m in &a.migrations {
         let l = |f: fn(&super::analysis::Percentiles) -> u64| m.latency.as_ref().map_or("–".into(), |l| fmt_ns(f(l)));
@@ -96,6 +99,9 @@ pub fn render(a: &Analysis, title: &str) -> String {
         );
     }
     s.push_str("\n## Top CXL allocation sites\n\n");
+    if a.page_path.sampled() && !a.sites.is_empty() {
+        s.push_str("Pages are estimates (sampled page path, above).\n\n");
+    }
     if a.sites.is_empty() {
         s.push_str("No sampled allocations on CXL-tier nodes.\n");
     }

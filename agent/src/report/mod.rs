@@ -10,6 +10,7 @@ pub mod html;
 pub mod insights;
 pub mod job_report;
 pub mod markdown;
+pub mod page_path;
 pub mod perfetto;
 pub mod pprof;
 pub mod pprof_cpu;

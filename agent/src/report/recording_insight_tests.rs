@@ -116,6 +116,11 @@ fn a_recording_from_before_insights_reads_reports_and_replays() {
     assert_eq!((e.open().len(), e.opened_total, e.cfg.open_after_s), (0, 0, InsightConfig::default().open_after_s));
     let d = crate::report::diff::compare(&a, &a, "a", "b");
     assert!(d.insights.is_empty());
+    // Nor its page path: said, and two such runs are not warned about.
+    assert_eq!((rec.meta.page_path.as_ref(), a.page_path.mode), (None, None));
+    let md = markdown::render(&a, "t");
+    assert!(md.contains("> **Page path:** not recorded (a recording made before tierscope kept it)"), "{md}");
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
 }
 
 #[test]

@@ -98,6 +98,7 @@ pub(crate) fn moving_session(dir: &Path, moved: bool) -> Vec<u8> {
                 exited: i == 10,
             }],
             insights: vec![],
+            page_path: None,
         }))
         .unwrap();
         if i == 5 && moved {
@@ -308,4 +309,54 @@ fn a_scanned_recording_reports_as_one_read_whole_and_a_file_changed_under_it_is_
     let e = analyze(&scanned).unwrap_err().to_string();
     assert!(e.contains("m.tscope: the file changed while it was being read") && e.lines().count() == 1, "{e}");
     std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_sampled_recording_says_which_figures_are_estimates_and_an_exact_one_says_exact() {
+    use crate::{
+        model::page_path::{PagePathMode, PagePathReason},
+        recording::records::{PagePathFrame, PagePathRec},
+    };
+    let d = tmp("page-path");
+    let mut rec = parse(&moving_session(&d, false), Path::new("s")).expect("reads");
+    std::fs::remove_dir_all(d).expect("cleanup");
+    rec.meta.page_path = Some(PagePathRec {
+        mode: PagePathMode::Sampled,
+        reason: Some(PagePathReason::DefaultCxlTier),
+        chosen: "the default on a node with a CXL tier (node 1)".into(),
+        note: None,
+    });
+    let last = rec.frames.last_mut().expect("frames");
+    last.page_path = Some(PagePathFrame { weight: 16, ms_by_weight: [(1, 2_000), (16, 8_000)].into() });
+    let a = analyze(&rec).expect("analyzed");
+    assert_eq!((a.page_path.mode, a.page_path.weight_at_end), (Some(PagePathMode::Sampled), Some(16)));
+    let md = markdown::render(&a, "r");
+    let line = md.lines().find(|l| l.starts_with("> **Page path:** sampled: estimates")).expect(&md);
+    for want in ["pages allocated and freed per node", "w=1 20.0% of the time, w=16 80.0%", "(node 1)"] {
+        assert!(line.contains(want), "{want:?} in {line}");
+    }
+    assert!(md.find("**Page path:**") < md.find("## Migrations"), "near the top, before the tables");
+    assert!(md.contains("Pages are estimates (sampled page path, above)."), "at the sites: {md}");
+    let page = html::render(&a, "r");
+    assert!(page.contains(r#"<p class="warn"><b>Page path:</b> sampled: estimates"#), "{page}");
+    for header in ["<th>pages allocated (estimated)</th>", "<th>pages allocated per node (estimated)</th>"] {
+        assert!(page.contains(header), "{header}");
+    }
+    assert!(a.charts.iter().any(|c| c.id == "alloc-rate" && c.title.contains("estimated: sampled page path")));
+
+    rec.meta.page_path = Some(PagePathRec {
+        mode: PagePathMode::Exact,
+        reason: Some(PagePathReason::DefaultNoCxlTier),
+        chosen: "the default: no CXL tier on this node".into(),
+        note: None,
+    });
+    rec.frames.last_mut().expect("frames").page_path = None;
+    let a = analyze(&rec).expect("analyzed");
+    let md = markdown::render(&a, "r");
+    assert!(
+        md.contains("\n**Page path:** exact, every page event counted (the default: no CXL tier on this node).\n"),
+        "one plain line: {md}"
+    );
+    let page = html::render(&a, "r");
+    assert!(!page.contains("(estimated)") && !page.contains(r#"class="warn"><b>Page path"#), "{page}");
 }

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use opentelemetry::KeyValue;
 
-use super::{push, ExportInput, Points, Value, CLOSE_REASON, DROP_REASON, PROGRAM, PROGRAM_STATUS, SITE_OUTCOME};
+use super::{
+    push, ExportInput, Points, Value, CLOSE_REASON, DROP_REASON, PAGE_PATH_MODE, PAGE_PATH_REASON, PROGRAM,
+    PROGRAM_STATUS, SITE_OUTCOME,
+};
 use tierscope_common::stats::Stat;
 
 use crate::model::agent::Attach;
@@ -72,6 +75,24 @@ def!(
     false,
     &[PROGRAM_STATUS],
     "Kernel programs by status: attached, unsupported (kernel lacks the hook), failed"
+);
+def!(
+    PAGE_PATH_INFO,
+    "tierscope.agent.page_path.info",
+    "{mode}",
+    Gauge,
+    false,
+    &[PAGE_PATH_MODE, PAGE_PATH_REASON],
+    "The page path's mode, 1: exact (every page event counted) or sampled (per-node allocations and frees, process allocations and the traced fault split are estimates), and why (asked, default_cxl_tier, default_no_cxl_tier, sampled_unavailable)"
+);
+def!(
+    PAGE_PATH_WEIGHT,
+    "tierscope.agent.page_path.weight",
+    "{event}",
+    Gauge,
+    false,
+    &[],
+    "Events each page event the programs see counts for now: the sampled page path's weight w (attached 1/w of the time), 1 in exact mode"
 );
 def!(
     TRACKED,
@@ -241,6 +262,13 @@ pub(super) fn points(input: &ExportInput<'_>, out: &mut Points) {
     }
     for (s, n) in by_status {
         push(out, &PROGRAMS, vec![KeyValue::new(PROGRAM_STATUS, s)], Value::U64(n));
+    }
+    let pp = &m.page_path;
+    // A replay or the demo starts no page path: no reason, no series (never a made-up one).
+    if let Some(reason) = pp.reason {
+        let attrs = vec![KeyValue::new(PAGE_PATH_MODE, pp.mode.name()), KeyValue::new(PAGE_PATH_REASON, reason.name())];
+        push(out, &PAGE_PATH_INFO, attrs, Value::U64(1));
+        push(out, &PAGE_PATH_WEIGHT, vec![], Value::U64(pp.weight_now()));
     }
     push(out, &SCAN_DURATION, vec![], Value::F64(h.scan_seconds));
     push(out, &SCANS, vec![], Value::U64(h.scans));

@@ -79,6 +79,8 @@ pub const HEALTH_INFO_STATUS: &str = "tierscope.health_info.status";
 pub const CXL_ERROR_PERSISTENCE: &str = "tierscope.cxl.error.persistence";
 pub const PROBE_OUTCOME: &str = "tierscope.probe.outcome";
 pub const FAULT_PATH: &str = "tierscope.fault.path";
+pub const PAGE_PATH_MODE: &str = "tierscope.page_path.mode";
+pub const PAGE_PATH_REASON: &str = "tierscope.page_path.reason";
 
 /// `hw.type` of every health series: CXL memory devices and EDAC controllers/DIMMs.
 pub const HW_TYPE_MEMORY: &str = "memory";
@@ -161,6 +163,8 @@ pub const CATALOG: &[MetricDef] = &[
     agent::EVENTS_RECEIVED,
     agent::EXITS_FOUND_LATE,
     agent::PROGRAMS,
+    agent::PAGE_PATH_INFO,
+    agent::PAGE_PATH_WEIGHT,
     agent::TRACKED,
     agent::TRACKING_REFUSED,
     agent::MODULE_FILES_REFUSED,

@@ -31,9 +31,17 @@ def!(
     Counter,
     false,
     &[NODE, TIER],
-    "Base pages allocated on the node, every process and the kernel"
+    "Base pages allocated on the node, every process and the kernel: exact, or in sampled page-path mode an estimate (see tierscope.agent.page_path.info)"
 );
-def!(NODE_FREES, "tierscope.node.page.frees", "{page}", Counter, false, &[NODE, TIER], "Base pages freed on the node");
+def!(
+    NODE_FREES,
+    "tierscope.node.page.frees",
+    "{page}",
+    Counter,
+    false,
+    &[NODE, TIER],
+    "Base pages freed on the node: exact, or in sampled page-path mode an estimate (see tierscope.agent.page_path.info)"
+);
 def!(NODE_TIERING, "tierscope.node.tiering.pages", "{page}", Counter, false, &[NODE, TIER, VMSTAT],
     "The kernel's own promotion and demotion counters of the node (nodeN/vmstat pgpromote_success, pgpromote_candidate, pgdemote_kswapd/direct/khugepaged..., numa_pages_migrated where per node), since boot");
 def!(NUMA_HINT_FAULTS, "tierscope.memory.numa.hint_faults", "{fault}", Counter, false, &[VMSTAT],

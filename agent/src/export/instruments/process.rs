@@ -39,7 +39,7 @@ const PROC_PATH: &[&str] = process_attributes!(FAULT_PATH);
 def!(PROCESS_FAULTS, "tierscope.process.faults", "{fault}", Counter, false, PROC,
     "Page faults of the process as the kernel counts them (minflt + majflt), whichever path took them; untracked processes are summed under process.executable.name=\"other\"");
 def!(PROCESS_FAULTS_BY_PATH, "tierscope.process.faults.by_path", "{fault}", Counter, false, PROC_PATH,
-    "Page faults of the process by path: cpu_user (the CPU in user mode), cpu_kernel (the CPU in kernel mode on a user address), on_behalf (get_user_pages: pinning, MAP_POPULATE, mlock, MADV_POPULATE_*); each never goes back");
+    "Page faults of the process by path: cpu_user (the CPU in user mode), cpu_kernel (the CPU in kernel mode on a user address), on_behalf (get_user_pages: pinning, MAP_POPULATE, mlock, MADV_POPULATE_*); each never goes back; in sampled page-path mode the traced paths are estimates (see tierscope.agent.page_path.info)");
 def!(
     PROCESS_MAJOR_FAULTS,
     "tierscope.process.faults.major",
@@ -56,7 +56,7 @@ def!(
     Counter,
     false,
     PROC_NODE,
-    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages)"
+    "Base pages allocated in the process's context, by NUMA node (a THP counts its 512 base pages): exact, or in sampled page-path mode an estimate (see tierscope.agent.page_path.info)"
 );
 def!(
     PROCESS_RESIDENT,

@@ -589,3 +589,66 @@ fn each_node_gets_its_pinned_bytes_blockers_and_one_verdict() {
     );
     assert_eq!((verdict("0", "yes"), verdict("0", "no")), (Value::U64(1), Value::U64(0)));
 }
+
+/// The points of a model whose page path is `view`, nothing tracked.
+fn with_page_path(view: crate::model::page_path::PagePathView) -> Points {
+    let mut m = model();
+    m.page_path = view;
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    points(&ExportInput {
+        model: &m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: &AgentHealth::default(),
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+        resident_shares: false,
+    })
+}
+
+#[test]
+fn the_page_path_is_an_info_series_with_bounded_labels_and_its_weight_a_gauge() {
+    use crate::model::page_path::{ClockFigures, PagePathReason, PagePathView, Sampling};
+    let clock = ClockFigures { weight: 16, ms_by_weight: [(16, 900)].into(), ..ClockFigures::default() };
+    let chosen = "the default on a node with a CXL tier (node 2): ...".to_string();
+    let sampled =
+        PagePathView::at_start(Some((Sampling::DEFAULT, clock)), None, chosen, PagePathReason::DefaultCxlTier);
+    let p = with_page_path(sampled);
+    let info = &p["tierscope.agent.page_path.info"];
+    assert_eq!(info.len(), 1, "one series: {info:?}");
+    let want = [(PAGE_PATH_MODE, "sampled"), (PAGE_PATH_REASON, "default_cxl_tier")];
+    assert_eq!(one(&p, "tierscope.agent.page_path.info", &want), Value::U64(1));
+    assert_eq!(info[0].attributes.len(), 2, "mode and reason only (no words with node numbers)");
+    assert_eq!(one(&p, "tierscope.agent.page_path.weight", &[]), Value::U64(16));
+    for (name, def) in [
+        ("tierscope.agent.page_path.info", agent::PAGE_PATH_INFO),
+        ("tierscope.agent.page_path.weight", agent::PAGE_PATH_WEIGHT),
+    ] {
+        assert_eq!(def.name, name);
+        assert!(CATALOG.iter().any(|d| d.name == name), "{name} in the catalog");
+    }
+
+    // Sampled wanted, not possible: exact, and why.
+    let fell_back =
+        PagePathView::at_start(None, Some("classic tracepoints".into()), "x".into(), PagePathReason::DefaultCxlTier);
+    let p = with_page_path(fell_back);
+    let want = [(PAGE_PATH_MODE, "exact"), (PAGE_PATH_REASON, "sampled_unavailable")];
+    assert_eq!(one(&p, "tierscope.agent.page_path.info", &want), Value::U64(1));
+    assert_eq!(one(&p, "tierscope.agent.page_path.weight", &[]), Value::U64(1), "exact: every event counts once");
+
+    // No page path started (a replay, the demo): no series rather than a made-up mode.
+    let p = with_page_path(PagePathView::default());
+    assert!(!p.contains_key("tierscope.agent.page_path.info") && !p.contains_key("tierscope.agent.page_path.weight"));
+}
+
+#[test]
+fn the_figures_the_sampled_page_path_estimates_say_so_and_point_at_the_info_series() {
+    for d in [process::PROCESS_ALLOCATIONS, process::PROCESS_FAULTS_BY_PATH, node::NODE_ALLOCATIONS, node::NODE_FREES] {
+        assert!(d.description.contains("sampled page-path mode"), "{}: {}", d.name, d.description);
+        assert!(d.description.contains("tierscope.agent.page_path.info"), "{}", d.name);
+    }
+    // The kernel's own counts are exact in either mode: not marked.
+    assert!(!process::PROCESS_FAULTS.description.contains("estimate"));
+}
