@@ -8,7 +8,7 @@ use crate::{
     cli::{DiffArgs, DiffFormat, ReportArgs, ReportFormat},
     model::redact,
     output_file, recording,
-    report::{analysis, diff as compare, html, job_report, markdown, steps, stragglers},
+    report::{analysis, diff as compare, html, job_report, markdown, page_path, steps, stragglers},
 };
 
 /// Reads a session, printing its warnings (a truncated file, no end record) on stderr. Its
@@ -111,11 +111,15 @@ fn job(args: &ReportArgs) -> Result<i32> {
         let rec = open(file)?;
         let ranks = steps::analyze(&rec, args.step_marker.as_ref())
             .with_context(|| format!("{}: reading its frames for the steps", file.display()))?;
+        let mut last_page_path = None;
+        rec.each_frame(|f| last_page_path = f.page_path.clone())
+            .with_context(|| format!("{}: reading its frames for the page path", file.display()))?;
         sessions.push(stragglers::SessionSteps {
             file: name(file),
             host: rec.meta.host.clone(),
             started_unix_ms: rec.meta.started_unix_ms,
             ranks,
+            page_path: page_path::analyze(&rec.meta, last_page_path.as_ref()),
         });
     }
     let j = stragglers::analyze(sessions);

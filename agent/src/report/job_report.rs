@@ -47,7 +47,7 @@ fn ranks_of(j: &JobSteps, s: &AlignedStep) -> String {
 /// The job report in Markdown (`cell` makes text safe in a table cell).
 pub fn markdown(j: &JobSteps, title: &str, cell: impl Fn(&str) -> String) -> String {
     let mut s = format!(
-        "# {}\n\n## Sessions\n\n| file | host | started | ranks with steps |\n|---|---|---|---|\n",
+        "# {}\n\n## Sessions\n\n| file | host | started | page path | ranks with steps |\n|---|---|---|---|---|\n",
         cell(title)
     );
     for (i, x) in j.sessions.iter().enumerate() {
@@ -55,10 +55,11 @@ pub fn markdown(j: &JobSteps, title: &str, cell: impl Fn(&str) -> String) -> Str
             j.ranks.iter().filter(|r| r.session == i).map(|r| format!("{} ({} steps)", r.label(), r.steps)).collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             cell(&x.file),
             cell(&x.host),
             started(x.started_unix_ms),
+            x.page_path.word(),
             cell(&ranks.join(", "))
         );
     }
@@ -93,7 +94,7 @@ pub fn markdown(j: &JobSteps, title: &str, cell: impl Fn(&str) -> String) -> Str
 /// The job report as a self-contained HTML page.
 pub fn html(j: &JobSteps, title: &str) -> String {
     let mut s = format!(
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>{STYLE}</style></head><body><h1>{t}</h1><h2>Sessions</h2><table><tr><th>file</th><th>host</th><th>started</th><th>ranks with steps</th></tr>"#,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>{STYLE}</style></head><body><h1>{t}</h1><h2>Sessions</h2><table><tr><th>file</th><th>host</th><th>started</th><th>page path</th><th>ranks with steps</th></tr>"#,
         t = escape(title)
     );
     for (i, x) in j.sessions.iter().enumerate() {
@@ -101,10 +102,11 @@ pub fn html(j: &JobSteps, title: &str) -> String {
             j.ranks.iter().filter(|r| r.session == i).map(|r| format!("{} ({} steps)", r.label(), r.steps)).collect();
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&x.file),
             escape(&x.host),
             started(x.started_unix_ms),
+            x.page_path.word(),
             escape(&ranks.join(", "))
         );
     }
@@ -152,11 +154,15 @@ mod tests {
     #[test]
     fn the_job_report_names_hosts_alignment_and_stragglers_in_both_forms() {
         // Two sessions without steps and one host: said, no straggler.
-        let s =
-            |f: &str| SessionSteps { file: f.into(), host: "node-<a>".into(), started_unix_ms: 1_000, ranks: vec![] };
+        let s = |f: &str| SessionSteps {
+            file: f.into(),
+            host: "node-<a>".into(),
+            started_unix_ms: 1_000,
+            ..Default::default()
+        };
         let j = analyze(vec![s("a.tscope"), s("b.tscope")]);
         let md = markdown(&j, "job", |x| x.replace('|', "\\|"));
-        assert!(md.contains("| a.tscope | node-<a> | 1.000 s after the epoch |"), "{md}");
+        assert!(md.contains("| a.tscope | node-<a> | 1.000 s after the epoch | not recorded |"), "{md}");
         assert!(md.contains("Note: a.tscope and b.tscope were recorded on the same host, node-<a>."), "{md}");
         assert!(md.contains("no step ran on two or more ranks: no straggler"), "{md}");
         let h = html(&j, "job");

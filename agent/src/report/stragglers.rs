@@ -29,6 +29,8 @@ pub struct SessionSteps {
     /// The recording's start, ms since the Unix epoch (0: unknown).
     pub started_unix_ms: u64,
     pub ranks: Vec<RankSteps>,
+    /// How the session counted pages (each step's pages are estimates where it sampled).
+    pub page_path: super::page_path::PagePathUse,
 }
 
 /// A rank of the job: its session, host, pid, command name and rank number.
@@ -194,6 +196,30 @@ fn align(sessions: &[SessionSteps], ranks: &[JobRank], steps: &[&RankSteps]) -> 
     )
 }
 
+/// What the job report says of the sessions' page paths: that the steps' pages are estimates
+/// where every session sampled, and that they are not comparable one to one where the sessions
+/// counted differently (or one does not say); nothing where every session counted every event.
+fn page_path_note(sessions: &[SessionSteps]) -> Option<String> {
+    let words: BTreeMap<&str, Vec<&str>> = sessions.iter().fold(BTreeMap::new(), |mut m, s| {
+        m.entry(s.page_path.word()).or_insert_with(Vec::new).push(s.file.as_str());
+        m
+    });
+    match words.keys().copied().collect::<Vec<_>>().as_slice() {
+        // Recordings made before the page path was kept: nothing to compare (as `diff`).
+        [] | ["exact"] | ["not recorded"] => None,
+        ["sampled"] => Some(
+            "every session sampled its page path: each step's pages allocated are estimates (each event seen \
+             counted w times); durations, faults and migrations are exact"
+                .into(),
+        ),
+        _ => Some(format!(
+            "the sessions counted pages differently ({}): each step's pages allocated are not comparable one to one \
+             across them; record every node with the same --page-path (exact or sampled)",
+            words.iter().map(|(w, files)| format!("{w}: {}", files.join(", "))).collect::<Vec<_>>().join("; ")
+        )),
+    }
+}
+
 /// The job's ranks, their steps lined up, and each step's straggler.
 pub fn analyze(sessions: Vec<SessionSteps>) -> JobSteps {
     let mut notes = vec![];
@@ -204,6 +230,7 @@ pub fn analyze(sessions: Vec<SessionSteps>) -> JobSteps {
     for (host, files) in by_host.iter().filter(|(_, f)| f.len() > 1) {
         notes.push(format!("{} were recorded on the same host, {host}", files.join(" and ")));
     }
+    notes.extend(page_path_note(&sessions));
     let mut ranks = vec![];
     let mut steps: Vec<&RankSteps> = vec![];
     for (i, s) in sessions.iter().enumerate() {

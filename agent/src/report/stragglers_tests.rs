@@ -30,7 +30,7 @@ fn rank(pid: u32, rank: u32, steps: Vec<StepUse>) -> RankSteps {
 }
 
 fn session(file: &str, host: &str, started_unix_ms: u64, ranks: Vec<RankSteps>) -> SessionSteps {
-    SessionSteps { file: file.into(), host: host.into(), started_unix_ms, ranks }
+    SessionSteps { file: file.into(), host: host.into(), started_unix_ms, ranks, ..Default::default() }
 }
 
 /// Rank 0 on node-a: 4 steps of 0.5 s from 1.0 s. Rank 1 on node-b, its recording started
@@ -122,4 +122,24 @@ fn wall_clock_matches_are_nearest_in_order_and_within_reach() {
     assert_eq!(match_by_wall(&[1.0, 2.0, 3.0], &[1.1, 2.05, 9.0], 0.2), vec![Some(0), Some(1), None]);
     // A rank that missed a step: the reference's step 1 matches nothing, step 2 its second.
     assert_eq!(match_by_wall(&[1.0, 2.0, 3.0], &[1.0, 3.0], 0.2), vec![Some(0), None, Some(1)]);
+}
+
+#[test]
+fn the_job_report_says_when_its_sessions_counted_pages_differently() {
+    use crate::{model::page_path::PagePathMode, report::page_path::PagePathUse};
+    let with = |file: &str, mode: Option<PagePathMode>| SessionSteps {
+        file: file.into(),
+        host: format!("host-{file}"),
+        page_path: PagePathUse { mode, ..Default::default() },
+        ..Default::default()
+    };
+    let exact = Some(PagePathMode::Exact);
+    let sampled = Some(PagePathMode::Sampled);
+    let note = |s: Vec<SessionSteps>| analyze(s).notes.into_iter().find(|n| n.contains("pages"));
+    assert_eq!(note(vec![with("a", exact), with("b", exact)]), None, "both counted every event");
+    let both_sampled = note(vec![with("a", sampled), with("b", sampled)]).expect("said");
+    assert!(both_sampled.contains("are estimates"), "{both_sampled}");
+    let mixed = note(vec![with("a", exact), with("b", sampled), with("c", None)]).expect("said");
+    assert!(mixed.contains("not comparable one to one"), "{mixed}");
+    assert!(mixed.contains("exact: a") && mixed.contains("sampled: b") && mixed.contains("not recorded: c"), "{mixed}");
 }
