@@ -399,6 +399,11 @@ struct Resident {
     nodes: std::collections::BTreeSet<u32>,
 }
 
+/// Whether the recording's page path was sampled (its allocation counts are estimates).
+fn sampled(rec: &Recording) -> bool {
+    rec.meta.page_path.as_ref().is_some_and(|p| p.mode == crate::model::page_path::PagePathMode::Sampled)
+}
+
 /// The node's name on its tracks: `node 1 (cxl)`.
 fn node_name(rec: &Recording, id: u32) -> String {
     match rec.topology.iter().flat_map(|t| &t.nodes).find(|n| n.id == id) {
@@ -426,6 +431,8 @@ pub fn write(rec: &Recording, steps: &[RankSteps], out: impl Write) -> Result<u6
     let mut marks = marks(&uses, end_ms).into_iter().peekable();
     // The frames are read one at a time; the one before is kept for the rates.
     let mut prev_frame: Option<Frame> = None;
+    // A sampled page path's allocation and free counts are estimates: their tracks say so.
+    let est = if sampled(rec) { " (estimated)" } else { "" };
     rec.each_frame(|f| {
         let prev = prev_frame.as_ref();
         while let Some(e) = events.next_if(|e| e.t_ms <= f.t_ms) {
@@ -441,10 +448,10 @@ pub fn write(rec: &Recording, steps: &[RankSteps], out: impl Write) -> Result<u6
             let name = node_name(rec, n.id);
             let pn = prev.and_then(|p| p.nodes.iter().find(|x| x.id == n.id));
             if let Some(r) = rate(since_start(pn.map(|x| x.alloc_pages)), (t, n.alloc_pages)) {
-                w.counter(t, None, format!("{name} allocated pages/s"), Unit::PerSecond, r);
+                w.counter(t, None, format!("{name} allocated pages/s{est}"), Unit::PerSecond, r);
             }
             if let Some(r) = rate(since_start(pn.map(|x| x.freed_pages)), (t, n.freed_pages)) {
-                w.counter(t, None, format!("{name} freed pages/s"), Unit::PerSecond, r);
+                w.counter(t, None, format!("{name} freed pages/s{est}"), Unit::PerSecond, r);
             }
             if let Some(free) = n.mem_free_bytes {
                 w.counter(t, None, format!("{name} free bytes"), Unit::Bytes, free as f64);
@@ -494,7 +501,7 @@ pub fn write(rec: &Recording, steps: &[RankSteps], out: impl Write) -> Result<u6
             for (&node, &pages) in &p.alloc_pages_by_node {
                 let before = pp.map(|(pt, x)| (pt, x.alloc_pages_by_node.get(&node).copied().unwrap_or(0)));
                 if let Some(r) = rate(before, (t, pages)) {
-                    let name = format!("allocated pages/s on {}", node_name(rec, node));
+                    let name = format!("allocated pages/s on {}{est}", node_name(rec, node));
                     w.counter(t, Some(track), name, Unit::PerSecond, r);
                 }
             }
@@ -776,6 +783,23 @@ mod tests {
             let e = write(&rec, &[], Full { room }).unwrap_err();
             assert!(matches!(e, TraceError::Write(_)) && e.to_string() == "no space left on device", "{room}: {e}");
         }
+    }
+
+    #[test]
+    fn a_sampled_recordings_allocation_tracks_say_estimated() {
+        use crate::{model::page_path::PagePathMode, recording::records::PagePathRec};
+        let names = |rec: &Recording| -> Vec<String> {
+            let t = trace(rec).expect("a trace");
+            t.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.name.clone()).collect()
+        };
+        let mut rec = recording_with_sites();
+        let alloc = |n: &Vec<String>| n.iter().filter(|x| x.contains("allocated pages/s")).cloned().collect::<Vec<_>>();
+        let old = names(&rec);
+        assert!(!alloc(&old).is_empty() && alloc(&old).iter().all(|x| !x.contains("estimated")), "{old:?}");
+        rec.meta.page_path =
+            Some(PagePathRec { mode: PagePathMode::Sampled, reason: None, chosen: String::new(), note: None });
+        let sampled = names(&rec);
+        assert!(alloc(&sampled).iter().all(|x| x.ends_with(" (estimated)")), "{sampled:?}");
     }
 
     #[test]

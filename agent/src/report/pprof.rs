@@ -256,11 +256,23 @@ pub fn profile(rec: &Recording) -> Result<Profile, ReadError> {
         comments.push(format!("command: {}", rec.meta.command.join(" ")));
     }
     comments.push(format!("selection: {}", rec.meta.selection));
+    comments.push(page_path_comment(rec));
     comments.extend(insights(rec)?.iter().map(insight_comment));
     out.comment = comments.iter().map(|c| strings.id(c)).collect();
     out.default_sample_type = strings.id("cxl_bytes");
     out.string_table = strings.table;
     Ok(out)
+}
+
+/// How the pages were counted: in the sampled page path the sites' pages are estimates.
+fn page_path_comment(rec: &Recording) -> String {
+    match rec.meta.page_path.as_ref().map(|p| p.mode) {
+        Some(crate::model::page_path::PagePathMode::Sampled) => {
+            "page path: sampled: the sites' pages are estimates (each page event seen counted w times)".into()
+        }
+        Some(crate::model::page_path::PagePathMode::Exact) => "page path: exact: every page event counted".into(),
+        None => "page path: not recorded (a recording made before tierscope kept it)".into(),
+    }
 }
 
 /// An insight as one comment line: `insight allocation_churn warning on train 7, open 2.0 s to
@@ -348,6 +360,21 @@ mod tests {
         let decoded = Profile::decode(&p.encode_to_vec()[..]).expect("decodes");
         assert_eq!(decoded, p);
         assert!(p.comment.iter().all(|&c| !s(c).starts_with("insight ")), "no insight opened");
+        assert!(p.comment.iter().any(|&c| s(c).starts_with("page path: not recorded")), "an old recording");
+    }
+
+    #[test]
+    fn a_sampled_recordings_profile_says_its_pages_are_estimates() {
+        use crate::{model::page_path::PagePathMode, recording::records::PagePathRec};
+        let mut rec = recording_with_sites();
+        for (mode, want) in
+            [(PagePathMode::Sampled, "are estimates"), (PagePathMode::Exact, "every page event counted")]
+        {
+            rec.meta.page_path = Some(PagePathRec { mode, reason: None, chosen: String::new(), note: None });
+            let p = profile(&rec).expect("a profile");
+            let said: Vec<&str> = p.comment.iter().map(|&c| p.string_table[c as usize].as_str()).collect();
+            assert!(said.iter().any(|c| c.starts_with("page path: ") && c.contains(want)), "{said:?}");
+        }
     }
 
     #[test]
