@@ -110,13 +110,14 @@ mod tests {
     #[test]
     fn files_of_a_missing_cgroup_are_gone_and_a_big_file_is_refused() {
         let dir = std::env::temp_dir().join(format!("ts-cgroup-memory-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
         assert_eq!(read_file(&dir.join("no-such-cgroup"), "memory.stat"), FileRead::Gone);
         assert!(matches!(read_file(&dir, "memory.stat"), FileRead::Failed(w) if w.contains("not enabled")));
-        std::fs::write(dir.join("memory.stat"), "pgpromote_success 3\n").unwrap();
+        std::fs::write(dir.join("memory.stat"), "pgpromote_success 3\n").expect("writes in the temporary directory");
         assert_eq!(read_file(&dir, "memory.stat"), FileRead::Text("pgpromote_success 3\n".into()));
-        std::fs::write(dir.join("memory.numa_stat"), vec![b'a'; cgroup_memory::FILE_MAX + 1]).unwrap();
+        std::fs::write(dir.join("memory.numa_stat"), vec![b'a'; cgroup_memory::FILE_MAX + 1])
+            .expect("writes in the temporary directory");
         assert!(matches!(read_file(&dir, "memory.numa_stat"), FileRead::Failed(w) if w.contains("over")));
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).expect("removes the temporary directory");
     }
 }
