@@ -1,5 +1,6 @@
-//! The `pods` scenario's judge (issue 44): two pod-shaped cgroup v2 cgroups on the HMAT guest,
-//! A holding 32 MiB on node 0 and B 32 MiB on node 1 (the lower tier). Each cgroup's bytes by
+//! The `pods` scenario's judge (issue 44): three pod-shaped cgroup v2 cgroups on the HMAT guest,
+//! A holding 32 MiB on node 0, B 32 MiB on node 1 (the lower tier), C 32 MiB first on node 1
+//! that the kernel promotes while it is rewritten. Each cgroup's bytes by
 //! node in the snapshot's `cgroups` must equal its own `memory.numa_stat` (anon + file) within
 //! 1%, and its tiering counters `memory.stat`'s exactly.
 use serde_json::Value;
@@ -28,9 +29,9 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         kernel: None,
         agent: None,
         ok: r.agent.as_ref().and_then(|a| a.pointer("/cgroups/hierarchy")) == Some(&Value::from("unified")),
-        rule: format!("{:?}", r.agent.as_ref().and_then(|a| a.pointer("/cgroups"))),
+        rule: format!("agent says {:?}", r.agent.as_ref().and_then(|a| a.pointer("/cgroups/hierarchy"))),
     }];
-    for w in ['A', 'B'] {
+    for w in ['A', 'B', 'C'] {
         let g = cgroup(r, w);
         out.push(Figure {
             name: format!("{w}: its pod's uid from the path"),
@@ -76,6 +77,16 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         tier_bytes('B', "cxl"),
         0.95,
     ));
+    // C's promotions: counted from the agent's first read, which saw at most the kernel's total.
+    let promoted =
+        |k: &str| cgroup(r, 'C').and_then(|g| g.pointer(&format!("/{k}/pgpromote_success"))).and_then(Value::as_f64);
+    out.push(Figure::between(
+        "C: promotions since the agent's first read",
+        Some(1.0),
+        r.truth("C.pgpromote_success"),
+        promoted("counters_since_first_read"),
+        0.0,
+    ));
     out
 }
 
@@ -91,18 +102,25 @@ mod tests {
     fn equal_figures_pass_and_a_wrong_node_fails() {
         let mut truth =
             vec!["TS-TRUTH A.N0 33554432", "TS-TRUTH A.N1 0", "TS-TRUTH B.N0 4096", "TS-TRUTH B.N1 33554432"];
-        truth.extend(["TS-TRUTH A.pgpromote_success 0", "TS-TRUTH B.pgpromote_success 0"]);
-        let g = |c: char, n0: u64, n1: u64| {
+        truth.extend(["TS-TRUTH C.N0 33554432", "TS-TRUTH C.N1 0"]);
+        truth.extend([
+            "TS-TRUTH A.pgpromote_success 0",
+            "TS-TRUTH B.pgpromote_success 0",
+            "TS-TRUTH C.pgpromote_success 8192",
+        ]);
+        let g = |c: char, n0: u64, n1: u64, promoted: u64| {
             format!(
-                r#"{{"path":"{POD}/cri-containerd-{}.scope","pod_uid":"11111111-2222-3333-4444-555555555555","bytes_by_node":{{"0":{{"total":{n0}}},"1":{{"total":{n1}}}}},"bytes_by_tier":{{"dram":{n0},"cxl":{n1}}},"counters_now":{{"pgpromote_success":0}},"not_on_this_kernel":["pgdemote_kswapd","pgdemote_direct","pgdemote_khugepaged","numa_pages_migrated","numa_hint_faults","numa_pte_updates"]}}"#,
-                c.to_string().repeat(64)
+                r#"{{"path":"{POD}/cri-containerd-{}.scope","pod_uid":"11111111-2222-3333-4444-555555555555","bytes_by_node":{{"0":{{"total":{n0}}},"1":{{"total":{n1}}}}},"bytes_by_tier":{{"dram":{n0},"cxl":{n1}}},"counters_now":{{"pgpromote_success":{promoted}}},"counters_since_first_read":{{"pgpromote_success":{}}},"not_on_this_kernel":["pgdemote_kswapd","pgdemote_direct","pgdemote_khugepaged","numa_pages_migrated","numa_hint_faults","numa_pte_updates"]}}"#,
+                c.to_string().repeat(64),
+                promoted.saturating_sub(100)
             )
         };
         let doc = |b1: u64| {
             format!(
-                r#"{{"cgroups":{{"hierarchy":"unified","cgroups":[{},{}]}}}}"#,
-                g('a', 33554432, 0),
-                g('b', 4096, b1)
+                r#"{{"cgroups":{{"hierarchy":"unified","cgroups":[{},{},{}]}}}}"#,
+                g('a', 33554432, 0, 0),
+                g('b', 4096, b1, 0),
+                g('c', 33554432, 0, 8192)
             )
         };
         let ok = Report::parse(&lines(&truth), Some(&doc(33554432)));
