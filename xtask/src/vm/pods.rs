@@ -18,7 +18,7 @@ const COUNTERS: [&str; 7] = [
     "numa_pte_updates",
 ];
 
-fn cgroup<'a>(r: &'a Report, c: char) -> Option<&'a Value> {
+fn cgroup(r: &Report, c: char) -> Option<&Value> {
     let path = format!("{POD}/cri-containerd-{}.scope", c.to_ascii_lowercase().to_string().repeat(64));
     r.agent.as_ref()?.pointer("/cgroups/cgroups")?.as_array()?.iter().find(|g| g["path"] == path.as_str())
 }
