@@ -143,7 +143,8 @@ impl IdentityReader {
     pub fn identify(&mut self, tgid: u32, environ: &[(String, String)]) -> ContainerIdentity {
         let proc_dir = PathBuf::from(format!("/proc/{tgid}"));
         let Some(text) = root_file::read(&proc_dir, "cgroup", CGROUP_MAX).ok() else { return Default::default() };
-        let cg = cgroup::parse(&String::from_utf8_lossy(&text));
+        let text = String::from_utf8_lossy(&text);
+        let cg = cgroup::parse(&text);
         if cg.pod_uid.is_none() && cg.container_id.is_none() {
             return ContainerIdentity::default();
         }
@@ -162,12 +163,14 @@ impl IdentityReader {
             }
             namespace_file = root_file::read(&proc_dir.join("root"), SERVICE_ACCOUNT_NAMESPACE, NAME_FILE_MAX).ok();
         }
-        container::resolve(&Evidence {
+        let mut id = container::resolve(&Evidence {
             cgroup: cg,
             runtime_names,
             hostname_file: hostname_file.as_deref(),
             environ_hostname,
             service_account_namespace: namespace_file.as_deref(),
-        })
+        });
+        id.cgroup_path = cgroup::unified_path(&text);
+        id
     }
 }

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod btf;
 pub mod caps;
+pub mod cgroup_memory;
 pub mod container;
 pub mod counters;
 pub mod cpu_sampler;

@@ -424,6 +424,7 @@ impl Session {
         self.health_poller.poll(&mut self.model.health);
         self.look_at_memory_blocks(r.at_ns, &r.kernel_stats);
         self.model.tiering.apply(node_reads::read_tiering_vmstat(&self.topology));
+        self.model.cgroups.apply(super::cgroup_memory::read(self.model.processes.values(), r.at_ns));
         // Exited processes' entries are freed at the first reading that holds their final
         // counts: a pid used again then starts from nothing, and the maps never fill with the dead.
         let free = self.model.entries_to_free();

@@ -27,6 +27,8 @@ struct Report {
     load_error: Option<String>,
     /// DAMON (hotness): present, who uses it, and why tierscope could not start now.
     damon: crate::collect::damon::monitor::Availability,
+    /// Whether per-container tiering counters can be read (cgroup v2), else why not, in one line.
+    cgroups: String,
     /// The loaded maps' kernel memory and how they were sized (absent when nothing loaded).
     kernel_memory: Option<KernelMemoryReport>,
     /// Processes whose command line did not answer within the deadline (a fault in them that
@@ -76,6 +78,10 @@ pub fn run(json: bool) -> Result<i32> {
         },
         load_error: None,
         damon: crate::collect::damon::monitor::availability(Path::new(crate::collect::damon::sysfs::ADMIN)),
+        cgroups: match crate::collect::cgroup_memory::hierarchy() {
+            crate::model::cgroup_memory::Hierarchy::Unavailable(why) => why,
+            _ => "cgroup v2 at /sys/fs/cgroup: per-container tiering counters are read".into(),
+        },
         kernel_memory: None,
         stuck_processes: Default::default(),
         default_costs: default_costs(),
@@ -202,6 +208,7 @@ fn print_text(r: &Report, attached: usize) {
         }
     }
     println!("damon         {}", damon_line(&r.damon));
+    println!("cgroups       {}", r.cgroups);
     for p in &r.stuck_processes.quarantined {
         println!("stuck         pid {} ({}): /proc/{}/{} did not answer", p.pid, p.comm, p.pid, p.file);
     }

@@ -117,6 +117,15 @@ fn container_segment(segment: &str, parent: Option<&str>) -> Option<Result<(Stri
     None
 }
 
+/// The cgroup v2 path of a `/proc/PID/cgroup` text (its `0::` line), where the cgroup's own
+/// files are below the v2 mount. `None` without one, or for a path outside the reader's cgroup
+/// namespace (`/..`), which names no directory the reader can open.
+pub fn unified_path(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?.trim_end();
+    let inside = path.starts_with('/') && !path.split('/').any(|s| s == "..");
+    inside.then(|| path.to_string())
+}
+
 /// Parses the cgroup file: the v2 line (`0::/path`) or any v1 line, whichever names a pod or
 /// container first. The innermost container segment wins (docker in docker, a podman
 /// container's own `container` subgroup sits below its scope).
@@ -270,5 +279,15 @@ mod tests {
         assert_eq!(parse(&format!("0::/libpod-{}z.scope\n", &CID[..63])), CgroupIdentity::default());
         // Lines that are not cgroup lines.
         assert_eq!(parse("garbage\n\0\0\n::\n"), CgroupIdentity::default());
+    }
+
+    #[test]
+    fn unified_path_is_the_v2_line() {
+        let text = "12:memory:/kubepods/x\n0::/kubepods.slice/a.scope\n";
+        assert_eq!(unified_path(text).as_deref(), Some("/kubepods.slice/a.scope"));
+        assert_eq!(unified_path("4:memory:/docker/abc\n"), None);
+        assert_eq!(unified_path("0::/../../kubepods.slice/a.scope\n"), None);
+        assert_eq!(unified_path("0::garbage"), None);
+        assert_eq!(unified_path("0::/\n").as_deref(), Some("/"));
     }
 }

@@ -69,6 +69,9 @@ pub struct ContainerIdentity {
     pub name: Option<String>,
     #[serde(default)]
     pub sources: Sources,
+    /// The cgroup v2 path (`/proc/PID/cgroup`'s `0::` line), where its tiering counters are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_path: Option<String>,
 }
 
 impl ContainerIdentity {

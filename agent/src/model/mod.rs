@@ -2,6 +2,7 @@
 //! aya, no tokio: everything here is driven by values and unit tested.
 pub mod agent;
 pub mod cgroup;
+pub mod cgroup_memory;
 pub mod container;
 pub mod cost_budget;
 pub mod cpu_profile;
@@ -122,6 +123,8 @@ pub struct Model {
     pub last_reading_ns: u64,
     /// NUMA hinting, promotion and demotion counters from vmstat.
     pub tiering: tiering::Tiering,
+    /// Tiering per container cgroup from the kernel's cgroup v2 counters (`cgroup_memory.rs`).
+    pub cgroups: cgroup_memory::CgroupTiering,
     /// Hot, warm and cold bytes from DAMON (off unless asked for).
     pub hotness: hotness::Hotness,
     /// Findings about placement, opened and closed with hysteresis (`insights::InsightEngine`).

@@ -14,6 +14,7 @@ mod insights_cxl;
 mod insights_split;
 mod insights_tiering;
 mod kmem;
+mod pods;
 mod qemu;
 mod qmp;
 mod scenarios;

@@ -65,6 +65,7 @@ pub const ALL: &[Scenario] = &[
         timeout_s: 120,
         judge: super::insights_split::judge,
     },
+    Scenario { name: "pods", shape: Shape::Hmat, kind: Kind::Test, timeout_s: 150, judge: super::pods::judge },
 ];
 
 /// What a run brought back.

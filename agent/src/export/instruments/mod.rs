@@ -102,6 +102,7 @@ macro_rules! def {
 }
 
 pub mod agent;
+pub mod cgroups;
 #[cfg(test)]
 mod figure;
 pub mod health;
@@ -140,6 +141,8 @@ pub const CATALOG: &[MetricDef] = &[
     unplug::NODE_PINNED,
     unplug::NODE_BLOCKERS,
     unplug::NODE_OFFLINE,
+    cgroups::CONTAINER_MEMORY,
+    cgroups::CONTAINER_TIERING,
     health::HW_STATUS,
     health::HW_ERRORS,
     health::CXL_TEMPERATURE,
@@ -301,6 +304,7 @@ pub fn points(input: &ExportInput<'_>) -> Points {
     steps::points(input, &mut out);
     node::points(input, &mut out);
     unplug::points(input, &mut out);
+    cgroups::points(input, &mut out);
     health::points(&input.model.health, &mut out);
     if let Some(p) = input.probe {
         probe::points(p, &mut out);

@@ -652,3 +652,46 @@ fn the_figures_the_sampled_page_path_estimates_say_so_and_point_at_the_info_seri
     // The kernel's own counts are exact in either mode: not marked.
     assert!(!process::PROCESS_FAULTS.description.contains("estimate"));
 }
+
+#[test]
+fn each_container_cgroup_gets_its_bytes_by_node_and_its_tiering_counters() {
+    use crate::model::cgroup_memory::{CgroupFiles, CgroupReading, FileRead, Hierarchy};
+    let mut m = model();
+    m.cgroups.apply(CgroupReading {
+        at_ns: 1,
+        hierarchy: Hierarchy::Unified,
+        cgroups: vec![CgroupFiles {
+            path: "/kubepods.slice/p.slice/c.scope".into(),
+            identity: ContainerIdentity { pod_name: Some("trainer-0".into()), ..Default::default() },
+            numa_stat: FileRead::Text("anon N0=4096 N2=8192\nfile N0=4096 N2=0\n".into()),
+            memory_stat: FileRead::Text("pgpromote_success 7\nnuma_hint_faults 9\n".into()),
+        }],
+        over_limit: 0,
+    });
+    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
+    let h = AgentHealth {
+        programs: vec![],
+        channel_full: 0,
+        undecodable: 0,
+        scan_seconds: 0.0,
+        scans: 0,
+        tracking_refused: 0,
+    };
+    let p = points(&ExportInput {
+        model: &m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: &h,
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+        resident_shares: false,
+    });
+    let pod = (POD_NAME, "trainer-0");
+    assert_eq!(one(&p, cgroups::CONTAINER_MEMORY.name, &[pod, (NODE, "0"), (TIER, "dram")]), Value::U64(8192));
+    assert_eq!(one(&p, cgroups::CONTAINER_MEMORY.name, &[pod, (NODE, "2"), (TIER, "cxl")]), Value::U64(8192));
+    assert_eq!(one(&p, cgroups::CONTAINER_TIERING.name, &[pod, (VMSTAT, "pgpromote_success")]), Value::U64(7));
+    // A counter this kernel lacks is absent, not 0.
+    assert!(find(&p, cgroups::CONTAINER_TIERING.name, &[(VMSTAT, "pgdemote_kswapd")]).is_empty());
+}
