@@ -51,13 +51,23 @@ pub fn judge(r: &Report) -> Vec<Figure> {
     // The residency chart: 32 MiB on DRAM (node 0) first, then on the lower tier (node 1).
     let dram = series(report, "residency", "dram");
     let lower = series(report, "residency", "cxl");
-    let first_dram = dram.iter().find(|p| p.1 >= 30.0 * MIB).map(|p| p.0);
+    let first_dram = dram.iter().find(|p| p.1 >= 30.0 * MIB).copied();
     let first_lower = lower.iter().find(|p| p.1 >= 30.0 * MIB).map(|p| p.0);
     let dram_after = first_lower.and_then(|t| dram.iter().find(|p| p.0 >= t)).map(|p| p.1);
+    // The chart sums every recorded process: beside the workload, the script's shell and
+    // `migratepages` itself hold 3-5 MiB on DRAM, more or less as they come and go (a fixed
+    // "under 4 MiB after" failed on 5.0 MiB in CI). What moved is judged: DRAM fell by at least
+    // 28 of the 32 MiB the kernel moved.
+    let dram_before = first_lower.map(|t| dram.iter().filter(|p| p.0 < t).map(|p| p.1).fold(0.0, f64::max));
+    let fell = dram_before.zip(dram_after).map(|(before, after)| before - after);
     out.push(figure(
         "report: residency moves from dram to the lower tier",
-        matches!((first_dram, first_lower), (Some(a), Some(b)) if a < b) && dram_after.is_some_and(|v| v < 4.0 * MIB),
-        format!("32 MiB on dram at {first_dram:?} s, on cxl at {first_lower:?} s, dram then {dram_after:?} bytes"),
+        matches!((first_dram, first_lower), (Some((a, _)), Some(b)) if a < b) && fell.is_some_and(|f| f >= 28.0 * MIB),
+        format!(
+            "32 MiB on dram at {:?} s, on cxl at {first_lower:?} s; dram at most {dram_before:?} before, \
+             {dram_after:?} bytes then, fell by {fell:?}",
+            first_dram.map(|p| p.0)
+        ),
     ));
     let migrations = report["migrations"].as_array().map(Vec::as_slice).unwrap_or_default();
     let moved = migrations.iter().find(|m| m["reason"] == "syscall_or_cpuset").and_then(|m| m["pages"].as_f64());
@@ -79,4 +89,37 @@ pub fn judge(r: &Report) -> Vec<Figure> {
         format!("{peak:?} bytes"),
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The moved run's residency chart: 32 MiB on DRAM beside the script's other processes, then
+    /// on the lower tier, DRAM left with `others_after` bytes.
+    fn moved(dram_after: f64) -> Report {
+        let mib = |v: f64| v * MIB;
+        let chart = serde_json::json!({"charts": [{"id": "residency", "series": [
+            {"name": "dram", "points": [[0.2, mib(3.0)], [0.46, mib(35.3)], [2.0, mib(35.3)], [2.3, dram_after]]},
+            {"name": "cxl", "points": [[0.2, 0.0], [0.46, 0.0], [2.0, 0.0], [2.3, mib(32.0)]]}
+        ]}]});
+        Report::parse(&[], Some(&chart.to_string()))
+    }
+
+    fn residency_moved(r: &Report) -> bool {
+        judge(r)
+            .into_iter()
+            .find(|f| f.name == "report: residency moves from dram to the lower tier")
+            .expect("judged")
+            .ok
+    }
+
+    #[test]
+    fn what_moved_is_judged_not_what_the_other_processes_hold() {
+        // CI's run: 5.0 MiB left on DRAM by the shell and migratepages, the 32 MiB gone.
+        assert!(residency_moved(&moved(5.0 * MIB)));
+        assert!(residency_moved(&moved(3.3 * MIB)));
+        // Half of it stayed: the move did not happen as the chart says.
+        assert!(!residency_moved(&moved(19.0 * MIB)));
+    }
 }
