@@ -91,6 +91,22 @@ fn nodes() -> Vec<NodeState> {
     ]
 }
 
+/// The points of `m` with nothing tracked (every process in `other`), no probe, no vmstat.
+fn untracked_points(m: &Model, h: &AgentHealth) -> Points {
+    let other = crate::export::other::OtherFold::default().totals(m, |_| false);
+    points(&ExportInput {
+        model: m,
+        nodes: &nodes(),
+        tracked: &BTreeMap::new(),
+        other: &other,
+        page_size: 4096,
+        health: h,
+        system_vmstat: &BTreeMap::new(),
+        probe: None,
+        resident_shares: false,
+    })
+}
+
 fn run(tracked: &BTreeMap<u32, Tracked>) -> Points {
     let m = model();
     let n = nodes();
@@ -382,26 +398,8 @@ fn catalog_names_follow_the_naming_rules() {
 fn a_quiet_node_exports_every_known_label_set_at_zero() {
     // Nothing read and nothing happened yet: the counters with a known label set are all there.
     let m = Model::default();
-    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
-    let h = AgentHealth {
-        programs: vec![],
-        channel_full: 0,
-        undecodable: 0,
-        scan_seconds: 0.0,
-        scans: 0,
-        tracking_refused: 0,
-    };
-    let p = points(&ExportInput {
-        model: &m,
-        nodes: &nodes(),
-        tracked: &BTreeMap::new(),
-        other: &other,
-        page_size: 4096,
-        health: &h,
-        system_vmstat: &BTreeMap::new(),
-        probe: None,
-        resident_shares: false,
-    });
+    let h = AgentHealth::default();
+    let p = untracked_points(&m, &h);
     for reason in m.names.reasons.values() {
         for result in ["succeeded", "failed"] {
             let at = [(REASON, reason.as_str()), (RESULT, result)];
@@ -451,7 +449,6 @@ fn a_quiet_node_exports_every_known_label_set_at_zero() {
 fn migration_durations_are_zero_for_untimed_reasons_while_the_programs_are_attached() {
     use tierscope_common::names::program;
     let m = model();
-    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
     let attached = |name: &'static str, status| ProgramStatus {
         name,
         hook: "tracepoint migrate".into(),
@@ -461,17 +458,7 @@ fn migration_durations_are_zero_for_untimed_reasons_while_the_programs_are_attac
     };
     let export = |programs: Vec<ProgramStatus>| {
         let h = AgentHealth { programs, ..Default::default() };
-        points(&ExportInput {
-            model: &m,
-            nodes: &nodes(),
-            tracked: &BTreeMap::new(),
-            other: &other,
-            page_size: 4096,
-            health: &h,
-            system_vmstat: &BTreeMap::new(),
-            probe: None,
-            resident_shares: false,
-        })
+        untracked_points(&m, &h)
     };
     let p = export(vec![
         attached(program::MM_MIGRATE_PAGES_START, Attach::Attached),
@@ -515,18 +502,7 @@ fn recursion_misses_are_exported_per_attached_program_and_in_total() {
     });
     m.apply_reading(&CounterReading { at_ns: 1, program_counters, ..Default::default() });
     let h = AgentHealth { programs, channel_full: 0, undecodable: 0, scan_seconds: 0.0, scans: 0, tracking_refused: 0 };
-    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
-    let p = points(&ExportInput {
-        model: &m,
-        nodes: &nodes(),
-        tracked: &BTreeMap::new(),
-        other: &other,
-        page_size: 4096,
-        health: &h,
-        system_vmstat: &BTreeMap::new(),
-        probe: None,
-        resident_shares: false,
-    });
+    let p = untracked_points(&m, &h);
     let name = "tierscope.agent.program.recursion_misses";
     assert_eq!(one(&p, name, &[(PROGRAM, "page_fault_user")]), Value::U64(2));
     assert_eq!(one(&p, name, &[(PROGRAM, "mm_page_alloc")]), Value::U64(30));
@@ -556,26 +532,8 @@ fn each_node_gets_its_pinned_bytes_blockers_and_one_verdict() {
             blocks: Some(movable),
         },
     ];
-    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
-    let h = AgentHealth {
-        programs: vec![],
-        channel_full: 0,
-        undecodable: 0,
-        scan_seconds: 0.0,
-        scans: 0,
-        tracking_refused: 0,
-    };
-    let p = points(&ExportInput {
-        model: &m,
-        nodes: &nodes(),
-        tracked: &BTreeMap::new(),
-        other: &other,
-        page_size: 4096,
-        health: &h,
-        system_vmstat: &BTreeMap::new(),
-        probe: None,
-        resident_shares: false,
-    });
+    let h = AgentHealth::default();
+    let p = untracked_points(&m, &h);
     let node = |n: &'static str| [(NODE, n)];
     // Pids 10 and 11 pinned 2 GiB + 1 MiB on node 2 through the driver; nothing on node 0.
     assert_eq!(one(&p, unplug::NODE_PINNED.name, &node("2")), Value::U64((2 << 30) + (1 << 20)));
@@ -668,26 +626,8 @@ fn each_container_cgroup_gets_its_bytes_by_node_and_its_tiering_counters() {
         }],
         over_limit: 0,
     });
-    let other = crate::export::other::OtherFold::default().totals(&m, |_| false);
-    let h = AgentHealth {
-        programs: vec![],
-        channel_full: 0,
-        undecodable: 0,
-        scan_seconds: 0.0,
-        scans: 0,
-        tracking_refused: 0,
-    };
-    let p = points(&ExportInput {
-        model: &m,
-        nodes: &nodes(),
-        tracked: &BTreeMap::new(),
-        other: &other,
-        page_size: 4096,
-        health: &h,
-        system_vmstat: &BTreeMap::new(),
-        probe: None,
-        resident_shares: false,
-    });
+    let h = AgentHealth::default();
+    let p = untracked_points(&m, &h);
     let pod = (POD_NAME, "trainer-0");
     assert_eq!(one(&p, cgroups::CONTAINER_MEMORY.name, &[pod, (NODE, "0"), (TIER, "dram")]), Value::U64(8192));
     assert_eq!(one(&p, cgroups::CONTAINER_MEMORY.name, &[pod, (NODE, "2"), (TIER, "cxl")]), Value::U64(8192));
